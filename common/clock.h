@@ -1,0 +1,48 @@
+#pragma once
+
+#include <chrono>
+#include <mutex>
+
+namespace ddprun {
+
+// Time source injected into every state machine that has a deadline, so tests
+// advance time explicitly instead of sleeping. Implementations are
+// thread-safe.
+class Clock {
+ public:
+  using Duration = std::chrono::steady_clock::duration;
+  using TimePoint = std::chrono::steady_clock::time_point;
+
+  virtual ~Clock() = default;
+  // Monotonic time; never goes backwards.
+  virtual TimePoint Now() const = 0;
+  // Wall-clock seconds since the Unix epoch (for error-file timestamps).
+  virtual double WallSeconds() const = 0;
+
+  // The process-wide real clock; never null, lives forever.
+  static Clock* Real();
+};
+
+// Time only advances when Advance() is called.
+class FakeClock : public Clock {
+ public:
+  FakeClock() = default;
+  TimePoint Now() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return now_;
+  }
+  double WallSeconds() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return 1.7e9 + std::chrono::duration<double>(now_.time_since_epoch()).count();
+  }
+  void Advance(Duration d) {
+    std::lock_guard<std::mutex> lock(mu_);
+    now_ += d;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  TimePoint now_{};
+};
+
+}  // namespace ddprun

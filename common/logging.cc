@@ -1,0 +1,98 @@
+#include "common/logging.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <mutex>
+#include <sys/time.h>
+
+namespace ddprun {
+namespace {
+
+LogLevel ParseLevel(const char* s, LogLevel fallback) {
+  if (s == nullptr || *s == '\0') return fallback;
+  std::string v(s);
+  for (auto& c : v) c = static_cast<char>(toupper(c));
+  if (v == "DEBUG") return LogLevel::kDebug;
+  if (v == "INFO") return LogLevel::kInfo;
+  if (v == "WARNING" || v == "WARN") return LogLevel::kWarning;
+  if (v == "ERROR" || v == "CRITICAL") return LogLevel::kError;
+  return fallback;
+}
+
+std::atomic<int>& LevelStorage() {
+  static std::atomic<int> level{[] {
+    const char* own = std::getenv("DDPRUN_LOG_LEVEL");
+    const char* torch = std::getenv("LOGLEVEL");
+    return static_cast<int>(
+        ParseLevel(own, ParseLevel(torch, LogLevel::kInfo)));
+  }()};
+  return level;
+}
+
+std::mutex& TagMutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::string& Tag() {
+  static std::string tag = "ddprun";
+  return tag;
+}
+
+char LevelLetter(LogLevel l) {
+  switch (l) {
+    case LogLevel::kDebug: return 'D';
+    case LogLevel::kInfo: return 'I';
+    case LogLevel::kWarning: return 'W';
+    case LogLevel::kError: return 'E';
+  }
+  return '?';
+}
+
+}  // namespace
+
+LogLevel MinLogLevel() { return static_cast<LogLevel>(LevelStorage().load()); }
+void SetMinLogLevel(LogLevel level) {
+  LevelStorage().store(static_cast<int>(level));
+}
+void SetLogTag(const std::string& tag) {
+  std::lock_guard<std::mutex> lock(TagMutex());
+  Tag() = tag;
+}
+
+LogMessage::LogMessage(LogLevel level, const char* file, int line)
+    : level_(level) {
+  timeval tv;
+  gettimeofday(&tv, nullptr);
+  tm parts;
+  localtime_r(&tv.tv_sec, &parts);
+  char when[32];
+  std::snprintf(when, sizeof(when), "%02d:%02d:%02d.%03d", parts.tm_hour,
+                parts.tm_min, parts.tm_sec, static_cast<int>(tv.tv_usec / 1000));
+  const char* base = std::strrchr(file, '/');
+  std::string tag;
+  {
+    std::lock_guard<std::mutex> lock(TagMutex());
+    tag = Tag();
+  }
+  stream_ << '[' << tag << ' ' << LevelLetter(level_) << ' ' << when << ' '
+          << (base ? base + 1 : file) << ':' << line << "] ";
+}
+
+LogMessage::~LogMessage() {
+  stream_ << '\n';
+  const std::string s = stream_.str();
+  const char* p = s.data();
+  size_t left = s.size();
+  while (left > 0) {
+    ssize_t n = ::write(STDERR_FILENO, p, left);
+    if (n <= 0) break;  // stderr gone: nothing better to do with a log line
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+}  // namespace ddprun

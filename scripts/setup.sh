@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs every Debian package ddprun needs. Idempotent: re-running installs nothing new.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libboost-dev libboost-filesystem-dev
+  nlohmann-json3-dev catch2 libcli11-dev libspdlog-dev
+  libtorch-dev libgloo-dev python3-torch
+  libnifti2-dev libstb-dev libyaml-cpp-dev
+  iproute2 procps openssl
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all packages present"
+fi
