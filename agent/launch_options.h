@@ -1,0 +1,88 @@
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace ddprun::agent {
+
+// Which standard streams of a worker go to files (redirect) or to files and
+// the console (tee). Bitmask as torchrun's Std: 1 = stdout, 2 = stderr.
+enum class StdStreams : int { kNone = 0, kOut = 1, kErr = 2, kAll = 3 };
+
+// torchrun's `-r/-t` value: one mask for every local rank, or a per-rank map
+// ("0:1,1:2"); ranks missing from a map get kNone.
+struct StdSpec {
+  StdStreams all = StdStreams::kNone;
+  std::map<int, StdStreams> per_rank;  // non-empty only for the map form
+  bool is_map = false;
+
+  StdStreams ForRank(int local_rank) const {
+    if (!is_map) return all;
+    auto it = per_rank.find(local_rank);
+    return it == per_rank.end() ? StdStreams::kNone : it->second;
+  }
+};
+
+// Everything the command line (and PET_* / SLURM_* environment defaults) says
+// about one launch. Filled by ParseLaunchOptions(); consumed read-only by the
+// agent. Defaults are torchrun's unless noted.
+struct LaunchOptions {
+  // --nnodes N | MIN:MAX. 0 < min_nodes <= max_nodes.
+  int min_nodes = 1;
+  int max_nodes = 1;
+  // --nproc_per_node as given ("1", "4", "cpu", "gpu", "auto") and resolved
+  // to a count >= 1 at parse time.
+  std::string nproc_per_node_spec = "1";
+  int nproc_per_node = 1;
+
+  // Rendezvous. backend: "static" | "c10d" | "grpc" (c10d is accepted as an
+  // alias of grpc). endpoint "host[:port]", empty = none given.
+  std::string rdzv_backend = "static";
+  std::string rdzv_endpoint;
+  std::string rdzv_id = "none";
+  std::map<std::string, std::string> rdzv_conf;  // --rdzv_conf k=v,k=v
+  bool standalone = false;  // forces embedded rendezvous, fresh run id
+
+  int max_restarts = 0;
+  double monitor_interval_s = 0.1;  // accepted; detection is event-driven
+  std::string start_method = "spawn";  // accepted, no effect (as torchrun
+                                       // for script entrypoints)
+  std::string role = "default";
+
+  // Entrypoint interpretation.
+  bool module = false;     // -m: python -u -m entrypoint
+  bool no_python = false;  // exec entrypoint directly
+  bool run_path = false;   // treated as a plain script run
+
+  // Logs. log_dir empty = a fresh mkdtemp("torchelastic_") directory.
+  std::string log_dir;
+  StdSpec redirects;
+  StdSpec tee;
+  std::optional<std::set<int>> local_ranks_filter;  // console only
+
+  // Static rendezvous / addressing.
+  int node_rank = 0;          // -1 would mean "no hint" for grpc
+  bool node_rank_given = false;
+  std::string master_addr = "127.0.0.1";
+  std::optional<int> master_port;  // nullopt = pick a verified-free port
+  std::string local_addr;          // empty = auto (routable IP, not FQDN)
+
+  // Shutdown and signals.
+  std::vector<int> signals_to_handle;  // default SIGTERM,SIGINT,SIGHUP,SIGQUIT
+  double shutdown_timeout_s = 30.0;    // SIGTERM -> SIGKILL grace
+  double exit_barrier_timeout_s = 300.0;
+  bool virtual_local_rank = false;
+
+  // Legacy torch.distributed.launch behaviour (ddprun-launch or --legacy).
+  bool legacy_launch = false;
+  bool use_env = false;  // legacy: if false, "--local_rank=N" is appended
+
+  // What to run and its arguments, passed through untouched.
+  std::string entrypoint;
+  std::vector<std::string> entrypoint_args;
+};
+
+}  // namespace ddprun::agent

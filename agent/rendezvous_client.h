@@ -1,0 +1,93 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "common/status_or.h"
+
+namespace ddprun::agent {
+
+// What one agent says when it joins a rendezvous round.
+struct JoinRequest {
+  std::string run_id;       // --rdzv_id
+  std::string node_id;      // unique per agent process (host:pid:random)
+  std::string role = "default";
+  int local_world_size = 1;  // this node's nproc_per_node
+  int node_rank_hint = -1;   // --node_rank if given, else -1
+  std::string local_addr;    // address other nodes reach this node at
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int max_restarts = 0;
+};
+
+// A completed round, as the agent needs it to start workers.
+struct RendezvousResult {
+  int64_t round = 0;
+  int group_rank = 0;         // GROUP_RANK: this node's rank in the round
+  int group_world_size = 1;   // GROUP_WORLD_SIZE: nodes in the round
+  int rank_offset = 0;        // RANK of local rank 0 (prefix sum)
+  int world_size = 1;         // WORLD_SIZE: sum of local world sizes
+  int role_rank_offset = 0;   // ROLE_RANK of local rank 0
+  int role_world_size = 1;    // ROLE_WORLD_SIZE
+  std::string master_addr;    // MASTER_ADDR for the workers
+  int master_port = 0;        // MASTER_PORT, verified free by its owner
+  int restart_count = 0;      // TORCHELASTIC_RESTART_COUNT (job-global)
+};
+
+// Asynchronous news from the rendezvous while workers run.
+enum class RendezvousEventType {
+  kMembershipChanged,  // a node waits to join or was lost: restart the
+                       // group without spending the restart budget
+  kRestartRequested,   // another node's workers failed: restart (the
+                       // budget was spent by the reporter)
+  kJobFailed,          // the job ended in failure elsewhere: stop, exit != 0
+  kConnectionLost,     // the rendezvous is unreachable beyond its deadline
+};
+
+struct RendezvousEvent {
+  RendezvousEventType type;
+  std::string reason;  // one human-readable line
+};
+
+// The agent's view of a rendezvous backend (standalone/local, static, grpc).
+// Implementations are used from the agent's main thread, except that the
+// event handler is invoked from the implementation's own thread.
+class RendezvousClient {
+ public:
+  using EventHandler = std::function<void(const RendezvousEvent&)>;
+
+  virtual ~RendezvousClient() = default;
+
+  // "standalone", "static", "grpc" ... for logs.
+  virtual std::string Backend() const = 0;
+
+  // Joins the next round and blocks until it completes, `deadline` passes
+  // (kDeadlineExceeded) or the job is closed/failed (kFailedPrecondition or
+  // kAborted with a clear message).
+  virtual StatusOr<RendezvousResult> Join(const JoinRequest& request,
+                                          Clock::TimePoint deadline) = 0;
+
+  // Installs the handler for events that arrive while workers run. The
+  // handler must be cheap and thread-safe (post to the agent's loop).
+  virtual void SetEventHandler(EventHandler handler) = 0;
+
+  // This node's workers failed in `round`. Returns true when the job will
+  // restart (the job-global restart budget had room; it is now spent by one),
+  // false when the budget is exhausted and the job has failed.
+  virtual StatusOr<bool> ReportFailure(int64_t round,
+                                       const std::string& reason) = 0;
+
+  // This node's workers all succeeded in `round`. Blocks until every node of
+  // the round has succeeded (exit barrier) or `barrier_timeout` passes, which
+  // is reported as kDeadlineExceeded but the local result still stands.
+  virtual Status ReportSuccess(int64_t round,
+                               Clock::Duration barrier_timeout) = 0;
+
+  // Leaves the job (agent stopping on a signal). Best effort, bounded time.
+  virtual void Leave() = 0;
+};
+
+}  // namespace ddprun::agent

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Installs dependencies (idempotent), configures and builds into ./build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
+export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+# Two cores, and Torch TUs need ~2 GB each: keep the job count explicit.
+cmake --build build -j "${DDPRUN_BUILD_JOBS:-2}"
