@@ -1,0 +1,472 @@
+#include "agent/cli_parser.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <sstream>
+
+#include "agent/cli_flags.h"
+#include "agent/cli_values.h"
+#include "agent/nproc_resolver.h"
+#include "common/logging.h"
+
+namespace ddprun::agent {
+namespace {
+
+// One flag value and where it came from ("--nnodes" or "PET_NNODES").
+struct RawValue {
+  std::string text;
+  std::string source;
+  bool from_cli = false;
+};
+using RawValues = std::map<std::string, RawValue>;  // by FlagSpec::dest
+
+struct Tokens {
+  bool help = false;
+  RawValues cli;
+  bool has_entrypoint = false;
+  std::string entrypoint;
+  std::vector<std::string> rest;
+};
+
+// argparse treats "-1" and "-0.5" as values, not options.
+bool IsNegativeNumber(const std::string& s) {
+  if (s.size() < 2 || s[0] != '-') return false;
+  bool digit = false;
+  for (std::string::size_type i = 1; i < s.size(); ++i) {
+    if (std::isdigit(static_cast<unsigned char>(s[i]))) {
+      digit = true;
+    } else if (s[i] != '.') {
+      return false;
+    }
+  }
+  return digit;
+}
+
+bool LooksLikeFlag(const std::string& s) {
+  return s.size() > 1 && s[0] == '-' && !IsNegativeNumber(s);
+}
+
+StatusOr<Tokens> Tokenize(const std::vector<std::string>& args) {
+  Tokens t;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--" || !LooksLikeFlag(arg)) {
+      const std::size_t entry = arg == "--" ? i + 1 : i;
+      if (entry < args.size()) {
+        t.has_entrypoint = true;
+        t.entrypoint = args[entry];
+        t.rest.assign(args.begin() + entry + 1, args.end());
+      }
+      return t;
+    }
+    std::string name = arg, value;
+    bool has_value = false;
+    if (arg.compare(0, 2, "--") == 0) {
+      auto eq = arg.find('=');
+      if (eq != std::string::npos) {
+        name = arg.substr(0, eq);
+        value = arg.substr(eq + 1);
+        has_value = true;
+      }
+    } else if (arg.size() > 2) {  // -r3, -r=3
+      name = arg.substr(0, 2);
+      value = arg.substr(arg[2] == '=' ? 3 : 2);
+      has_value = true;
+    }
+    DDP_ASSIGN_OR_RETURN(const FlagSpec* flag, FindFlag(name));
+    const std::string canonical = std::string("--") + flag->dest;
+    switch (flag->kind) {
+      case FlagKind::kHelp:
+        t.help = true;
+        return t;
+      case FlagKind::kBool:
+        if (has_value) {
+          return InvalidArgumentError(canonical + " takes no value (got '" +
+                                      arg + "')");
+        }
+        t.cli[flag->dest] = {"1", canonical, true};
+        break;
+      case FlagKind::kValue:
+        if (!has_value) {
+          if (i + 1 >= args.size() || LooksLikeFlag(args[i + 1]) ||
+              args[i + 1] == "--") {
+            return InvalidArgumentError(canonical + " expects a value");
+          }
+          value = args[++i];
+        }
+        t.cli[flag->dest] = {value, canonical, true};
+        break;
+    }
+  }
+  return t;
+}
+
+// Command line first, then non-empty PET_<DEST> variables.
+RawValues MergeEnv(RawValues values,
+                   const std::map<std::string, std::string>& env) {
+  for (const FlagSpec& flag : AllFlags()) {
+    if (flag.kind == FlagKind::kHelp || values.count(flag.dest)) continue;
+    const std::string pet = PetEnvName(flag);
+    auto it = env.find(pet);
+    if (it != env.end() && !it->second.empty()) {
+      values[flag.dest] = {it->second, pet, false};
+    }
+  }
+  return values;
+}
+
+// Typed access to the merged values; each getter returns the default when
+// the flag was given nowhere.
+class Values {
+ public:
+  explicit Values(RawValues raw) : raw_(std::move(raw)) {}
+
+  const RawValue* Find(const std::string& dest) const {
+    auto it = raw_.find(dest);
+    return it == raw_.end() ? nullptr : &it->second;
+  }
+  bool Has(const std::string& dest) const { return Find(dest) != nullptr; }
+  std::string Text(const std::string& dest, const std::string& def) const {
+    const RawValue* v = Find(dest);
+    return v ? v->text : def;
+  }
+  std::string Source(const std::string& dest) const {
+    const RawValue* v = Find(dest);
+    return v ? v->source : "--" + dest;
+  }
+  StatusOr<bool> Bool(const std::string& dest) const {
+    const RawValue* v = Find(dest);
+    if (v == nullptr) return false;
+    return ParseBoolValue(v->source, v->text);
+  }
+  // An integer >= min_value, or `def` when absent.
+  StatusOr<long> Int(const std::string& dest, long def, long min_value) const {
+    const RawValue* v = Find(dest);
+    if (v == nullptr) return def;
+    DDP_ASSIGN_OR_RETURN(long n, ParseIntValue(v->source, v->text));
+    if (n < min_value) {
+      return OutOfRange(*v, "at least " + std::to_string(min_value));
+    }
+    return n;
+  }
+  // A finite number >= min_value (> min_value when strict), or `def`.
+  StatusOr<double> Double(const std::string& dest, double def, double min_value,
+                          bool strict) const {
+    const RawValue* v = Find(dest);
+    if (v == nullptr) return def;
+    DDP_ASSIGN_OR_RETURN(double d, ParseDoubleValue(v->source, v->text));
+    if (d < min_value || (strict && d == min_value)) {
+      std::ostringstream bound;
+      bound << (strict ? "greater than " : "at least ") << min_value;
+      return OutOfRange(*v, bound.str());
+    }
+    return d;
+  }
+
+ private:
+  static Status OutOfRange(const RawValue& v, const std::string& bound) {
+    return InvalidArgumentError(v.source + ": invalid value '" + v.text +
+                                "' (must be " + bound + ")");
+  }
+
+  RawValues raw_;
+};
+
+Status CheckChoice(const Values& v, const std::string& dest,
+                   const std::vector<std::string>& choices) {
+  const RawValue* raw = v.Find(dest);
+  if (raw == nullptr) return Status::Ok();
+  std::string list;
+  for (const std::string& c : choices) {
+    if (raw->text == c) return Status::Ok();
+    list += (list.empty() ? "" : ", ") + c;
+  }
+  return InvalidArgumentError(raw->source + ": invalid value '" + raw->text +
+                              "' (choose from " + list + ")");
+}
+
+bool IsExecutableFile(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+         access(path.c_str(), X_OK) == 0;
+}
+
+// Checks that the entrypoint can be started, before any worker is.
+Status CheckEntrypoint(const LaunchOptions& o,
+                       const std::map<std::string, std::string>& env) {
+  struct stat st;
+  if (o.module) return Status::Ok();  // Python resolves module names.
+  if (o.run_path || !o.no_python) {
+    if (stat(o.entrypoint.c_str(), &st) != 0 || S_ISDIR(st.st_mode)) {
+      return InvalidArgumentError("entrypoint script '" + o.entrypoint +
+                                  "' not found");
+    }
+    return Status::Ok();
+  }
+  if (o.entrypoint.find('/') != std::string::npos) {
+    if (stat(o.entrypoint.c_str(), &st) != 0) {
+      return InvalidArgumentError("--no_python entrypoint '" + o.entrypoint +
+                                  "' not found");
+    }
+    if (!IsExecutableFile(o.entrypoint)) {
+      return InvalidArgumentError("--no_python entrypoint '" + o.entrypoint +
+                                  "' is not an executable file");
+    }
+    return Status::Ok();
+  }
+  auto path_it = env.find("PATH");
+  const std::string path =
+      path_it != env.end() ? path_it->second : "/usr/local/bin:/usr/bin:/bin";
+  bool found_not_executable = false;
+  std::string::size_type start = 0;
+  while (start <= path.size()) {
+    auto colon = path.find(':', start);
+    std::string dir = path.substr(start, colon - start);
+    if (dir.empty()) dir = ".";
+    const std::string candidate = dir + "/" + o.entrypoint;
+    if (IsExecutableFile(candidate)) return Status::Ok();
+    if (stat(candidate.c_str(), &st) == 0) found_not_executable = true;
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  return InvalidArgumentError("--no_python entrypoint '" + o.entrypoint + "' " +
+                              (found_not_executable
+                                   ? "is on PATH but not executable"
+                                   : "not found on PATH"));
+}
+
+// Flags that ddprun accepts for compatibility but does not act on.
+Status CheckNoEffectFlags(const Values& v) {
+  DDP_RETURN_IF_ERROR(CheckChoice(
+      v, "numa_binding", {"node", "socket", "exclusive", "core-complex"}));
+  DDP_RETURN_IF_ERROR(CheckChoice(v, "event_log_handler",
+                                  {"null", "console", "dynamic_rendezvous"}));
+  for (const char* dest :
+       {"duplicate_stdout_filters", "duplicate_stderr_filters"}) {
+    if (const RawValue* raw = v.Find(dest)) {
+      DDP_RETURN_IF_ERROR(ParseFilterList(raw->source, raw->text).status());
+    }
+  }
+  for (const FlagSpec& flag : AllFlags()) {
+    const RawValue* raw = v.Find(flag.dest);
+    if (!flag.no_effect || raw == nullptr) continue;
+    if (std::string(flag.dest) == "event_log_handler" && raw->text == "null") {
+      continue;  // the default: nothing is lost
+    }
+    DDP_LOG(WARNING) << raw->source << "=" << raw->text
+                     << " is accepted for torchrun compatibility but has no "
+                        "effect in ddprun";
+  }
+  return Status::Ok();
+}
+
+Status FillRendezvous(const Values& v, LaunchOptions* o) {
+  DDP_ASSIGN_OR_RETURN(o->standalone, v.Bool("standalone"));
+  DDP_RETURN_IF_ERROR(CheckChoice(
+      v, "rdzv_backend", {"static", "c10d", "grpc", "etcd", "etcd-v2"}));
+  o->rdzv_backend = v.Text("rdzv_backend", "static");
+  if (o->rdzv_backend == "etcd" || o->rdzv_backend == "etcd-v2") {
+    return InvalidArgumentError(v.Source("rdzv_backend") + "=" +
+                                o->rdzv_backend +
+                                " is not supported by ddprun, use grpc");
+  }
+  o->rdzv_endpoint = v.Text("rdzv_endpoint", "");
+  if (!o->rdzv_endpoint.empty()) {
+    DDP_RETURN_IF_ERROR(
+        ParseHostPort(v.Source("rdzv_endpoint"), o->rdzv_endpoint).status());
+  }
+  o->rdzv_id = v.Text("rdzv_id", "none");
+  if (o->rdzv_id.empty()) {
+    return InvalidArgumentError("--rdzv_id: must not be empty");
+  }
+  if (const RawValue* conf = v.Find("rdzv_conf")) {
+    DDP_ASSIGN_OR_RETURN(o->rdzv_conf, ParseRdzvConf(conf->source, conf->text));
+  }
+  if (!o->standalone) return Status::Ok();
+  for (const char* dest : {"rdzv_backend", "rdzv_endpoint", "rdzv_id"}) {
+    if (const RawValue* raw = v.Find(dest)) {
+      DDP_LOG(WARNING) << "--standalone ignores " << raw->source << "="
+                       << raw->text;
+    }
+  }
+  if (o->min_nodes > 1) {
+    return InvalidArgumentError(
+        "--standalone runs a single-node job, but --nnodes asks for at "
+        "least " +
+        std::to_string(o->min_nodes) + " nodes");
+  }
+  o->rdzv_backend = "c10d";
+  o->rdzv_endpoint = "localhost:0";
+  o->rdzv_id = RandomUuid4();
+  return Status::Ok();
+}
+
+Status FillAddressing(const Values& v, LaunchOptions* o) {
+  const bool is_static = o->rdzv_backend == "static";
+  DDP_ASSIGN_OR_RETURN(long node_rank, v.Int("node_rank", 0, 0));
+  o->node_rank = static_cast<int>(node_rank);
+  o->node_rank_given = v.Has("node_rank");
+  if (is_static && o->node_rank >= o->max_nodes) {
+    return InvalidArgumentError(
+        v.Source("node_rank") + ": invalid value '" +
+        std::to_string(o->node_rank) + "' (must be below --nnodes=" +
+        std::to_string(o->max_nodes) + " with the static backend)");
+  }
+  o->master_addr = v.Text("master_addr", "127.0.0.1");
+  if (o->master_addr.empty() ||
+      o->master_addr.find_first_of(" \t") != std::string::npos) {
+    return InvalidArgumentError(v.Source("master_addr") +
+                                ": invalid address '" + o->master_addr + "'");
+  }
+  o->local_addr = v.Text("local_addr", "");
+  const bool several_static = is_static && o->max_nodes > 1;
+  if (const RawValue* port = v.Find("master_port")) {
+    DDP_ASSIGN_OR_RETURN(int p, ParsePort(port->source, port->text, true));
+    if (p == 0 && several_static) {
+      return InvalidArgumentError(
+          port->source +
+          "=0 (pick a free port) needs --nnodes=1: other static nodes could "
+          "not learn the port");
+    }
+    if (p != 0) o->master_port = p;
+  } else if (o->legacy_launch || several_static) {
+    o->master_port = 29500;
+  }
+  if (is_static && !o->rdzv_endpoint.empty() && !v.Has("master_addr") &&
+      !v.Has("master_port")) {
+    DDP_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(v.Source("rdzv_endpoint"),
+                                                    o->rdzv_endpoint));
+    o->master_addr =
+        hp.host.find(':') != std::string::npos ? "[" + hp.host + "]" : hp.host;
+    if (hp.port > 0) o->master_port = hp.port;
+  }
+  return Status::Ok();
+}
+
+Status FillLogs(const Values& v, LaunchOptions* o) {
+  o->log_dir = v.Text("log_dir", "");
+  if (const RawValue* r = v.Find("redirects")) {
+    DDP_ASSIGN_OR_RETURN(o->redirects, ParseStdSpec(r->source, r->text));
+  }
+  if (const RawValue* t = v.Find("tee")) {
+    DDP_ASSIGN_OR_RETURN(o->tee, ParseStdSpec(t->source, t->text));
+  }
+  if (const RawValue* f = v.Find("local_ranks_filter")) {
+    if (!f->text.empty()) {
+      DDP_ASSIGN_OR_RETURN(o->local_ranks_filter,
+                           ParseRankSet(f->source, f->text));
+    }
+  }
+  return Status::Ok();
+}
+
+Status FillShutdown(const Values& v,
+                    const std::map<std::string, std::string>& env,
+                    LaunchOptions* o) {
+  const std::string signals =
+      v.Text("signals_to_handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+  DDP_ASSIGN_OR_RETURN(o->signals_to_handle,
+                       ParseSignalList(v.Source("signals_to_handle"), signals));
+  double shutdown_default = 30.0;
+  auto it = env.find("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+  if (it != env.end() && !it->second.empty()) {
+    DDP_ASSIGN_OR_RETURN(
+        shutdown_default,
+        ParseDoubleValue("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", it->second));
+    if (shutdown_default < 0) {
+      return InvalidArgumentError(
+          "TORCH_ELASTIC_SHUTDOWN_TIMEOUT: invalid value '" + it->second +
+          "' (must be at least 0)");
+    }
+  }
+  DDP_ASSIGN_OR_RETURN(
+      o->shutdown_timeout_s,
+      v.Double("shutdown_timeout", shutdown_default, 0, false));
+  DDP_ASSIGN_OR_RETURN(o->exit_barrier_timeout_s,
+                       v.Double("exit_barrier_timeout", 300.0, 0, false));
+  return Status::Ok();
+}
+
+Status FillEntrypoint(const Values& v, const Tokens& tokens,
+                      const std::map<std::string, std::string>& env,
+                      LaunchOptions* o) {
+  DDP_ASSIGN_OR_RETURN(o->module, v.Bool("module"));
+  DDP_ASSIGN_OR_RETURN(o->no_python, v.Bool("no_python"));
+  DDP_ASSIGN_OR_RETURN(o->run_path, v.Bool("run_path"));
+  if (o->no_python && o->module && !o->run_path) {
+    return InvalidArgumentError(
+        "--no_python and -m/--module cannot be used together");
+  }
+  if (!tokens.has_entrypoint || tokens.entrypoint.empty()) {
+    return InvalidArgumentError(
+        "missing entrypoint: usage is ddprun [options] TRAINING_SCRIPT "
+        "[args...]");
+  }
+  o->entrypoint = tokens.entrypoint;
+  o->entrypoint_args = tokens.rest;
+  return CheckEntrypoint(*o, env);
+}
+
+}  // namespace
+
+StatusOr<CommandLine> ParseCommandLine(
+    const std::vector<std::string>& args,
+    const std::map<std::string, std::string>& env, bool legacy) {
+  CommandLine cl;
+  DDP_ASSIGN_OR_RETURN(Tokens tokens, Tokenize(args));
+  if (tokens.help) {
+    cl.show_help = true;
+    return cl;
+  }
+  const Values v(MergeEnv(tokens.cli, env));
+  LaunchOptions& o = cl.options;
+
+  DDP_ASSIGN_OR_RETURN(bool legacy_flag, v.Bool("legacy_launch"));
+  o.legacy_launch = legacy || legacy_flag;
+  if (const RawValue* use_env = v.Find("use_env")) {
+    if (o.legacy_launch) {
+      DDP_ASSIGN_OR_RETURN(o.use_env, v.Bool("use_env"));
+    } else if (use_env->from_cli) {
+      return InvalidArgumentError(
+          "unknown flag --use_env (only torch.distributed.launch mode has "
+          "it: run ddprun-launch or add --legacy_launch)");
+    }
+  }
+
+  DDP_ASSIGN_OR_RETURN(NodeRange nodes, ParseNnodes(v.Source("nnodes"),
+                                                    v.Text("nnodes", "1:1")));
+  o.min_nodes = nodes.min_nodes;
+  o.max_nodes = nodes.max_nodes;
+  o.nproc_per_node_spec = v.Text("nproc_per_node", "1");
+  const bool symbolic = o.nproc_per_node_spec == "cpu" ||
+                        o.nproc_per_node_spec == "gpu" ||
+                        o.nproc_per_node_spec == "auto";
+  DDP_ASSIGN_OR_RETURN(
+      o.nproc_per_node,
+      ResolveNprocPerNode(v.Source("nproc_per_node"), o.nproc_per_node_spec,
+                          symbolic ? ProbeHostDevices() : HostDevices{}, env));
+
+  DDP_RETURN_IF_ERROR(FillRendezvous(v, &o));
+
+  DDP_ASSIGN_OR_RETURN(long restarts, v.Int("max_restarts", 0, 0));
+  o.max_restarts = static_cast<int>(restarts);
+  DDP_ASSIGN_OR_RETURN(o.monitor_interval_s,
+                       v.Double("monitor_interval", 0.1, 0, true));
+  DDP_RETURN_IF_ERROR(
+      CheckChoice(v, "start_method", {"spawn", "fork", "forkserver"}));
+  o.start_method = v.Text("start_method", "spawn");
+  o.role = v.Text("role", "default");
+  if (o.role.empty()) return InvalidArgumentError("--role: must not be empty");
+
+  DDP_RETURN_IF_ERROR(FillLogs(v, &o));
+  DDP_RETURN_IF_ERROR(FillAddressing(v, &o));
+  DDP_RETURN_IF_ERROR(FillShutdown(v, env, &o));
+  DDP_ASSIGN_OR_RETURN(o.virtual_local_rank, v.Bool("virtual_local_rank"));
+  DDP_RETURN_IF_ERROR(CheckNoEffectFlags(v));
+  DDP_RETURN_IF_ERROR(FillEntrypoint(v, tokens, env, &o));
+  return cl;
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,59 @@
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "agent/launch_options.h"
+#include "common/status_or.h"
+
+namespace ddprun::agent {
+
+struct CommandLine {
+  bool show_help = false;  // --help/-h seen before the entrypoint: print
+                           // HelpText(), exit 0
+  LaunchOptions options;
+};
+
+// Parses torchrun's command line into LaunchOptions.
+//
+// args = argv[1..]; env = the process environment (PET_* defaults, PATH for
+// entrypoint lookup, CUDA_VISIBLE_DEVICES, TORCH_ELASTIC_SHUTDOWN_TIMEOUT);
+// legacy = torch.distributed.launch mode (the `ddprun-launch` alias; also
+// turned on by --legacy_launch).
+//
+// Syntax, as torchrun's argparse: every flag as --a_b or --a-b, an
+// unambiguous prefix of a long name (--nproc), --flag=value or --flag value,
+// short -m, -r, -t, -h (-r3 and -r=3 too). A flag's value comes from the
+// command line, else a non-empty PET_<DEST> variable (booleans: PET_X=1),
+// else the default. The first argument that is not a flag (or the one after
+// "--") is the entrypoint; everything after it is passed through untouched.
+//
+// Choices where torchrun gives no single answer:
+//  - --master_port: default is "pick a verified-free port" (nullopt) on one
+//    static node, 29500 with several static nodes or in legacy mode (all
+//    nodes must agree). 0 means "pick a free port" and is an error with
+//    several static nodes; otherwise 1..65535.
+//  - static backend with --rdzv_endpoint host:port and no explicit
+//    --master_addr/--master_port: the endpoint is the master (torchrun's
+//    get_rdzv_endpoint rule, read the other way round).
+//  - --standalone with --nnodes MIN > 1 is an error: no other node can reach
+//    an embedded rendezvous on a random local port.
+//  - the entrypoint is checked before anything starts: a script (and
+//    --run_path) must exist; --no_python needs an executable file, looked up
+//    on env PATH when the name has no '/'.
+//
+// Warnings (explicit --rdzv_* ignored under --standalone, flags that have no
+// effect in ddprun) go to DDP_LOG(WARNING).
+// Errors: kInvalidArgument with one line naming the flag or env var and the
+// bad value. Not thread-safe only in that it reads the filesystem.
+StatusOr<CommandLine> ParseCommandLine(
+    const std::vector<std::string>& args,
+    const std::map<std::string, std::string>& env, bool legacy);
+
+// --help text: usage, then every flag (both spellings accepted, shown with
+// underscores) with its default and PET_* variable. Legacy mode adds
+// --use_env and names ddprun-launch.
+std::string HelpText(bool legacy);
+
+}  // namespace ddprun::agent
