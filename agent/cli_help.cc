@@ -51,6 +51,7 @@ std::string HelpText(bool legacy) {
                "environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...), "
                "restarts them on failure and reports errors as torchrun does.",
       0, &out);
+  out += '\n';
   AppendWrapped(
       "Every flag may be spelled --a_b or --a-b, given as --flag=VALUE or "
       "--flag VALUE, or set in the environment as PET_<FLAG> (booleans: "
@@ -79,10 +80,12 @@ std::string HelpText(bool legacy) {
     }
     AppendWrapped(help, indent, &out);
   }
-  out +=
-      "\nenvironment: PYTHON_EXEC (worker interpreter, default python3), "
-      "TORCH_ELASTIC_SHUTDOWN_TIMEOUT,\n  LOGLEVEL or DDPRUN_LOG_LEVEL "
-      "(DEBUG|INFO|WARNING|ERROR).\n";
+  out += '\n';
+  AppendWrapped(
+      "environment: PYTHON_EXEC (worker interpreter, default python3), "
+      "TORCH_ELASTIC_SHUTDOWN_TIMEOUT, LOGLEVEL or DDPRUN_LOG_LEVEL "
+      "(DEBUG|INFO|WARNING|ERROR).",
+      2, &out);
   return out;
 }
 

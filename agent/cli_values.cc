@@ -214,7 +214,9 @@ StatusOr<HostPort> ParseHostPort(const std::string& source,
   }
   if (hp.host.empty()) return Invalid(source, text, "empty host");
   if (has_port) {
-    DDP_ASSIGN_OR_RETURN(hp.port, ParsePort(source, port_text, true));
+    auto port = ParsePort(source, port_text, true);
+    if (!port.ok()) return Invalid(source, text, "port must be 0..65535");
+    hp.port = *port;
   }
   return hp;
 }
