@@ -1,0 +1,102 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddprun/worker/world.h"
+
+namespace torch::nn {
+class Module;
+}
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace ddprun::worker {
+
+class ShardedAdam;
+
+// Where training stands; saved with every checkpoint.
+struct TrainState {
+  int64_t epoch = 0;
+  // Global optimizer steps taken so far.
+  int64_t step = 0;
+  // Batches of `epoch` already consumed (the sampler position): on resume
+  // the trainer re-creates DistributedSampler with set_epoch(epoch) and
+  // skips this many batches.
+  int64_t batch_in_epoch = 0;
+  // Free-form numbers the trainer wants back (best metric, LR, ...).
+  std::map<std::string, double> scalars;
+};
+
+// What to save and restore; any pointer may be null. They must outlive the
+// call.
+struct CheckpointParts {
+  torch::nn::Module* model = nullptr;
+  torch::optim::Optimizer* optimizer = nullptr;
+  // Sharded state is gathered to a full state on save (collective) and each
+  // rank takes its shard on load, so a checkpoint can be resumed with a
+  // different world size.
+  ShardedAdam* sharded_optimizer = nullptr;
+  // Save/restore Torch's default CPU generator (and CUDA generators when
+  // present) so data augmentation and dropout continue identically.
+  bool rng = true;
+};
+
+struct CheckpointOptions {
+  std::string dir;  // created if missing
+  // Save every this many steps (ShouldSave); 0 disables periodic saves.
+  int64_t every_steps = 100;
+  // Complete checkpoints kept; older ones are deleted after a save.
+  int keep_last = 2;
+};
+
+// Atomic checkpoints written by rank 0 and read by every rank.
+// File: <dir>/ckpt-<step, 12 digits>.pt = a torch archive followed by a
+// 32-byte trailer (magic "DDPCKPT1", payload length, FNV-1a 64 hash of the
+// payload). Rank 0 writes "<name>.tmp.<pid>", fsyncs it, renames it over the
+// final name and fsyncs the directory, so a crash at any point leaves either
+// the previous checkpoint set or the new complete file; a file whose trailer
+// or hash does not match (torn copy, disk error) is skipped with a warning.
+// Assumes `dir` is visible to every rank (shared file system or one node).
+// Errors: I/O failures throw WorkerError (ConfigError for an unusable
+// dir). Not thread-safe.
+class Checkpointer {
+ public:
+  Checkpointer(World world, CheckpointOptions options);
+
+  bool ShouldSave(int64_t step) const {
+    return options_.every_steps > 0 && step > 0 &&
+           step % options_.every_steps == 0;
+  }
+
+  // Collective (every rank calls it at the same step): gathers sharded
+  // optimizer state, rank 0 writes, then a barrier so no rank runs ahead of
+  // a checkpoint that may not exist yet. Returns the final path.
+  std::string Save(const TrainState& state, const CheckpointParts& parts);
+
+  // Collective: rank 0 picks the newest complete checkpoint and broadcasts
+  // its step; every rank loads that file into `parts`. Returns nullopt (and
+  // leaves parts untouched) when the directory holds none.
+  std::optional<TrainState> LoadLatest(const CheckpointParts& parts);
+
+  // Complete, verified checkpoint files in `dir`, oldest first (local, no
+  // collective).
+  static std::vector<std::string> ListComplete(const std::string& dir);
+
+  // Loads one file without any collective (tools, tests). Throws
+  // WorkerError if it is missing or fails verification.
+  static TrainState LoadFile(const std::string& path,
+                             const CheckpointParts& parts);
+
+  const CheckpointOptions& options() const { return options_; }
+
+ private:
+  World world_;
+  CheckpointOptions options_;
+};
+
+}  // namespace ddprun::worker

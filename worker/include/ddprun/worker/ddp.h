@@ -1,0 +1,95 @@
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "ddprun/worker/world.h"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace ddprun::worker {
+
+struct DdpOptions {
+  // Gradient bucket size; buckets are all-reduced as soon as every gradient
+  // in them is ready, overlapping communication with the rest of backward.
+  double bucket_cap_mb = 25.0;
+  // First bucket is smaller so communication starts early (Python's 1 MB).
+  double first_bucket_cap_mb = 1.0;
+  // Set when some parameters may get no gradient in a step (branches,
+  // frozen heads): the autograd graph is traversed after forward and those
+  // parameters are marked ready with a zero contribution. Costs a graph walk
+  // per step. Without it, an unused parameter makes the next step throw.
+  bool find_unused_parameters = false;
+  // Broadcast rank 0's buffers (batch-norm running stats) after every
+  // synchronised backward so all ranks keep identical buffers.
+  bool broadcast_buffers = true;
+};
+
+// Distributed data parallel for a torch::nn::Module, built on c10d's
+// Reducer (the engine under Python's DistributedDataParallel).
+//  - The constructor broadcasts rank 0's parameters and buffers (collective:
+//    every rank constructs its DDP at the same point) and registers
+//    autograd hooks on every parameter that requires grad.
+//  - Backward(loss) runs loss.backward() with gradient averaging: gradients
+//    are grouped in buckets in reverse parameter order and each bucket is
+//    all-reduced (sum / world_size) while backward continues. On return every
+//    rank's .grad holds the average over ranks. Use Backward(), not
+//    loss.backward(): a plain backward accumulates local gradients only.
+//  - Inside a NoSync scope Backward() only accumulates local gradients; the
+//    first Backward() after the scope reduces the accumulated sum.
+// The module must outlive this object and must not gain or lose parameters.
+// Collective failures surface as CollectiveError from Backward(). Not
+// thread-safe. In a standalone world this is a thin pass-through.
+class DistributedDataParallel {
+ public:
+  DistributedDataParallel(World world,
+                          std::shared_ptr<torch::nn::Module> module,
+                          DdpOptions options = {});
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  // loss.backward() with gradient synchronisation (see class comment).
+  // `loss` must be a scalar, or pass `grad` like Tensor::backward.
+  void Backward(const at::Tensor& loss);
+  void Backward(const at::Tensor& output, const at::Tensor& grad);
+
+  // RAII scope in which Backward() skips synchronisation (gradient
+  // accumulation). Scopes nest.
+  class NoSyncScope {
+   public:
+    explicit NoSyncScope(DistributedDataParallel* ddp);
+    ~NoSyncScope();
+    NoSyncScope(const NoSyncScope&) = delete;
+    NoSyncScope& operator=(const NoSyncScope&) = delete;
+
+   private:
+    DistributedDataParallel* ddp_;
+    bool previous_;
+  };
+  NoSyncScope NoSync() { return NoSyncScope(this); }
+  bool sync_enabled() const { return sync_enabled_; }
+
+  // Re-broadcasts rank 0's parameters and buffers (after loading a
+  // checkpoint on rank 0 only, for instance). Collective.
+  void BroadcastState();
+
+  // Number of buckets and their sizes in bytes (for tests/diagnostics).
+  std::vector<size_t> bucket_bytes() const;
+
+  torch::nn::Module& module() { return *module_; }
+  const World& world() const { return world_; }
+
+ private:
+  struct Impl;
+  World world_;
+  std::shared_ptr<torch::nn::Module> module_;
+  DdpOptions options_;
+  bool sync_enabled_ = true;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddprun::worker

@@ -1,0 +1,86 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "ddprun/worker/world.h"
+
+namespace torch::serialize {
+class OutputArchive;
+class InputArchive;
+}  // namespace torch::serialize
+
+namespace ddprun::worker {
+
+struct ShardedAdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  // true: AdamW (decoupled decay, p -= lr*wd*p); false: Adam (L2 added to
+  // the gradient), both exactly as torch::optim::Adam/AdamW.
+  bool decoupled_weight_decay = false;
+  // true (ZeRO-2 style, use WITHOUT DDP): Step() averages gradients across
+  // ranks itself and keeps only this rank's shard. false (ZeRO-1 style):
+  // gradients are already averaged (model wrapped in DDP).
+  bool reduce_gradients = true;
+};
+
+// Adam/AdamW whose state (exp_avg, exp_avg_sq) is partitioned across ranks,
+// the DeepSpeed ZeRO-1/2 analogue. All parameters are viewed as one flat
+// fp32 vector split into world_size contiguous shards; rank r keeps state
+// only for shard r, so optimizer-state bytes per rank ~ 2*4*numel/world.
+// Step(), collective:
+//   1. gradients flattened; with reduce_gradients, reduce-scattered
+//      (Gloo in Torch 1.13 has no reduce_scatter: all-reduce then keep the
+//      shard; NCCL uses reduce_scatter) and divided by world_size;
+//   2. Adam update of this rank's shard of the parameters;
+//   3. parameters all-gathered from their owners and copied back.
+// Results equal torch::optim::Adam(W) on the averaged gradients within fp32
+// rounding. Parameters must be dense fp32 on world.device() and must not be
+// replaced. Not thread-safe. Throws CollectiveError on a failed collective.
+class ShardedAdam {
+ public:
+  ShardedAdam(World world, std::vector<at::Tensor> params,
+              ShardedAdamOptions options = {});
+
+  void ZeroGrad();
+  void Step();
+
+  double lr() const { return options_.lr; }
+  void set_lr(double lr) { options_.lr = lr; }
+  int64_t steps() const { return step_; }
+
+  // Bytes of optimizer state held by this rank.
+  int64_t state_bytes() const;
+  // [begin, end) of this rank's shard in the flat parameter vector.
+  int64_t shard_begin() const { return shard_begin_; }
+  int64_t shard_end() const { return shard_end_; }
+
+  // Collective: every rank gathers the full state; archive keys "step",
+  // "exp_avg", "exp_avg_sq" (flat, full length), "lr".
+  void Save(torch::serialize::OutputArchive& archive);
+  // Not collective: takes this rank's shard of a full saved state (any
+  // world size at save time).
+  void Load(torch::serialize::InputArchive& archive);
+
+ private:
+  at::Tensor FlatGrads() const;
+  at::Tensor GatherFull(const at::Tensor& shard) const;
+
+  World world_;
+  std::vector<at::Tensor> params_;
+  ShardedAdamOptions options_;
+  int64_t numel_ = 0;
+  int64_t shard_size_ = 0;  // padded: shard_size_ * world_size >= numel_
+  int64_t shard_begin_ = 0;
+  int64_t shard_end_ = 0;
+  int64_t step_ = 0;
+  at::Tensor exp_avg_;     // shard
+  at::Tensor exp_avg_sq_;  // shard
+};
+
+}  // namespace ddprun::worker

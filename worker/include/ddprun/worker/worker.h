@@ -1,0 +1,15 @@
+#pragma once
+
+// Umbrella header of the ddprun worker runtime (everything but
+// sync_batch_norm.h, which pulls torch/nn headers).
+#include "ddprun/worker/checkpoint.h"
+#include "ddprun/worker/ddp.h"
+#include "ddprun/worker/env.h"
+#include "ddprun/worker/errors.h"
+#include "ddprun/worker/hardware.h"
+#include "ddprun/worker/metrics.h"
+#include "ddprun/worker/precision.h"
+#include "ddprun/worker/run_main.h"
+#include "ddprun/worker/sampler.h"
+#include "ddprun/worker/sharded_adam.h"
+#include "ddprun/worker/world.h"

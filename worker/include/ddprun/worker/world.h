@@ -1,0 +1,104 @@
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <c10/core/Device.h>
+#include <c10/util/intrusive_ptr.h>
+
+#include "ddprun/worker/env.h"
+
+namespace at {
+class Tensor;
+}
+namespace c10d {
+class ProcessGroup;
+class Store;
+}  // namespace c10d
+
+namespace ddprun::worker {
+
+enum class ReduceOp { kSum, kAvg, kMax, kMin };
+
+struct InitOptions {
+  // "auto" (NCCL when Torch has CUDA and a device is visible, else Gloo),
+  // "gloo" or "nccl". "nccl" on a CPU-only Torch build is a ConfigError.
+  std::string backend = "auto";
+  // How long rank 0 waits for all peers at the store, and how long a
+  // client tries to reach the store. A peer that never arrives gives a
+  // CollectiveError naming the missing ranks' count, never a hang.
+  std::chrono::milliseconds store_timeout = std::chrono::seconds(300);
+  // Timeout of every collective of the process group.
+  std::chrono::milliseconds collective_timeout = std::chrono::seconds(1800);
+  // Pin the CUDA device to LOCAL_RANK (mod visible devices) on NCCL.
+  bool pin_cuda_device = true;
+  // Gloo worker threads (0: Torch's default, 2).
+  int gloo_threads = 0;
+};
+
+// Applies overrides from the environment: DDPRUN_BACKEND,
+// DDPRUN_STORE_TIMEOUT_S, DDPRUN_COLLECTIVE_TIMEOUT_S. Returns the result.
+InitOptions InitOptionsFromEnv(InitOptions base = {});
+
+// One process's view of the job: its ranks, the store and the process
+// group. Cheap to copy (shared state). Collectives are blocking, must be
+// called by every rank in the same order, and throw CollectiveError when a
+// peer fails or the timeout passes. A World with world_size()==1 and no
+// process group (standalone) makes every collective a no-op, so trainers run
+// alone unchanged. Not thread-safe: call collectives from one thread.
+class World {
+ public:
+  World();  // standalone single-process world on CPU
+
+  int rank() const;
+  int world_size() const;
+  int local_rank() const;
+  int local_world_size() const;
+  bool is_main() const { return rank() == 0; }
+  bool distributed() const { return world_size() > 1; }
+  const WorkerEnv& env() const;
+  // "gloo", "nccl" or "none" (standalone).
+  const std::string& backend() const;
+  // Device tensors for collectives live on: CPU for Gloo, cuda:LOCAL_RANK
+  // for NCCL.
+  c10::Device device() const;
+
+  // In-place all-reduce of `t` (contiguous, on device()).
+  void AllReduce(at::Tensor& t, ReduceOp op = ReduceOp::kSum) const;
+  // In-place broadcast of `t` from `root` to every rank.
+  void Broadcast(at::Tensor& t, int root = 0) const;
+  // Every rank's `t` (same shape on all ranks), index = rank.
+  std::vector<at::Tensor> AllGather(const at::Tensor& t) const;
+  // Concatenation along dim 0 of every rank's `t` in rank order; the sizes
+  // along dim 0 may differ between ranks (other dims must match).
+  at::Tensor AllGatherVariable(const at::Tensor& t) const;
+  // Barrier across all ranks.
+  void Barrier() const;
+
+  // Escape hatches for code that drives c10d directly (DDP, ZeRO). Null in
+  // a standalone world.
+  c10::intrusive_ptr<c10d::ProcessGroup> process_group() const;
+  c10::intrusive_ptr<c10d::Store> store() const;
+
+  struct Impl;
+  explicit World(std::shared_ptr<Impl> impl);
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+// Reads the env contract (env.h) and builds the world: TCPStore (rank 0
+// hosts it at MASTER_ADDR:MASTER_PORT unless TORCHELASTIC_USE_AGENT_STORE
+// == "True"), then the process group. Blocks until all WORLD_SIZE ranks
+// have joined or options.store_timeout passes. Throws ConfigError for a bad
+// environment or backend and CollectiveError when the store or the peers
+// cannot be reached in time. With no RANK/WORLD_SIZE/MASTER_* set returns a
+// standalone world.
+World InitFromEnv(const InitOptions& options = InitOptionsFromEnv());
+
+// Same from an already parsed environment (tests).
+World InitWorld(const WorkerEnv& env, const InitOptions& options);
+
+}  // namespace ddprun::worker

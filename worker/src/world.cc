@@ -1,0 +1,285 @@
+#include "ddprun/worker/world.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#if DDPRUN_WORKER_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include "ddprun/worker/errors.h"
+
+namespace ddprun::worker {
+
+struct World::Impl {
+  WorkerEnv env;
+  std::string backend = "none";
+  c10::Device device = c10::Device(c10::kCPU);
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+};
+
+namespace {
+
+bool CudaUsable() {
+#if DDPRUN_WORKER_WITH_CUDA
+  return c10::cuda::device_count() > 0;
+#else
+  return false;
+#endif
+}
+
+c10d::ReduceOp ToC10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMax:
+      return c10d::ReduceOp::MAX;
+    case ReduceOp::kMin:
+      return c10d::ReduceOp::MIN;
+    default:
+      return c10d::ReduceOp::SUM;
+  }
+}
+
+// Runs a collective; rethrows any Torch/Gloo failure as CollectiveError
+// naming the operation.
+template <typename F>
+void Collective(const char* what, const World::Impl& w, F&& f) {
+  try {
+    f()->wait();
+  } catch (const std::exception& e) {
+    throw CollectiveError(std::string(what) + " failed on rank " +
+                          std::to_string(w.env.rank) + " of " +
+                          std::to_string(w.env.world_size) + ": " + e.what());
+  }
+}
+
+int EnvSeconds(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (end == v || *end != '\0' || x <= 0) {
+    throw ConfigError(std::string(name) + "='" + v +
+                      "' is not a positive number of seconds");
+  }
+  return static_cast<int>(x);
+}
+
+std::shared_ptr<::gloo::transport::Device> GlooDevice(const WorkerEnv& env) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
+    if (*ifname != '\0') {
+      return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+    }
+  }
+  const std::string& a = env.master_addr;
+  if (a == "127.0.0.1" || a == "localhost" || a == "::1") {
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  }
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+// Every rank adds itself to a counter; the last one to arrive releases the
+// others. A missing peer becomes a CollectiveError after `timeout` saying
+// how many arrived, never an endless wait.
+void StoreBarrier(c10d::Store& store, const WorkerEnv& env,
+                  std::chrono::milliseconds timeout) {
+  const std::string count_key = "ddprun/init/arrived";
+  const std::string done_key = "ddprun/init/done";
+  int64_t arrived = store.add(count_key, 1);
+  if (arrived == env.world_size) store.set(done_key, {'1'});
+  try {
+    store.wait({done_key}, timeout);
+  } catch (const std::exception& e) {
+    int64_t now = -1;
+    try {
+      now = store.add(count_key, 0);
+    } catch (...) {
+    }
+    throw CollectiveError(
+        "timed out after " + std::to_string(timeout.count() / 1000) +
+        " s waiting for peers: " +
+        (now >= 0 ? std::to_string(now) : std::string("?")) + " of " +
+        std::to_string(env.world_size) + " ranks arrived at " +
+        env.master_addr + ":" + std::to_string(env.master_port));
+  }
+}
+
+}  // namespace
+
+InitOptions InitOptionsFromEnv(InitOptions base) {
+  if (const char* b = std::getenv("DDPRUN_BACKEND")) {
+    if (*b != '\0') base.backend = b;
+  }
+  base.store_timeout = std::chrono::seconds(
+      EnvSeconds("DDPRUN_STORE_TIMEOUT_S",
+                 static_cast<int>(base.store_timeout.count() / 1000)));
+  base.collective_timeout = std::chrono::seconds(
+      EnvSeconds("DDPRUN_COLLECTIVE_TIMEOUT_S",
+                 static_cast<int>(base.collective_timeout.count() / 1000)));
+  return base;
+}
+
+World::World() : impl_(std::make_shared<Impl>()) {}
+World::World(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+int World::rank() const { return impl_->env.rank; }
+int World::world_size() const { return impl_->env.world_size; }
+int World::local_rank() const { return impl_->env.local_rank; }
+int World::local_world_size() const { return impl_->env.local_world_size; }
+const WorkerEnv& World::env() const { return impl_->env; }
+const std::string& World::backend() const { return impl_->backend; }
+c10::Device World::device() const { return impl_->device; }
+c10::intrusive_ptr<c10d::ProcessGroup> World::process_group() const {
+  return impl_->pg;
+}
+c10::intrusive_ptr<c10d::Store> World::store() const { return impl_->store; }
+
+void World::AllReduce(at::Tensor& t, ReduceOp op) const {
+  if (!impl_->pg) return;
+  std::vector<at::Tensor> v{t};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = ToC10d(op);
+  Collective("all_reduce", *impl_,
+             [&] { return impl_->pg->allreduce(v, opts); });
+  if (op == ReduceOp::kAvg) t.div_(world_size());
+}
+
+void World::Broadcast(at::Tensor& t, int root) const {
+  if (!impl_->pg) return;
+  std::vector<at::Tensor> v{t};
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  Collective("broadcast", *impl_,
+             [&] { return impl_->pg->broadcast(v, opts); });
+}
+
+std::vector<at::Tensor> World::AllGather(const at::Tensor& t) const {
+  if (!impl_->pg) return {t.clone()};
+  at::Tensor in = t.contiguous();
+  std::vector<std::vector<at::Tensor>> out(1);
+  for (int i = 0; i < world_size(); ++i) out[0].push_back(at::empty_like(in));
+  std::vector<at::Tensor> inputs{in};
+  Collective("all_gather", *impl_,
+             [&] { return impl_->pg->allgather(out, inputs); });
+  return out[0];
+}
+
+at::Tensor World::AllGatherVariable(const at::Tensor& t) const {
+  if (!impl_->pg) return t.clone();
+  at::Tensor in = t.dim() == 0 ? t.reshape({1}) : t.contiguous();
+  at::Tensor len = at::tensor({in.size(0)}, at::kLong).to(impl_->device);
+  std::vector<at::Tensor> lens = AllGather(len);
+  int64_t max_len = 0;
+  std::vector<int64_t> sizes;
+  for (auto& l : lens) {
+    sizes.push_back(l.item<int64_t>());
+    max_len = std::max(max_len, sizes.back());
+  }
+  std::vector<int64_t> shape = in.sizes().vec();
+  shape[0] = max_len;
+  at::Tensor padded = at::zeros(shape, in.options());
+  if (in.size(0) > 0) padded.narrow(0, 0, in.size(0)).copy_(in);
+  std::vector<at::Tensor> parts = AllGather(padded);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    parts[i] = parts[i].narrow(0, 0, sizes[i]);
+  }
+  return at::cat(parts, 0);
+}
+
+void World::Barrier() const {
+  if (!impl_->pg) return;
+  Collective("barrier", *impl_, [&] { return impl_->pg->barrier(); });
+}
+
+World InitWorld(const WorkerEnv& env, const InitOptions& options) {
+  auto impl = std::make_shared<World::Impl>();
+  impl->env = env;
+  std::string backend = options.backend;
+  if (backend == "auto") backend = CudaUsable() ? "nccl" : "gloo";
+  if (backend != "gloo" && backend != "nccl") {
+    throw ConfigError("unknown backend '" + options.backend +
+                      "' (expected auto, gloo or nccl)");
+  }
+  if (backend == "nccl") {
+#if DDPRUN_WORKER_WITH_CUDA
+    if (!CudaUsable()) {
+      throw ConfigError("backend nccl requested but no CUDA device is visible");
+    }
+    if (options.pin_cuda_device) {
+      int dev = env.local_rank % c10::cuda::device_count();
+      c10::cuda::set_device(static_cast<c10::DeviceIndex>(dev));
+      impl->device =
+          c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(dev));
+    }
+#else
+    throw ConfigError(
+        "backend nccl requested but this LibTorch was built without CUDA");
+#endif
+  }
+  if (env.standalone) return World(impl);
+
+  impl->backend = backend;
+  try {
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<uint16_t>(env.master_port);
+    so.timeout = options.store_timeout;
+    so.multiTenant = true;
+    so.waitWorkers = false;  // StoreBarrier below reports missing peers
+    so.isServer = !env.use_agent_store && env.rank == 0;
+    if (so.isServer) so.numWorkers = static_cast<size_t>(env.world_size);
+    auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+    if (env.use_agent_store) {
+      impl->store = c10::make_intrusive<c10d::PrefixStore>(
+          "/worker/attempt_" + std::to_string(env.restart_count), tcp);
+    } else {
+      impl->store = tcp;
+    }
+    impl->store->setTimeout(options.store_timeout);
+  } catch (const WorkerError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw CollectiveError("cannot reach the c10d store at " + env.master_addr +
+                          ":" + std::to_string(env.master_port) + " (rank " +
+                          std::to_string(env.rank) + "): " + e.what());
+  }
+  StoreBarrier(*impl->store, env, options.store_timeout);
+
+  auto pg_store =
+      c10::make_intrusive<c10d::PrefixStore>("default_pg", impl->store);
+  try {
+    if (backend == "gloo") {
+      auto opts =
+          c10d::ProcessGroupGloo::Options::create(options.collective_timeout);
+      opts->devices.push_back(GlooDevice(env));
+      if (options.gloo_threads > 0) opts->threads = options.gloo_threads;
+      impl->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(
+          pg_store, env.rank, env.world_size, opts);
+    } else {
+#if DDPRUN_WORKER_WITH_CUDA
+      auto opts = c10d::ProcessGroupNCCL::Options::create();
+      opts->timeout = options.collective_timeout;
+      impl->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(
+          pg_store, env.rank, env.world_size, opts);
+#endif
+    }
+  } catch (const std::exception& e) {
+    throw CollectiveError("cannot create the " + backend +
+                          " process group (rank " + std::to_string(env.rank) +
+                          "): " + e.what());
+  }
+  return World(impl);
+}
+
+World InitFromEnv(const InitOptions& options) {
+  StatusOr<WorkerEnv> env = ReadWorkerEnv();
+  if (!env.ok()) throw ConfigError(env.status().message());
+  return InitWorld(*env, options);
+}
+
+}  // namespace ddprun::worker
