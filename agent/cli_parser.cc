@@ -117,6 +117,35 @@ RawValues MergeEnv(RawValues values,
   return values;
 }
 
+// Defaults from the scheduler, below PET_*: `srun ddprun ...` with one task
+// per node (SLURM_STEP_ID set, SLURM_NTASKS == SLURM_NNODES) gives nnodes,
+// node_rank and rdzv_id; a Kubernetes Indexed Job gives node_rank from
+// JOB_COMPLETION_INDEX. Not applied under --standalone (one node by
+// definition) or when a value is already set.
+void AddSchedulerDefaults(const std::map<std::string, std::string>& env,
+                          RawValues* values) {
+  auto get = [&env](const char* name) -> std::string {
+    auto it = env.find(name);
+    return it == env.end() ? "" : it->second;
+  };
+  auto add = [values](const char* dest, const std::string& text,
+                      const char* source) {
+    if (!text.empty() && !values->count(dest)) {
+      (*values)[dest] = {text, source, false};
+    }
+  };
+  auto standalone = values->find("standalone");
+  if (standalone != values->end() && standalone->second.text != "0") return;
+  const std::string nnodes = get("SLURM_NNODES");
+  if (!get("SLURM_STEP_ID").empty() && !nnodes.empty() &&
+      get("SLURM_NTASKS") == nnodes) {
+    add("nnodes", nnodes, "SLURM_NNODES");
+    add("node_rank", get("SLURM_NODEID"), "SLURM_NODEID");
+    add("rdzv_id", get("SLURM_JOB_ID"), "SLURM_JOB_ID");
+  }
+  add("node_rank", get("JOB_COMPLETION_INDEX"), "JOB_COMPLETION_INDEX");
+}
+
 // Typed access to the merged values; each getter returns the default when
 // the flag was given nowhere.
 class Values {
@@ -420,7 +449,9 @@ StatusOr<CommandLine> ParseCommandLine(
     cl.show_help = true;
     return cl;
   }
-  const Values v(MergeEnv(tokens.cli, env));
+  RawValues raw = MergeEnv(tokens.cli, env);
+  AddSchedulerDefaults(env, &raw);
+  const Values v(std::move(raw));
   LaunchOptions& o = cl.options;
 
   DDP_ASSIGN_OR_RETURN(bool legacy_flag, v.Bool("legacy_launch"));

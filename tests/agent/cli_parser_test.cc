@@ -331,6 +331,39 @@ TEST_CASE("CliParser: the command line beats PET_* env", "[cli]") {
   CHECK(ParseOk({Script()}, {{"PET_NNODES", ""}}).max_nodes == 1);
 }
 
+TEST_CASE("CliParser: SLURM and Kubernetes defaults sit below PET_*", "[cli]") {
+  const Env srun = {{"SLURM_STEP_ID", "0"},
+                    {"SLURM_NNODES", "2"},
+                    {"SLURM_NTASKS", "2"},
+                    {"SLURM_NODEID", "1"},
+                    {"SLURM_JOB_ID", "4242"}};
+  LaunchOptions o = ParseOk({Script()}, srun);
+  CHECK(o.max_nodes == 2);
+  CHECK(o.node_rank == 1);
+  CHECK(o.node_rank_given);
+  CHECK(o.rdzv_id == "4242");
+  Env pet = srun;
+  pet["PET_NODE_RANK"] = "0";
+  CHECK(ParseOk({Script()}, pet).node_rank == 0);
+  // The command line wins; the SLURM node id then no longer fits.
+  CHECK(Contains(ParseErr(With({"--nnodes", "1"}), srun),
+                 "SLURM_NODEID: invalid value '1'"));
+  // One task per GPU (not per node), a batch script, or --standalone: the
+  // SLURM layout does not describe ddprun's nodes.
+  Env per_gpu = srun;
+  per_gpu["SLURM_NTASKS"] = "8";
+  CHECK(ParseOk({Script()}, per_gpu).max_nodes == 1);
+  Env batch = srun;
+  batch.erase("SLURM_STEP_ID");
+  CHECK(ParseOk({Script()}, batch).max_nodes == 1);
+  CHECK(ParseOk(With({"--standalone"}), srun).max_nodes == 1);
+  o = ParseOk(With({"--nnodes", "4"}), {{"JOB_COMPLETION_INDEX", "3"}});
+  CHECK(o.node_rank == 3);
+  CHECK(o.node_rank_given);
+  CHECK(Contains(ParseErr({Script()}, {{"JOB_COMPLETION_INDEX", "3"}}),
+                 "JOB_COMPLETION_INDEX"));  // 3 >= --nnodes=1
+}
+
 TEST_CASE("CliParser: --standalone forces an embedded c10d rendezvous",
           "[cli]") {
   LaunchOptions a =
