@@ -1,0 +1,221 @@
+#include "agent/boost_process_launcher.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <string>
+#include <vector>
+
+#include <boost/asio/post.hpp>
+#include <boost/process/args.hpp>
+#include <boost/process/async_pipe.hpp>
+#include <boost/process/child.hpp>
+#include <boost/process/env.hpp>
+#include <boost/process/environment.hpp>
+#include <boost/process/exe.hpp>
+#include <boost/process/extend.hpp>
+#include <boost/process/io.hpp>
+#include <boost/process/search_path.hpp>
+
+#include "common/logging.h"
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+namespace ddprun::agent {
+namespace bp = boost::process;
+
+struct BoostProcessLauncher::Child {
+  Child(boost::asio::io_context& io, ProcessCallbacks cb)
+      : out(io), err(io), callbacks(std::move(cb)) {}
+  pid_t pid = -1;
+  bp::async_pipe out;
+  bp::async_pipe err;
+  ProcessCallbacks callbacks;
+  bool exited = false;
+  std::array<char, 16384> out_buf;
+  std::array<char, 16384> err_buf;
+};
+
+namespace {
+
+class BoostProcess : public Process {
+ public:
+  explicit BoostProcess(pid_t pid) : pid_(pid) {}
+  int pid() const override { return pid_; }
+  Status SignalGroup(int sig) override {
+    if (::killpg(pid_, sig) == 0 || errno == ESRCH) return Status::Ok();
+    return ErrnoStatus("killpg(" + std::to_string(pid_) + ")", errno);
+  }
+
+ private:
+  pid_t pid_;
+};
+
+// argv[0] as given when it has a slash, else looked up in PATH (the child's
+// PATH first, as execvpe would, then the agent's).
+std::string ResolveExecutable(const std::string& name,
+                              const std::map<std::string, std::string>& env) {
+  if (name.find('/') != std::string::npos) return name;
+  std::vector<boost::filesystem::path> dirs;
+  auto it = env.find("PATH");
+  std::string path = it != env.end() ? it->second : "";
+  if (const char* own = ::getenv("PATH")) path += ":" + std::string(own);
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find(':', start);
+    if (end == std::string::npos) end = path.size();
+    if (end > start) dirs.emplace_back(path.substr(start, end - start));
+    start = end + 1;
+  }
+  return bp::search_path(name, dirs).string();
+}
+
+// Runs in the child between fork and exec: async-signal-safe calls only.
+void SetUpChild(pid_t parent) {
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // The parent may have died before prctl: then nobody would kill us.
+  if (::getppid() != parent) ::_exit(137);
+  ::signal(SIGPIPE, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  // Other workers' pipes and the agent's files must not leak into workers
+  // (a leaked pipe end delays EOF; a leaked file stays open).
+  if (::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
+    for (int fd = 3; fd < 4096; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  }
+}
+
+ExitStatus FromWaitStatus(int status) {
+  if (WIFSIGNALED(status)) return ExitStatus{-WTERMSIG(status)};
+  return ExitStatus{WEXITSTATUS(status)};
+}
+
+// Reads what is buffered in a pipe right now without blocking.
+void DrainNow(int fd, const std::function<void(std::string_view)>& sink) {
+  if (fd < 0) return;
+  int flags = ::fcntl(fd, F_GETFL);
+  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  char buf[16384];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n > 0) {
+      if (sink) sink(std::string_view(buf, n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    break;  // EOF, EAGAIN or error
+  }
+}
+
+}  // namespace
+
+BoostProcessLauncher::BoostProcessLauncher(boost::asio::io_context& io)
+    : io_(io), sigchld_(io, SIGCHLD) {
+  WaitForSigchld();
+}
+
+BoostProcessLauncher::~BoostProcessLauncher() {
+  boost::system::error_code ignored;
+  sigchld_.cancel(ignored);
+}
+
+void BoostProcessLauncher::WaitForSigchld() {
+  sigchld_.async_wait([this](const boost::system::error_code& ec, int) {
+    if (ec) return;
+    ReapExited();
+    WaitForSigchld();
+  });
+}
+
+StatusOr<std::unique_ptr<Process>> BoostProcessLauncher::Launch(
+    const ProcessSpec& spec, ProcessCallbacks callbacks) {
+  if (spec.argv.empty()) return InvalidArgumentError("empty command line");
+  std::string exe = ResolveExecutable(spec.argv[0], spec.env);
+  if (exe.empty()) {
+    return NotFoundError("cannot find executable '" + spec.argv[0] +
+                         "' in PATH");
+  }
+  auto child = std::make_shared<Child>(io_, std::move(callbacks));
+  bp::environment env;
+  for (const auto& [key, value] : spec.env) env[key] = value;
+  std::vector<std::string> args(spec.argv.begin() + 1, spec.argv.end());
+  pid_t parent = ::getpid();
+  std::error_code ec;
+  bp::child proc(
+      bp::exe = exe, bp::args = args, env, bp::std_out > child->out,
+      bp::std_err > child->err,
+      bp::extend::on_exec_setup([parent](auto&) { SetUpChild(parent); }), ec);
+  if (ec) {
+    return InternalError("cannot start '" + exe + "': " + ec.message());
+  }
+  child->pid = proc.id();
+  // Exits are reaped by ReapExited (SIGCHLD), not by bp::child.
+  proc.detach();
+  children_[child->pid] = child;
+  StartRead(child, false);
+  StartRead(child, true);
+  // A child that exited before the SIGCHLD handler saw its pid.
+  boost::asio::post(io_, [this] { ReapExited(); });
+  return std::unique_ptr<Process>(new BoostProcess(child->pid));
+}
+
+void BoostProcessLauncher::StartRead(const std::shared_ptr<Child>& child,
+                                     bool is_stderr) {
+  bp::async_pipe& pipe = is_stderr ? child->err : child->out;
+  auto& buf = is_stderr ? child->err_buf : child->out_buf;
+  pipe.async_read_some(
+      boost::asio::buffer(buf),
+      [this, child, is_stderr](const boost::system::error_code& ec, size_t n) {
+        if (child->exited) return;  // output already drained at exit
+        auto& sink =
+            is_stderr ? child->callbacks.on_stderr : child->callbacks.on_stdout;
+        auto& data = is_stderr ? child->err_buf : child->out_buf;
+        if (n > 0 && sink) sink(std::string_view(data.data(), n));
+        if (ec) return;  // EOF: the pipe stays open until exit
+        StartRead(child, is_stderr);
+      });
+}
+
+void BoostProcessLauncher::ReapExited() {
+  std::vector<std::pair<std::shared_ptr<Child>, ExitStatus>> exited;
+  for (auto it = children_.begin(); it != children_.end();) {
+    int status = 0;
+    pid_t r = ::waitpid(it->first, &status, WNOHANG);
+    if (r == it->first) {
+      exited.emplace_back(it->second, FromWaitStatus(status));
+      it = children_.erase(it);
+    } else if (r < 0 && errno == ECHILD) {
+      DDP_LOG(WARNING) << "worker pid " << it->first << " vanished";
+      exited.emplace_back(it->second, ExitStatus{-SIGKILL});
+      it = children_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // Read completions already queued run before these posted handlers (the
+  // io_context queue is FIFO), so output stays in order.
+  for (auto& [child, status] : exited) {
+    boost::asio::post(io_, [child = child, status = status] {
+      // Everything the child wrote before exiting is in the pipes now.
+      DrainNow(child->out.native_source(), child->callbacks.on_stdout);
+      DrainNow(child->err.native_source(), child->callbacks.on_stderr);
+      child->exited = true;
+      boost::system::error_code ignored;
+      child->out.close(ignored);
+      child->err.close(ignored);
+      if (child->callbacks.on_exit) child->callbacks.on_exit(status);
+    });
+  }
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,47 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+
+#include "agent/process_launcher.h"
+
+namespace ddprun::agent {
+
+// ProcessLauncher on Boost.Process (fork/exec, pipes, environment) and
+// Boost.Asio (SIGCHLD and pipe reads; nothing polls).
+//
+// Every child: is the leader of a new process group (setpgid), gets
+// PR_SET_PDEATHSIG(SIGKILL) so it dies with the agent, has stdout and stderr
+// connected to pipes the agent reads, SIGPIPE at its default, and inherits no
+// other descriptor of the agent. PDEATHSIG is bound to the forking thread,
+// so Launch() must be called from the long-lived loop thread.
+//
+// Confined to the thread that runs `io`. The launcher must outlive the
+// processes it returns.
+class BoostProcessLauncher : public ProcessLauncher {
+ public:
+  explicit BoostProcessLauncher(boost::asio::io_context& io);
+  ~BoostProcessLauncher() override;
+
+  StatusOr<std::unique_ptr<Process>> Launch(
+      const ProcessSpec& spec, ProcessCallbacks callbacks) override;
+
+ private:
+  struct Child;
+
+  void WaitForSigchld();
+  // Reaps every exited child (WNOHANG) and delivers its final output and exit.
+  void ReapExited();
+  void StartRead(const std::shared_ptr<Child>& child, bool is_stderr);
+
+  boost::asio::io_context& io_;
+  boost::asio::signal_set sigchld_;
+  std::map<pid_t, std::shared_ptr<Child>> children_;
+};
+
+}  // namespace ddprun::agent

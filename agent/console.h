@@ -1,0 +1,26 @@
+#pragma once
+
+#include <string_view>
+
+namespace ddprun::agent {
+
+// Where the agent writes worker lines and its own reports; injected so tests
+// capture output. Each Write is atomic with respect to other Writes.
+class Console {
+ public:
+  enum class Stream { kOut, kErr };
+  virtual ~Console() = default;
+  virtual void Write(Stream stream, std::string_view text) = 0;
+};
+
+// write(2) until all of `text` is written; gives up silently on errors other
+// than EINTR (a closed console or a full disk must not stop the agent).
+void WriteFully(int fd, std::string_view text);
+
+// Writes to the agent's fd 1 / fd 2 with whole-buffer write(2) loops.
+class FdConsole : public Console {
+ public:
+  void Write(Stream stream, std::string_view text) override;
+};
+
+}  // namespace ddprun::agent

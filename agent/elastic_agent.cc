@@ -1,0 +1,399 @@
+#include "agent/elastic_agent.h"
+
+#include <algorithm>
+#include <csignal>
+
+#include "agent/log_dir.h"
+#include "agent/signal_names.h"
+#include "common/logging.h"
+
+namespace ddprun::agent {
+
+const char* WorkerStateName(WorkerState state) {
+  switch (state) {
+    case WorkerState::kInit:
+      return "INIT";
+    case WorkerState::kHealthy:
+      return "HEALTHY";
+    case WorkerState::kUnhealthy:
+      return "UNHEALTHY";
+    case WorkerState::kStopped:
+      return "STOPPED";
+    case WorkerState::kSucceeded:
+      return "SUCCEEDED";
+    case WorkerState::kFailed:
+      return "FAILED";
+  }
+  return "UNKNOWN";
+}
+
+struct ElasticAgent::Worker {
+  int local_rank = 0;
+  int global_rank = 0;
+  int pid = -1;
+  bool running = false;
+  ExitStatus exit;
+  std::string error_file;
+  std::unique_ptr<Process> process;
+  std::unique_ptr<WorkerOutput> out;
+  std::unique_ptr<WorkerOutput> err;
+};
+
+namespace {
+
+bool Has(StdStreams mask, StdStreams bit) {
+  return (static_cast<int>(mask) & static_cast<int>(bit)) != 0;
+}
+
+double Millis(Clock::Duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+}  // namespace
+
+ElasticAgent::ElasticAgent(AgentConfig config, EventLoop* loop,
+                           ProcessLauncher* launcher,
+                           RendezvousClient* rendezvous, Console* console)
+    : config_(std::move(config)),
+      loop_(loop),
+      launcher_(launcher),
+      rendezvous_(rendezvous),
+      console_(console) {}
+
+ElasticAgent::~ElasticAgent() { rendezvous_->SetEventHandler(nullptr); }
+
+void ElasticAgent::Start(DoneCallback on_done) {
+  on_done_ = std::move(on_done);
+  rendezvous_->SetEventHandler([this](const RendezvousEvent& event) {
+    loop_->Post([this, event] { OnRendezvousEvent(event); });
+  });
+  loop_->Post([this] { RendezvousAndStart(); });
+}
+
+std::vector<int> ElasticAgent::worker_pids() const {
+  std::vector<int> pids;
+  for (const auto& w : workers_) pids.push_back(w->pid);
+  return pids;
+}
+
+bool ElasticAgent::AnyRunning() const {
+  for (const auto& w : workers_) {
+    if (w->running) return true;
+  }
+  return false;
+}
+
+void ElasticAgent::RendezvousAndStart() {
+  if (finished_) return;
+  state_ = WorkerState::kInit;
+  const LaunchOptions& o = config_.options;
+  JoinRequest request;
+  request.run_id = config_.run_id;
+  request.node_id = config_.node_id;
+  request.role = o.role;
+  request.local_world_size = o.nproc_per_node;
+  request.node_rank_hint = o.node_rank_given ? o.node_rank : -1;
+  request.local_addr = o.local_addr;
+  request.min_nodes = o.min_nodes;
+  request.max_nodes = o.max_nodes;
+  request.max_restarts = o.max_restarts;
+  StatusOr<RendezvousResult> round =
+      rendezvous_->Join(request, loop_->clock()->Now() + config_.join_timeout);
+  if (!round.ok()) {
+    DDP_LOG(ERROR) << "rendezvous (" << rendezvous_->Backend()
+                   << ") failed: " << round.status().message();
+    Finish(WorkerState::kFailed, 1);
+    return;
+  }
+  round_ = *round;
+  Status started = StartWorkers();
+  if (!started.ok()) {
+    DDP_LOG(ERROR) << "cannot start workers: " << started.message();
+    BeginStop(StopReason::kLaunchError, SIGKILL, started.message());
+    return;
+  }
+  state_ = WorkerState::kHealthy;
+  if (starts_ > 1 && failure_seen_at_ != Clock::TimePoint{}) {
+    DDP_LOG(INFO) << "[" << o.role << "] worker group restarted (attempt "
+                  << round_.restart_count << ") "
+                  << Millis(loop_->clock()->Now() - failure_seen_at_)
+                  << " ms after the failure was seen";
+  }
+}
+
+Status ElasticAgent::StartWorkers() {
+  const LaunchOptions& o = config_.options;
+  ++generation_;
+  ++starts_;
+  workers_.clear();
+  failures_.clear();
+  stop_pending_ = false;
+  stop_reason_ = StopReason::kNone;
+  std::string attempt_dir =
+      config_.run_log_dir + "/attempt_" + std::to_string(round_.restart_count);
+  DDP_RETURN_IF_ERROR(RecreateDir(attempt_dir));
+  for (int lr = 0; lr < o.nproc_per_node; ++lr) {
+    auto w = std::make_unique<Worker>();
+    w->local_rank = lr;
+    w->global_rank = round_.rank_offset + lr;
+    std::string dir = attempt_dir + "/" + std::to_string(lr);
+    DDP_RETURN_IF_ERROR(MakeDirs(dir));
+    w->error_file = dir + "/error.json";
+    std::string prefix = "[" + o.role + std::to_string(lr) + "]:";
+    bool shown = !o.local_ranks_filter.has_value() ||
+                 o.local_ranks_filter->count(lr) > 0;
+    StdStreams redirect = o.redirects.ForRank(lr);
+    StdStreams tee = o.tee.ForRank(lr);
+    auto make_output = [&](StdStreams bit, const char* file,
+                           Console::Stream stream) {
+      WorkerOutput::Options wo;
+      bool to_file = Has(redirect, bit) || Has(tee, bit);
+      if (to_file) wo.file_path = dir + "/" + file;
+      wo.to_console = shown && (!Has(redirect, bit) || Has(tee, bit));
+      wo.prefix = prefix;
+      wo.stream = stream;
+      return std::make_unique<WorkerOutput>(wo, console_);
+    };
+    w->out = make_output(StdStreams::kOut, "stdout.log", Console::Stream::kOut);
+    w->err = make_output(StdStreams::kErr, "stderr.log", Console::Stream::kErr);
+    DDP_RETURN_IF_ERROR(w->out->Open());
+    DDP_RETURN_IF_ERROR(w->err->Open());
+    workers_.push_back(std::move(w));
+  }
+  for (auto& w : workers_) {
+    ProcessSpec spec;
+    spec.argv = BuildWorkerArgv(o, w->local_rank, config_.parent_env);
+    spec.env = BuildWorkerEnv(o, round_, config_.run_id, w->local_rank,
+                              w->error_file, config_.parent_env);
+    ProcessCallbacks cb;
+    Worker* raw = w.get();
+    int generation = generation_;
+    cb.on_stdout = [raw](std::string_view c) { raw->out->OnChunk(c); };
+    cb.on_stderr = [raw](std::string_view c) { raw->err->OnChunk(c); };
+    int lr = w->local_rank;
+    cb.on_exit = [this, generation, lr](ExitStatus s) {
+      OnWorkerExit(generation, lr, s);
+    };
+    StatusOr<std::unique_ptr<Process>> p = launcher_->Launch(spec, cb);
+    if (!p.ok()) return p.status();
+    w->process = std::move(p).value();
+    w->pid = w->process->pid();
+    w->running = true;
+  }
+  DDP_LOG(DEBUG) << "started " << workers_.size() << " workers, attempt "
+                 << round_.restart_count;
+  return Status::Ok();
+}
+
+void ElasticAgent::OnWorkerExit(int generation, int local_rank,
+                                ExitStatus status) {
+  if (generation != generation_) return;
+  Worker& w = *workers_[local_rank];
+  w.running = false;
+  w.exit = status;
+  w.out->OnEof();
+  w.err->OnEof();
+  if (stop_reason_ != StopReason::kNone) {
+    MaybeFinishStop();
+    return;
+  }
+  if (!status.succeeded()) {
+    failures_.push_back(MakeProcessFailure(w.local_rank, w.global_rank, w.pid,
+                                           status.exitcode, w.error_file,
+                                           loop_->clock()->WallSeconds()));
+    if (!stop_pending_) {
+      stop_pending_ = true;
+      failure_seen_at_ = loop_->clock()->Now();
+      state_ = WorkerState::kUnhealthy;
+      // Posted, so that exits already queued in this batch are recorded as
+      // failures too (torchrun reports every failure seen in one poll).
+      loop_->Post([this, generation] {
+        if (generation != generation_ || stop_reason_ != StopReason::kNone)
+          return;
+        BeginStop(StopReason::kWorkerFailure, SIGTERM, "worker failure");
+      });
+    }
+    return;
+  }
+  if (!stop_pending_ && !AnyRunning()) {
+    state_ = WorkerState::kSucceeded;
+    DDP_LOG(DEBUG) << "worker group succeeded";
+    Status s = rendezvous_->ReportSuccess(
+        round_.round, std::chrono::duration_cast<Clock::Duration>(
+                          std::chrono::duration<double>(
+                              config_.options.exit_barrier_timeout_s)));
+    if (!s.ok()) {
+      DDP_LOG(WARNING) << "exit barrier: " << s.message();
+    }
+    Finish(WorkerState::kSucceeded, 0);
+  }
+}
+
+void ElasticAgent::OnRendezvousEvent(const RendezvousEvent& event) {
+  if (finished_ || stop_reason_ != StopReason::kNone || stop_pending_) return;
+  if (state_ != WorkerState::kHealthy) return;
+  switch (event.type) {
+    case RendezvousEventType::kMembershipChanged:
+      DDP_LOG(INFO) << "membership changed (" << event.reason
+                    << "): restarting the worker group";
+      BeginStop(StopReason::kMembershipChanged, SIGTERM, event.reason);
+      break;
+    case RendezvousEventType::kRestartRequested:
+      DDP_LOG(INFO) << "restart requested (" << event.reason << ")";
+      BeginStop(StopReason::kRestartRequested, SIGTERM, event.reason);
+      break;
+    case RendezvousEventType::kJobFailed:
+      DDP_LOG(ERROR) << "job failed elsewhere: " << event.reason;
+      BeginStop(StopReason::kJobFailed, SIGTERM, event.reason);
+      break;
+    case RendezvousEventType::kConnectionLost:
+      DDP_LOG(ERROR) << "rendezvous lost: " << event.reason;
+      BeginStop(StopReason::kConnectionLost, SIGTERM, event.reason);
+      break;
+  }
+}
+
+void ElasticAgent::OnSignal(int sig) {
+  if (finished_) return;
+  if (stop_reason_ == StopReason::kSignal) {
+    // A second signal while stopping: do not wait for the grace period.
+    DDP_LOG(WARNING) << "received " << SignalName(sig)
+                     << " again: killing workers";
+    OnStopDeadline();
+    return;
+  }
+  DDP_LOG(INFO) << "received " << SignalName(sig)
+                << ", forwarding it to the workers";
+  if (stop_reason_ != StopReason::kNone) {
+    // Already stopping (failure or restart): exit after it instead.
+    stop_reason_ = StopReason::kSignal;
+    stop_signal_ = sig;
+    for (auto& w : workers_) {
+      if (w->running) (void)w->process->SignalGroup(sig);
+    }
+    return;
+  }
+  BeginStop(StopReason::kSignal, sig, SignalName(sig));
+}
+
+void ElasticAgent::BeginStop(StopReason reason, int sig,
+                             const std::string& why) {
+  stop_reason_ = reason;
+  stop_signal_ = sig;
+  stop_why_ = why;
+  if (reason != StopReason::kSignal && reason != StopReason::kLaunchError) {
+    state_ = WorkerState::kUnhealthy;
+  }
+  for (auto& w : workers_) {
+    if (!w->running) continue;
+    Status s = w->process->SignalGroup(sig);
+    if (!s.ok()) DDP_LOG(WARNING) << s.message();
+  }
+  if (AnyRunning()) {
+    auto timeout = std::chrono::duration_cast<Clock::Duration>(
+        std::chrono::duration<double>(config_.options.shutdown_timeout_s));
+    stop_timer_ = loop_->RunAt(loop_->clock()->Now() + timeout,
+                               [this] { OnStopDeadline(); });
+    stop_timer_armed_ = true;
+    return;
+  }
+  int generation = generation_;
+  loop_->Post([this, generation] {
+    if (generation == generation_) MaybeFinishStop();
+  });
+}
+
+void ElasticAgent::OnStopDeadline() {
+  stop_timer_armed_ = false;
+  for (auto& w : workers_) {
+    if (!w->running) continue;
+    DDP_LOG(WARNING) << "worker pid " << w->pid
+                     << " did not stop in time: sending SIGKILL";
+    (void)w->process->SignalGroup(SIGKILL);
+  }
+}
+
+void ElasticAgent::MaybeFinishStop() {
+  if (stop_reason_ == StopReason::kNone || AnyRunning() || finished_) return;
+  if (stop_timer_armed_) {
+    loop_->Cancel(stop_timer_);
+    stop_timer_armed_ = false;
+  }
+  // Whatever the workers left behind in their groups goes too.
+  for (auto& w : workers_) {
+    if (w->process) (void)w->process->SignalGroup(SIGKILL);
+  }
+  state_ = WorkerState::kStopped;
+  AfterStop();
+}
+
+void ElasticAgent::AfterStop() {
+  StopReason reason = stop_reason_;
+  switch (reason) {
+    case StopReason::kWorkerFailure: {
+      const ProcessFailure& root = failures_[RootCauseIndex(failures_)];
+      DDP_LOG(ERROR) << "failed (exitcode: " << root.exitcode
+                     << ") local_rank: " << root.local_rank
+                     << " (pid: " << root.pid
+                     << ") of binary: " << EntrypointName(config_.options);
+      StatusOr<bool> again =
+          rendezvous_->ReportFailure(round_.round, root.traceback);
+      if (!again.ok()) {
+        DDP_LOG(ERROR) << "reporting the failure: " << again.status().message();
+      }
+      if (again.ok() && *again) {
+        DDP_LOG(INFO) << "[" << config_.options.role
+                      << "] Worker group FAILED; will restart worker group";
+        RendezvousAndStart();
+      } else {
+        ReportFailedJob();
+        Finish(WorkerState::kFailed, 1);
+      }
+      return;
+    }
+    case StopReason::kMembershipChanged:
+    case StopReason::kRestartRequested:
+      failure_seen_at_ = Clock::TimePoint{};
+      RendezvousAndStart();
+      return;
+    case StopReason::kJobFailed:
+    case StopReason::kConnectionLost:
+      if (!failures_.empty()) ReportFailedJob();
+      DDP_LOG(ERROR) << "job failed: " << stop_why_;
+      Finish(WorkerState::kFailed, 1);
+      return;
+    case StopReason::kSignal:
+      rendezvous_->Leave();
+      Finish(WorkerState::kFailed, 128 + stop_signal_);
+      return;
+    case StopReason::kLaunchError:
+      Finish(WorkerState::kFailed, 1);
+      return;
+    case StopReason::kNone:
+      return;
+  }
+}
+
+void ElasticAgent::ReportFailedJob() {
+  if (failures_.empty()) return;
+  std::vector<ProcessFailure> sorted = failures_;
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const ProcessFailure& a, const ProcessFailure& b) {
+                     return a.local_rank < b.local_rank;
+                   });
+  std::string table = FormatFailureTable(EntrypointName(config_.options),
+                                         sorted, config_.hostname);
+  console_->Write(Console::Stream::kErr, table + "\n");
+  const ProcessFailure& root = sorted[RootCauseIndex(sorted)];
+  Status s = DumpRootCauseErrorFile(root, config_.agent_error_file);
+  if (!s.ok()) DDP_LOG(WARNING) << s.message();
+}
+
+void ElasticAgent::Finish(WorkerState state, int exit_code) {
+  if (finished_) return;
+  finished_ = true;
+  state_ = state;
+  if (on_done_) on_done_(exit_code);
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,39 @@
+# ddprun_agent: worker environment, supervision (Boost.Process + Asio), logs,
+# failure reports, the elastic loop and the single-node rendezvous; and the
+# `ddprun` executable with its `ddprun-launch` (torch.distributed.launch)
+# alias. No LibTorch.
+find_package(Boost REQUIRED COMPONENTS filesystem)
+find_package(nlohmann_json REQUIRED)
+
+add_library(ddprun_agent STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/asio_event_loop.cc
+  ${CMAKE_CURRENT_LIST_DIR}/boost_process_launcher.cc
+  ${CMAKE_CURRENT_LIST_DIR}/console.cc
+  ${CMAKE_CURRENT_LIST_DIR}/elastic_agent.cc
+  ${CMAKE_CURRENT_LIST_DIR}/failure_report.cc
+  ${CMAKE_CURRENT_LIST_DIR}/line_splitter.cc
+  ${CMAKE_CURRENT_LIST_DIR}/local_rendezvous_client.cc
+  ${CMAKE_CURRENT_LIST_DIR}/log_dir.cc
+  ${CMAKE_CURRENT_LIST_DIR}/signal_names.cc
+  ${CMAKE_CURRENT_LIST_DIR}/worker_env.cc
+  ${CMAKE_CURRENT_LIST_DIR}/worker_output.cc
+)
+target_link_libraries(ddprun_agent
+  PUBLIC ddprun_common Boost::headers Threads::Threads
+  PRIVATE Boost::filesystem nlohmann_json::nlohmann_json)
+set_target_properties(ddprun_agent PROPERTIES POSITION_INDEPENDENT_CODE ON)
+
+if(TARGET ddprun_agent_cli)
+  add_executable(ddprun ${CMAKE_CURRENT_LIST_DIR}/main.cc)
+  target_link_libraries(ddprun PRIVATE ddprun_agent ddprun_agent_cli)
+  # main() checks argv[0]: invoked as ddprun-launch it is the legacy
+  # torch.distributed.launch.
+  add_custom_command(TARGET ddprun POST_BUILD
+    COMMAND ${CMAKE_COMMAND} -E create_symlink ddprun
+            $<TARGET_FILE_DIR:ddprun>/ddprun-launch
+    VERBATIM)
+  install(TARGETS ddprun RUNTIME DESTINATION bin)
+  install(FILES $<TARGET_FILE_DIR:ddprun>/ddprun-launch DESTINATION bin)
+else()
+  message(WARNING "ddprun_agent_cli missing: the ddprun executable is skipped")
+endif()

@@ -1,0 +1,53 @@
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "agent/launch_options.h"
+#include "agent/rendezvous_client.h"
+
+namespace ddprun::agent {
+
+using EnvMap = std::map<std::string, std::string>;
+
+// The environment torchrun's LocalElasticAgent gives worker `local_rank`
+// (contract §2): `parent_env` plus RANK, LOCAL_RANK, GROUP_RANK, ROLE_RANK,
+// ROLE_NAME, LOCAL_WORLD_SIZE, WORLD_SIZE, GROUP_WORLD_SIZE, ROLE_WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT, TORCHELASTIC_{RESTART_COUNT, MAX_RESTARTS, RUN_ID,
+// USE_AGENT_STORE, ERROR_FILE, SIGNALS_TO_HANDLE},
+// {TORCH_,}NCCL_ASYNC_ERROR_HANDLING (inherited, else "1"), OMP_NUM_THREADS
+// (inherited, else "1" when nproc_per_node > 1) and, with
+// --virtual_local_rank, LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES = the
+// local_rank-th entry of the parent's list (or the local rank when unset).
+// TORCHELASTIC_USE_AGENT_STORE is "False": ddprun's agent hosts no TCPStore,
+// rank 0's worker hosts the c10d store.
+EnvMap BuildWorkerEnv(const LaunchOptions& options,
+                      const RendezvousResult& round, const std::string& run_id,
+                      int local_rank, const std::string& error_file,
+                      const EnvMap& parent_env);
+
+// The worker command line: `$PYTHON_EXEC|python3 -u [-m] entrypoint`, or the
+// entrypoint itself with --no_python; legacy launch mode without --use_env
+// adds `--local_rank=N` before the entrypoint's own arguments (as 1.13).
+std::vector<std::string> BuildWorkerArgv(const LaunchOptions& options,
+                                         int local_rank,
+                                         const EnvMap& parent_env);
+
+// The name in the failure table title: the script or module for Python
+// entrypoints, the entrypoint for --no_python (torchrun's
+// _get_entrypoint_name).
+std::string EntrypointName(const LaunchOptions& options);
+
+// True when torchrun would set OMP_NUM_THREADS=1 and print its banner.
+bool NeedsOmpDefault(const LaunchOptions& options, const EnvMap& parent_env);
+// torchrun's banner, as its logger prints it (ends with '\n').
+std::string OmpWarningBanner();
+
+// "SIGTERM,SIGINT,..." for TORCHELASTIC_SIGNALS_TO_HANDLE.
+std::string SignalListString(const std::vector<int>& signals);
+
+// The parent's environment as a map (from `environ`).
+EnvMap CurrentEnvironment();
+
+}  // namespace ddprun::agent
