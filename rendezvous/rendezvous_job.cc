@@ -1,0 +1,670 @@
+#include "rendezvous/rendezvous_job.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "common/logging.h"
+#include "rendezvous/rank_assignment.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+using Action = v1::HeartbeatResponse;
+
+Clock::Duration MsOr(uint32_t ms, Clock::Duration fallback) {
+  return ms == 0 ? fallback : std::chrono::milliseconds(ms);
+}
+
+std::string Seconds(Clock::Duration d) {
+  char buf[32];
+  snprintf(buf, sizeof(buf), "%.1f s",
+           std::chrono::duration<double>(d).count());
+  return buf;
+}
+
+}  // namespace
+
+RendezvousJob::RendezvousJob(std::string rdzv_id, const v1::JobConfig& config,
+                             const JobDefaults& defaults, Clock* clock)
+    : id_(std::move(rdzv_id)),
+      config_(config),
+      join_timeout_(MsOr(config.join_timeout_ms(), defaults.join_timeout)),
+      last_call_timeout_(
+          MsOr(config.last_call_timeout_ms(), defaults.last_call_timeout)),
+      heartbeat_timeout_(
+          MsOr(config.heartbeat_timeout_ms(), defaults.heartbeat_timeout)),
+      clock_(clock),
+      open_since_(clock->Now()) {}
+
+Status RendezvousJob::CheckConfig(const v1::JobConfig& c) const {
+  if (c.min_nodes() != config_.min_nodes() ||
+      c.max_nodes() != config_.max_nodes() ||
+      c.max_restarts() != config_.max_restarts()) {
+    return FailedPreconditionError(
+        "job config mismatch for rdzv_id '" + id_ + "': the job has nnodes " +
+        std::to_string(config_.min_nodes()) + ":" +
+        std::to_string(config_.max_nodes()) + " max_restarts " +
+        std::to_string(config_.max_restarts()) + ", this node asked for " +
+        std::to_string(c.min_nodes()) + ":" + std::to_string(c.max_nodes()) +
+        " max_restarts " + std::to_string(c.max_restarts()));
+  }
+  return Status::Ok();
+}
+
+std::string RendezvousJob::Closed() const {
+  return "rendezvous '" + id_ + "' is closed (" +
+         (phase_ == Phase::kSucceeded ? "succeeded" : "failed") +
+         (reason_.empty() ? "" : ": " + reason_) + ")";
+}
+
+Status RendezvousJob::CheckInstance(const std::string& node_id,
+                                    uint64_t instance) const {
+  auto it = nodes_.find(node_id);
+  if (it != nodes_.end() && it->second.info.instance() != instance) {
+    return AlreadyExistsError("node id '" + node_id +
+                              "' is already used by another agent process "
+                              "in rendezvous '" +
+                              id_ + "'");
+  }
+  return Status::Ok();
+}
+
+RendezvousJob::Node* RendezvousJob::FindNode(const std::string& node_id,
+                                             uint64_t instance) {
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end() || it->second.info.instance() != instance) {
+    return nullptr;
+  }
+  return &it->second;
+}
+
+int RendezvousJob::CountNodes(NodeState state) const {
+  int n = 0;
+  for (const auto& [id, node] : nodes_) n += node.state == state;
+  return n;
+}
+
+int RendezvousJob::RunningCount() const {
+  return CountNodes(NodeState::kRunning) + CountNodes(NodeState::kSucceeded);
+}
+
+// A node parked in Join is kept alive by its open call (a dead client's call
+// is cancelled by its connection); the others must heartbeat.
+bool RendezvousJob::Expirable(const Node& node) const {
+  return node.join_waiter == 0 && node.state != NodeState::kSucceeded;
+}
+
+void RendezvousJob::ReplaceJoinWaiter(Node* node, WaiterId waiter,
+                                      std::vector<Outcome>* out) {
+  if (node->join_waiter != 0 && node->join_waiter != waiter) {
+    out->push_back({node->join_waiter,
+                    AbortedError("superseded by a newer Join of node '" +
+                                 node->info.node_id() + "'"),
+                    {}});
+  }
+  node->join_waiter = waiter;
+}
+
+Status RendezvousJob::Join(const v1::JoinRequest& request, WaiterId waiter,
+                           std::vector<Outcome>* out) {
+  const v1::NodeInfo& info = request.node();
+  if (finished()) return FailedPreconditionError(Closed());
+  DDP_RETURN_IF_ERROR(CheckInstance(info.node_id(), info.instance()));
+  // A restarted server learns the job's history from the joiners.
+  const int64_t seen = request.previous().round();
+  if (phase_ == Phase::kOpen && seen >= round_) {
+    round_ = seen + 1;
+    restart_count_ =
+        std::max(restart_count_, request.previous().restart_count());
+  }
+  if (phase_ == Phase::kOpen) return JoinOpenRound(request, waiter, out);
+
+  // The round runs.
+  auto it = nodes_.find(info.node_id());
+  const bool participant =
+      it != nodes_.end() && (it->second.state == NodeState::kRunning ||
+                             it->second.state == NodeState::kSucceeded);
+  if (participant && seen < round_) {
+    // A retried Join whose answer was lost: the same assignment again.
+    out->push_back({waiter, Status::Ok(), it->second.assignment});
+    return Status::Ok();
+  }
+  if (participant) {
+    // The node left its running round on its own: everyone re-forms.
+    Invalidate(Action::ACTION_REJOIN,
+               "node '" + info.node_id() + "' re-joined, leaving round " +
+                   std::to_string(round_),
+               out);
+    return JoinOpenRound(request, waiter, out);
+  }
+  return ParkWaiting(request, waiter, out);
+}
+
+Status RendezvousJob::ParkWaiting(const v1::JoinRequest& request,
+                                  WaiterId waiter, std::vector<Outcome>* out) {
+  const v1::NodeInfo& info = request.node();
+  Node& node = nodes_[info.node_id()];
+  node.info = info;
+  node.state = NodeState::kWaiting;
+  node.last_seen = clock_->Now();
+  ReplaceJoinWaiter(&node, waiter, out);
+  if (RunningCount() < static_cast<int>(config_.max_nodes())) {
+    // Scale up: the running nodes re-join at the round boundary, without
+    // spending the restart budget.
+    Invalidate(Action::ACTION_REJOIN,
+               "node '" + info.node_id() + "' is waiting to join", out);
+  }
+  // Otherwise the round is full: the node stays as a spare for the next one.
+  return Status::Ok();
+}
+
+Status RendezvousJob::JoinOpenRound(const v1::JoinRequest& request,
+                                    WaiterId waiter,
+                                    std::vector<Outcome>* out) {
+  const v1::NodeInfo& info = request.node();
+  auto [it, inserted] = nodes_.try_emplace(info.node_id());
+  Node& node = it->second;
+  if (inserted && request.previous().round() > 0) {
+    node.previous_rank = request.previous().group_rank();
+  }
+  node.info = info;
+  node.state = NodeState::kJoining;
+  node.last_seen = clock_->Now();
+  node.join_seq = next_join_seq_++;
+  ReplaceJoinWaiter(&node, waiter, out);
+  CompleteIfReady(out);
+  return Status::Ok();
+}
+
+void RendezvousJob::CompleteIfReady(std::vector<Outcome>* out) {
+  if (phase_ != Phase::kOpen) return;
+  const int joining = CountNodes(NodeState::kJoining);
+  const int min = static_cast<int>(config_.min_nodes());
+  const int max = static_cast<int>(config_.max_nodes());
+  if (joining >= max) {
+    Complete(out);
+    return;
+  }
+  if (joining < min) {
+    last_call_deadline_.reset();
+    return;
+  }
+  if (reformed_ && CountNodes(NodeState::kExpected) == 0) {
+    // Every node known to be alive is back: no reason to wait.
+    Complete(out);
+    return;
+  }
+  if (!last_call_deadline_) {
+    last_call_deadline_ = clock_->Now() + last_call_timeout_;
+    deadline_moved_ = true;
+  }
+  if (clock_->Now() >= *last_call_deadline_) Complete(out);
+}
+
+void RendezvousJob::Complete(std::vector<Outcome>* out) {
+  std::vector<Node*> members;
+  for (auto& [id, node] : nodes_) {
+    if (node.state == NodeState::kJoining) members.push_back(&node);
+  }
+  std::sort(members.begin(), members.end(),
+            [](Node* a, Node* b) { return a->join_seq < b->join_seq; });
+  // Join order caps the round at max_nodes; later joiners wait.
+  const size_t max = config_.max_nodes();
+  for (size_t i = max; i < members.size(); ++i) {
+    members[i]->state = NodeState::kWaiting;
+  }
+  if (members.size() > max) members.resize(max);
+
+  std::vector<RankCandidate> candidates;
+  for (Node* n : members) {
+    candidates.push_back({n->info.node_rank_hint(), n->previous_rank,
+                          static_cast<int>(n->info.local_world_size()),
+                          n->info.role()});
+  }
+  const std::vector<RankPlacement> placed = AssignRanks(candidates);
+  int world_size = 0;
+  const Node* master = nullptr;
+  for (size_t i = 0; i < members.size(); ++i) {
+    world_size += members[i]->info.local_world_size();
+    if (placed[i].group_rank == 0) master = members[i];
+  }
+  const Clock::TimePoint now = clock_->Now();
+  for (size_t i = 0; i < members.size(); ++i) {
+    Node* n = members[i];
+    v1::Assignment& a = n->assignment;
+    a.set_round(round_);
+    a.set_group_rank(placed[i].group_rank);
+    a.set_group_world_size(static_cast<int>(members.size()));
+    a.set_rank_offset(placed[i].rank_offset);
+    a.set_world_size(world_size);
+    a.set_role_rank_offset(placed[i].role_rank_offset);
+    a.set_role_world_size(placed[i].role_world_size);
+    a.set_master_addr(master->info.addr());
+    a.set_master_port(static_cast<int>(master->info.master_port()));
+    a.set_restart_count(restart_count_);
+    n->state = NodeState::kRunning;
+    n->previous_rank = placed[i].group_rank;
+    n->last_seen = now;
+    out->push_back({n->join_waiter, Status::Ok(), a});
+    n->join_waiter = 0;
+  }
+  // Nodes of the previous round that did not make it must re-join.
+  for (auto it = nodes_.begin(); it != nodes_.end();) {
+    if (it->second.state == NodeState::kExpected) {
+      it = nodes_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  phase_ = Phase::kRunning;
+  reformed_ = false;
+  last_call_deadline_.reset();
+  deadline_moved_ = true;
+  DDP_LOG(INFO) << "rendezvous '" << id_ << "' round " << round_
+                << " complete: " << members.size() << " nodes, world size "
+                << world_size << ", master " << master->info.addr() << ":"
+                << master->info.master_port();
+}
+
+void RendezvousJob::Invalidate(v1::HeartbeatResponse::Action action,
+                               const std::string& reason,
+                               std::vector<Outcome>* out) {
+  DDP_LOG(INFO) << "rendezvous '" << id_ << "' round " << round_
+                << " ends: " << reason;
+  ++round_;
+  phase_ = Phase::kOpen;
+  reformed_ = true;
+  last_action_ = action;
+  reason_ = reason;
+  open_since_ = clock_->Now();
+  last_call_deadline_.reset();
+  rebuild_deadline_.reset();
+  deadline_moved_ = true;
+  for (auto& [id, node] : nodes_) {
+    if (node.success_waiter != 0) {
+      out->push_back(
+          {node.success_waiter,
+           AbortedError("round " + std::to_string(round_ - 1) +
+                        " ended before every node succeeded: " + reason),
+           {}});
+      node.success_waiter = 0;
+    }
+    if (node.state == NodeState::kRunning ||
+        node.state == NodeState::kSucceeded) {
+      node.state = NodeState::kExpected;
+    } else if (node.state == NodeState::kWaiting) {
+      node.state = NodeState::kJoining;
+      node.join_seq = next_join_seq_++;
+    }
+  }
+  CompleteIfReady(out);
+}
+
+void RendezvousJob::Fail(const std::string& reason, std::vector<Outcome>* out) {
+  DDP_LOG(WARNING) << "rendezvous '" << id_ << "' failed: " << reason;
+  phase_ = Phase::kFailed;
+  reason_ = reason;
+  for (auto& [id, node] : nodes_) {
+    for (WaiterId* w : {&node.join_waiter, &node.success_waiter}) {
+      if (*w != 0) {
+        out->push_back({*w, AbortedError("job failed: " + reason), {}});
+        *w = 0;
+      }
+    }
+  }
+}
+
+void RendezvousJob::Succeed(const std::string& reason,
+                            std::vector<Outcome>* out) {
+  DDP_LOG(INFO) << "rendezvous '" << id_ << "' succeeded: " << reason;
+  phase_ = Phase::kSucceeded;
+  reason_ = reason;
+  for (auto& [id, node] : nodes_) {
+    if (node.success_waiter != 0) {
+      out->push_back({node.success_waiter, Status::Ok(), {}});
+      node.success_waiter = 0;
+    }
+    if (node.join_waiter != 0) {
+      out->push_back({node.join_waiter, FailedPreconditionError(Closed()), {}});
+      node.join_waiter = 0;
+    }
+  }
+}
+
+void RendezvousJob::RemoveNode(std::map<std::string, Node>::iterator it,
+                               Status why, std::vector<Outcome>* out) {
+  Node& node = it->second;
+  for (WaiterId w : {node.join_waiter, node.success_waiter}) {
+    if (w != 0) out->push_back({w, why, {}});
+  }
+  nodes_.erase(it);
+}
+
+StatusOr<v1::HeartbeatResponse> RendezvousJob::Heartbeat(
+    const v1::HeartbeatRequest& req, std::vector<Outcome>* out) {
+  const v1::NodeInfo& info = req.node();
+  DDP_RETURN_IF_ERROR(CheckInstance(info.node_id(), info.instance()));
+  v1::HeartbeatResponse reply;
+  reply.set_action(Action::ACTION_CONTINUE);
+  if (phase_ == Phase::kFailed || phase_ == Phase::kSucceeded) {
+    reply.set_action(phase_ == Phase::kFailed ? Action::ACTION_JOB_FAILED
+                                              : Action::ACTION_JOB_SUCCEEDED);
+    reply.set_reason(Closed());
+    reply.set_round(round_);
+    return reply;
+  }
+  const int64_t theirs = req.current().round();
+  Node* node = FindNode(info.node_id(), info.instance());
+  if (node == nullptr && theirs == round_ && phase_ == Phase::kRunning) {
+    // Rebuild after a server restart: the node re-registers its round.
+    bool rank_taken = false;
+    for (const auto& [id, other] : nodes_) {
+      rank_taken |= other.state == NodeState::kRunning &&
+                    other.assignment.group_rank() == req.current().group_rank();
+    }
+    if (!rank_taken) {
+      Node& n = nodes_[info.node_id()];
+      n.info = info;
+      n.state = NodeState::kRunning;
+      n.assignment = req.current();
+      n.previous_rank = req.current().group_rank();
+      node = &n;
+      if (rebuild_deadline_ && RunningCount() >= rebuild_expected_) {
+        rebuild_deadline_.reset();
+        DDP_LOG(INFO) << "rendezvous '" << id_ << "' rebuilt: all "
+                      << rebuild_expected_ << " nodes of round " << round_
+                      << " re-registered";
+      }
+    }
+  }
+  if (node != nullptr) node->last_seen = clock_->Now();
+  reply.set_round(round_);
+  reply.set_nodes_waiting(CountNodes(NodeState::kWaiting));
+  const bool in_round =
+      node != nullptr && (node->state == NodeState::kRunning ||
+                          node->state == NodeState::kSucceeded);
+  const bool joining = node != nullptr && (node->state == NodeState::kJoining ||
+                                           node->state == NodeState::kWaiting);
+  if (in_round || joining || theirs == 0) return reply;
+  // The node runs a round that is over (or was dropped from it).
+  reply.set_action(theirs == round_ - 1 ? last_action_ : Action::ACTION_REJOIN);
+  reply.set_reason(node == nullptr && theirs == round_
+                       ? "this node is not part of round " +
+                             std::to_string(round_)
+                       : reason_);
+  return reply;
+}
+
+StatusOr<v1::ReportFailureResponse> RendezvousJob::ReportFailure(
+    const v1::ReportFailureRequest& req, std::vector<Outcome>* out) {
+  v1::ReportFailureResponse reply;
+  if (phase_ == Phase::kSucceeded) return FailedPreconditionError(Closed());
+  if (phase_ == Phase::kFailed) {
+    reply.set_will_restart(false);
+    reply.set_restart_count(restart_count_);
+    return reply;
+  }
+  if (FindNode(req.node_id(), req.instance()) == nullptr &&
+      req.round() >= round_) {
+    return NotFoundError("node '" + req.node_id() +
+                         "' is not part of rendezvous '" + id_ + "'");
+  }
+  if (req.round() < round_) {
+    // That round already ended; the job re-forms anyway, no budget spent.
+    reply.set_will_restart(true);
+    reply.set_restart_count(restart_count_);
+    return reply;
+  }
+  if (phase_ != Phase::kRunning || req.round() != round_) {
+    return FailedPreconditionError("round " + std::to_string(req.round()) +
+                                   " of rendezvous '" + id_ +
+                                   "' is not running");
+  }
+  const std::string what = "node '" + req.node_id() +
+                           "' reported a worker failure in round " +
+                           std::to_string(round_) +
+                           (req.reason().empty() ? "" : ": " + req.reason());
+  if (restart_count_ >= static_cast<int>(config_.max_restarts())) {
+    Fail("restart budget exhausted (max_restarts=" +
+             std::to_string(config_.max_restarts()) + "); " + what,
+         out);
+    reply.set_will_restart(false);
+  } else {
+    ++restart_count_;
+    Invalidate(Action::ACTION_RESTART, what, out);
+    reply.set_will_restart(true);
+  }
+  reply.set_restart_count(restart_count_);
+  return reply;
+}
+
+Status RendezvousJob::ReportSuccess(const v1::ReportSuccessRequest& req,
+                                    WaiterId waiter,
+                                    std::vector<Outcome>* out) {
+  if (phase_ == Phase::kSucceeded) {
+    out->push_back({waiter, Status::Ok(), {}});
+    return Status::Ok();
+  }
+  if (phase_ == Phase::kFailed) return AbortedError(Closed());
+  Node* node = FindNode(req.node_id(), req.instance());
+  if (node == nullptr) {
+    return NotFoundError("node '" + req.node_id() +
+                         "' is not part of rendezvous '" + id_ + "'");
+  }
+  if (phase_ != Phase::kRunning || req.round() != round_ ||
+      node->state == NodeState::kExpected) {
+    return FailedPreconditionError(
+        "round " + std::to_string(req.round()) + " of rendezvous '" + id_ +
+        "' is not running (current round " + std::to_string(round_) +
+        (reason_.empty() ? "" : ", " + reason_) + ")");
+  }
+  node->state = NodeState::kSucceeded;
+  if (node->success_waiter != 0 && node->success_waiter != waiter) {
+    out->push_back({node->success_waiter,
+                    AbortedError("superseded by a newer ReportSuccess"),
+                    {}});
+  }
+  node->success_waiter = waiter;
+  if (CountNodes(NodeState::kRunning) == 0) {
+    Succeed("all " + std::to_string(RunningCount()) + " nodes of round " +
+                std::to_string(round_) + " succeeded",
+            out);
+  }
+  return Status::Ok();
+}
+
+Status RendezvousJob::Leave(const v1::LeaveRequest& req,
+                            std::vector<Outcome>* out) {
+  auto it = nodes_.find(req.node_id());
+  if (it == nodes_.end() || it->second.info.instance() != req.instance()) {
+    return Status::Ok();  // idempotent
+  }
+  const bool was_running = it->second.state == NodeState::kRunning ||
+                           it->second.state == NodeState::kSucceeded;
+  RemoveNode(it, CancelledError("node left the rendezvous"), out);
+  if (finished()) return Status::Ok();
+  if (was_running && phase_ == Phase::kRunning) {
+    Invalidate(Action::ACTION_REJOIN,
+               "node '" + req.node_id() + "' left" +
+                   (req.reason().empty() ? "" : ": " + req.reason()),
+               out);
+  } else {
+    CompleteIfReady(out);
+  }
+  return Status::Ok();
+}
+
+void RendezvousJob::Close(bool succeeded, const std::string& reason,
+                          std::vector<Outcome>* out) {
+  if (finished()) return;
+  const std::string why = reason.empty() ? "closed by request" : reason;
+  if (succeeded) {
+    Succeed(why, out);
+  } else {
+    Fail(why, out);
+  }
+}
+
+bool RendezvousJob::CancelWaiter(WaiterId waiter, std::vector<Outcome>* out) {
+  for (auto it = nodes_.begin(); it != nodes_.end(); ++it) {
+    Node& node = it->second;
+    if (node.success_waiter == waiter) {
+      node.success_waiter = 0;
+      return true;
+    }
+    if (node.join_waiter == waiter) {
+      node.join_waiter = 0;
+      if (node.state == NodeState::kJoining ||
+          node.state == NodeState::kWaiting) {
+        nodes_.erase(it);
+        CompleteIfReady(out);
+      }
+      return true;
+    }
+  }
+  return false;
+}
+
+void RendezvousJob::Tick(std::vector<Outcome>* out) {
+  if (finished()) return;
+  const Clock::TimePoint now = clock_->Now();
+  // Heartbeat expiry first, so that a dead node cannot complete a round.
+  std::vector<std::string> lost;
+  bool lost_running = false;
+  for (auto it = nodes_.begin(); it != nodes_.end();) {
+    Node& node = it->second;
+    if (Expirable(node) && now - node.last_seen > heartbeat_timeout_) {
+      lost_running |= node.state == NodeState::kRunning;
+      lost.push_back(
+          "node '" + it->first + "'" +
+          (node.state == NodeState::kRunning
+               ? " (group rank " +
+                     std::to_string(node.assignment.group_rank()) + ")"
+               : "") +
+          " lost: no heartbeat for " + Seconds(now - node.last_seen));
+      DDP_LOG(WARNING) << "rendezvous '" << id_ << "': " << lost.back();
+      RemoveNode(it++, UnavailableError(lost.back()), out);
+    } else {
+      ++it;
+    }
+  }
+  if (phase_ == Phase::kRunning && lost_running) {
+    Invalidate(Action::ACTION_REJOIN, lost.front(), out);
+  } else if (phase_ == Phase::kRunning && rebuild_deadline_ &&
+             now >= *rebuild_deadline_) {
+    const int have = RunningCount();
+    rebuild_deadline_.reset();
+    Invalidate(Action::ACTION_REJOIN,
+               "after a rendezvous server restart only " +
+                   std::to_string(have) + " of " +
+                   std::to_string(rebuild_expected_) + " nodes re-registered",
+               out);
+  }
+  if (phase_ == Phase::kOpen) {
+    CompleteIfReady(out);
+    if (phase_ == Phase::kOpen && now - open_since_ >= join_timeout_) {
+      const std::string reason =
+          "rendezvous '" + id_ +
+          "' did not reach min_nodes=" + std::to_string(config_.min_nodes()) +
+          " within join_timeout " + Seconds(join_timeout_) + " (" +
+          std::to_string(CountNodes(NodeState::kJoining)) + " joined)";
+      for (auto& [id, node] : nodes_) {
+        if (node.join_waiter != 0) {
+          out->push_back({node.join_waiter, DeadlineExceededError(reason), {}});
+          node.join_waiter = 0;
+        }
+      }
+      Fail(reason, out);
+    }
+  }
+}
+
+std::optional<Clock::TimePoint> RendezvousJob::NextDeadline() const {
+  if (finished()) return std::nullopt;
+  std::optional<Clock::TimePoint> next;
+  auto consider = [&next](Clock::TimePoint t) {
+    if (!next || t < *next) next = t;
+  };
+  if (phase_ == Phase::kOpen) {
+    consider(open_since_ + join_timeout_);
+    if (last_call_deadline_) consider(*last_call_deadline_);
+  }
+  if (rebuild_deadline_) consider(*rebuild_deadline_);
+  for (const auto& [id, node] : nodes_) {
+    if (Expirable(node)) {
+      // Strictly after the timeout, so Tick() sees the node as expired.
+      consider(node.last_seen + heartbeat_timeout_ +
+               std::chrono::milliseconds(1));
+    }
+  }
+  return next;
+}
+
+void RendezvousJob::AdoptRunningRound(const v1::Assignment& current) {
+  round_ = current.round();
+  restart_count_ = current.restart_count();
+  phase_ = Phase::kRunning;
+  rebuild_expected_ = current.group_world_size();
+  rebuild_deadline_ = clock_->Now() + heartbeat_timeout_;
+  deadline_moved_ = true;
+  reason_ = "rebuilt after a rendezvous server restart";
+}
+
+v1::JobStatus RendezvousJob::GetStatus() const {
+  v1::JobStatus s;
+  s.set_rdzv_id(id_);
+  *s.mutable_config() = config_;
+  switch (phase_) {
+    case Phase::kOpen:
+      s.set_state(v1::JobStatus::STATE_OPEN);
+      break;
+    case Phase::kRunning:
+      s.set_state(v1::JobStatus::STATE_RUNNING);
+      break;
+    case Phase::kSucceeded:
+      s.set_state(v1::JobStatus::STATE_SUCCEEDED);
+      break;
+    case Phase::kFailed:
+      s.set_state(v1::JobStatus::STATE_FAILED);
+      break;
+  }
+  s.set_round(round_);
+  s.set_restart_count(restart_count_);
+  s.set_reason(reason_);
+  const Clock::TimePoint now = clock_->Now();
+  for (const auto& [id, node] : nodes_) {
+    v1::NodeStatus* n = s.add_nodes();
+    n->set_node_id(id);
+    n->set_addr(node.info.addr());
+    n->set_role(node.info.role());
+    n->set_local_world_size(node.info.local_world_size());
+    const bool in_round = node.state == NodeState::kRunning ||
+                          node.state == NodeState::kSucceeded;
+    n->set_group_rank(in_round ? node.assignment.group_rank() : -1);
+    n->set_rank_offset(in_round ? node.assignment.rank_offset() : -1);
+    n->set_heartbeat_age_ms(
+        std::chrono::duration_cast<std::chrono::milliseconds>(now -
+                                                              node.last_seen)
+            .count());
+    switch (node.state) {
+      case NodeState::kJoining:
+        n->set_state(v1::NodeStatus::STATE_JOINING);
+        break;
+      case NodeState::kWaiting:
+        n->set_state(v1::NodeStatus::STATE_WAITING);
+        break;
+      case NodeState::kRunning:
+        n->set_state(v1::NodeStatus::STATE_RUNNING);
+        break;
+      case NodeState::kExpected:
+        n->set_state(v1::NodeStatus::STATE_EXPECTED);
+        break;
+      case NodeState::kSucceeded:
+        n->set_state(v1::NodeStatus::STATE_SUCCEEDED);
+        break;
+    }
+  }
+  return s;
+}
+
+}  // namespace ddprun::rendezvous

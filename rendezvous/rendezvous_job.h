@@ -1,0 +1,167 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "common/status_or.h"
+#include "ddprun/v1/rendezvous.pb.h"
+
+namespace ddprun::rendezvous {
+
+namespace v1 = ::ddprun::rendezvous::v1;
+
+// Identifies a parked call (a Join long poll or an exit barrier) so that its
+// answer can be delivered later. Chosen by the caller; 0 means "none".
+using WaiterId = uint64_t;
+
+// The answer to a parked call: `status`, and for a Join the assignment.
+struct Outcome {
+  WaiterId waiter = 0;
+  Status status;
+  v1::Assignment assignment;
+};
+
+// Defaults for JobConfig fields left 0.
+struct JobDefaults {
+  Clock::Duration join_timeout = std::chrono::seconds(600);
+  Clock::Duration last_call_timeout = std::chrono::seconds(10);
+  Clock::Duration heartbeat_timeout = std::chrono::seconds(3);
+};
+
+// The state machine of one rendezvous job: rounds, participants, wait list,
+// heartbeat table, job-global restart budget. See rendezvous.proto for the
+// semantics of each operation. Plain C++: no gRPC, no threads, no sleeping;
+// time comes from the injected clock and advances through Tick().
+//
+// Threading: not thread-safe; the owner serialises every call.
+// Parked calls: Join and ReportSuccess may park their WaiterId; the answer is
+// appended to `out` by whichever later call (or Tick) decides it. Every
+// parked waiter gets exactly one Outcome unless it is cancelled through
+// CancelWaiter.
+// Errors returned directly changed no state.
+class RendezvousJob {
+ public:
+  // `config` must be validated (min <= max etc.); `clock` outlives the job.
+  RendezvousJob(std::string rdzv_id, const v1::JobConfig& config,
+                const JobDefaults& defaults, Clock* clock);
+
+  const std::string& id() const { return id_; }
+  const v1::JobConfig& config() const { return config_; }
+  bool finished() const {
+    return phase_ == Phase::kSucceeded || phase_ == Phase::kFailed;
+  }
+
+  // FAILED_PRECONDITION when `config` is not this job's (min, max, budget).
+  Status CheckConfig(const v1::JobConfig& config) const;
+
+  // Join: the answer comes now (appended to out) or later via `waiter`.
+  Status Join(const v1::JoinRequest& request, WaiterId waiter,
+              std::vector<Outcome>* out);
+  StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& req,
+                                            std::vector<Outcome>* out);
+  StatusOr<v1::ReportFailureResponse> ReportFailure(
+      const v1::ReportFailureRequest& request, std::vector<Outcome>* out);
+  Status ReportSuccess(const v1::ReportSuccessRequest& request, WaiterId waiter,
+                       std::vector<Outcome>* out);
+  Status Leave(const v1::LeaveRequest& request, std::vector<Outcome>* out);
+  void Close(bool succeeded, const std::string& reason,
+             std::vector<Outcome>* out);
+
+  // Forgets a parked waiter whose call went away (client cancelled or its
+  // connection dropped). A node parked in Join is removed from the job.
+  // Returns false if no such waiter is parked here.
+  bool CancelWaiter(WaiterId waiter, std::vector<Outcome>* out);
+
+  // Applies every time-based rule due at Now(): last call, join timeout,
+  // heartbeat expiry, incomplete rebuild after a server restart.
+  void Tick(std::vector<Outcome>* out);
+  // The earliest time Tick() has something to do; nullopt if none.
+  std::optional<Clock::TimePoint> NextDeadline() const;
+  // True (once) if a call since the last TakeDeadlineMoved() may have made
+  // NextDeadline() earlier (a last call armed, a round completed or opened).
+  // Heartbeats only move deadlines later and do not set it.
+  bool TakeDeadlineMoved() {
+    const bool moved = deadline_moved_;
+    deadline_moved_ = false;
+    return moved;
+  }
+
+  v1::JobStatus GetStatus() const;
+
+  // Rebuild after a server restart: a job created from a Heartbeat of a node
+  // that runs `current`. Its round is running and waits heartbeat_timeout for
+  // the other group_world_size - 1 nodes to re-register.
+  void AdoptRunningRound(const v1::Assignment& current);
+
+ private:
+  enum class Phase { kOpen, kRunning, kSucceeded, kFailed };
+  enum class NodeState { kJoining, kWaiting, kRunning, kExpected, kSucceeded };
+
+  struct Node {
+    v1::NodeInfo info;
+    NodeState state = NodeState::kJoining;
+    Clock::TimePoint last_seen;
+    WaiterId join_waiter = 0;
+    WaiterId success_waiter = 0;
+    uint64_t join_seq = 0;      // join order within the open round
+    int previous_rank = -1;     // group rank in the node's last round
+    v1::Assignment assignment;  // valid while kRunning / kSucceeded
+  };
+
+  Status JoinOpenRound(const v1::JoinRequest& request, WaiterId waiter,
+                       std::vector<Outcome>* out);
+  Status ParkWaiting(const v1::JoinRequest& request, WaiterId waiter,
+                     std::vector<Outcome>* out);
+  // Ends the running round: participants must re-join round_ + 1.
+  void Invalidate(v1::HeartbeatResponse::Action action,
+                  const std::string& reason, std::vector<Outcome>* out);
+  void CompleteIfReady(std::vector<Outcome>* out);
+  void Complete(std::vector<Outcome>* out);
+  void Fail(const std::string& reason, std::vector<Outcome>* out);
+  void Succeed(const std::string& reason, std::vector<Outcome>* out);
+  void RemoveNode(std::map<std::string, Node>::iterator it, Status why,
+                  std::vector<Outcome>* out);
+  void ReplaceJoinWaiter(Node* node, WaiterId waiter,
+                         std::vector<Outcome>* out);
+  // ALREADY_EXISTS if node_id is known with another instance.
+  Status CheckInstance(const std::string& node_id, uint64_t instance) const;
+  Node* FindNode(const std::string& node_id, uint64_t instance);
+  int CountNodes(NodeState state) const;
+  int RunningCount() const;
+  bool Expirable(const Node& node) const;
+  std::string Closed() const;
+
+  const std::string id_;
+  const v1::JobConfig config_;
+  const Clock::Duration join_timeout_;
+  const Clock::Duration last_call_timeout_;
+  const Clock::Duration heartbeat_timeout_;
+  Clock* const clock_;
+
+  Phase phase_ = Phase::kOpen;
+  int64_t round_ = 1;
+  int restart_count_ = 0;
+  // Action and reason handed to nodes of an invalidated round.
+  v1::HeartbeatResponse::Action last_action_ =
+      v1::HeartbeatResponse::ACTION_REJOIN;
+  std::string reason_;
+  // True for a round opened by Invalidate(): it may complete as soon as no
+  // node of the previous round is still expected.
+  bool reformed_ = false;
+  Clock::TimePoint open_since_;
+  std::optional<Clock::TimePoint> last_call_deadline_;
+  // After a server restart: nodes the adopted round had, and until when they
+  // may re-register.
+  int rebuild_expected_ = 0;
+  std::optional<Clock::TimePoint> rebuild_deadline_;
+  uint64_t next_join_seq_ = 0;
+  bool deadline_moved_ = true;
+  std::map<std::string, Node> nodes_;
+};
+
+}  // namespace ddprun::rendezvous

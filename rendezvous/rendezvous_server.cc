@@ -1,0 +1,77 @@
+#include "rendezvous/rendezvous_server.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/logging.h"
+#include "rendezvous/rendezvous_service.h"
+
+namespace ddprun::rendezvous {
+
+RendezvousServer::RendezvousServer() = default;
+
+RendezvousServer::~RendezvousServer() { Shutdown(Clock::Duration::zero()); }
+
+StatusOr<int> RendezvousServer::Start(const std::string& host, int port,
+                                      const ServerOptions& options) {
+  if (server_) return FailedPreconditionError("server already started");
+  std::shared_ptr<grpc::ServerCredentials> creds;
+  if (!options.tls_cert_pem.empty() || !options.tls_key_pem.empty()) {
+    if (options.tls_cert_pem.empty() || options.tls_key_pem.empty()) {
+      return InvalidArgumentError("TLS needs both a certificate and a key");
+    }
+    grpc::SslServerCredentialsOptions ssl(
+        options.tls_ca_pem.empty()
+            ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+            : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    ssl.pem_root_certs = options.tls_ca_pem;
+    ssl.pem_key_cert_pairs.push_back(
+        {options.tls_key_pem, options.tls_cert_pem});
+    creds = grpc::SslServerCredentials(ssl);
+  } else {
+    creds = grpc::InsecureServerCredentials();
+  }
+  auto service = std::make_unique<RendezvousService>(
+      options.clock, options.defaults, options.token);
+  const std::string address =
+      (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+      std::to_string(port);
+  grpc::ServerBuilder builder;
+  int bound = 0;
+  builder.AddListeningPort(address, creds, &bound);
+  builder.RegisterService(service.get());
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  // A parked Join is liveness evidence only while its connection is: ping
+  // idle connections so a vanished node's call is cancelled in ~15 s.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || bound == 0) {
+    service->StopTimer();
+    return UnavailableError("cannot listen on " + address +
+                            " (address in use or not local?)");
+  }
+  service_ = std::move(service);
+  server_ = std::move(server);
+  port_ = bound;
+  DDP_LOG(INFO) << "rendezvous server listening on " << host << ":" << bound
+                << (options.token.empty() ? "" : " (token required)")
+                << (options.tls_cert_pem.empty() ? "" : " (TLS)");
+  return bound;
+}
+
+void RendezvousServer::Shutdown(Clock::Duration grace) {
+  if (!server_) return;
+  service_->FinishAll();
+  server_->Shutdown(
+      std::chrono::system_clock::now() +
+      std::chrono::duration_cast<std::chrono::nanoseconds>(grace));
+  server_->Wait();
+  service_->StopTimer();
+  server_.reset();
+  service_.reset();
+}
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,67 @@
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "common/status_or.h"
+#include "rendezvous/rendezvous_job.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace ddprun::rendezvous {
+
+class RendezvousService;
+
+struct ServerOptions {
+  // Required x-ddprun-token metadata on every call; empty = no token.
+  std::string token;
+  // TLS, PEM contents (not paths). Both cert and key set = TLS on; with
+  // tls_ca_pem set too, clients must present a certificate signed by it.
+  std::string tls_cert_pem;
+  std::string tls_key_pem;
+  std::string tls_ca_pem;
+  // Timeouts for jobs whose JobConfig leaves them 0.
+  JobDefaults defaults;
+  // Requests above this size are refused (RESOURCE_EXHAUSTED).
+  int max_message_bytes = 64 * 1024;
+  // Time source for the rendezvous logic; must outlive the server.
+  Clock* clock = Clock::Real();
+};
+
+// The rendezvous gRPC server, embeddable: `ddprun-rendezvous` runs one, and
+// an agent that hosts the rendezvous (--standalone, is_host) runs one
+// in-process.
+//
+// Threading: Start/Shutdown from one thread; the server serves on gRPC's
+// own threads plus one timer thread.
+class RendezvousServer {
+ public:
+  RendezvousServer();
+  ~RendezvousServer();  // Shutdown() with no grace
+  RendezvousServer(const RendezvousServer&) = delete;
+  RendezvousServer& operator=(const RendezvousServer&) = delete;
+
+  // Listens on host:port (port 0 = any free port) and returns the bound
+  // port. UNAVAILABLE if the address cannot be bound, INVALID_ARGUMENT for
+  // bad TLS material, FAILED_PRECONDITION if already started.
+  StatusOr<int> Start(const std::string& host, int port,
+                      const ServerOptions& options);
+
+  // Answers parked Joins/barriers with UNAVAILABLE (agents retry against the
+  // next server), then stops, cancelling calls still running after `grace`.
+  // All job state is lost (agents re-register it). Idempotent.
+  void Shutdown(Clock::Duration grace = std::chrono::seconds(1));
+
+  int port() const { return port_; }
+
+ private:
+  std::unique_ptr<RendezvousService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,263 @@
+#include "rendezvous/rendezvous_service.h"
+
+#include <algorithm>
+
+#include "common/logging.h"
+
+namespace ddprun::rendezvous {
+
+grpc::Status ToGrpcStatus(const ::ddprun::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      status.message());
+}
+
+namespace {
+
+constexpr char kTokenKey[] = "x-ddprun-token";
+
+// Compares in time that depends only on the lengths, not on where the
+// strings differ.
+bool ConstantTimeEquals(const std::string& a, const grpc::string_ref& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const size_t n = std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? a[i] : 0;
+    const unsigned char y = i < b.size() ? b.data()[i] : 0;
+    diff |= x ^ y;
+  }
+  return diff == 0;
+}
+
+}  // namespace
+
+// A Join or ReportSuccess waiting for the state's answer. Deletes itself in
+// OnDone, after exactly one Finish().
+class ParkedCall : public grpc::ServerUnaryReactor {
+ public:
+  ParkedCall(RendezvousService* service, WaiterId id,
+             v1::JoinResponse* join_response)
+      : service_(service), id_(id), join_response_(join_response) {}
+
+  void Deliver(const Outcome& outcome) {
+    if (join_response_ != nullptr && outcome.status.ok()) {
+      *join_response_->mutable_assignment() = outcome.assignment;
+    }
+    Finish(ToGrpcStatus(outcome.status));
+  }
+  WaiterId id() const { return id_; }
+
+  void OnCancel() override { service_->OnParkedCancelled(id_, this); }
+  void OnDone() override { delete this; }
+
+ private:
+  RendezvousService* const service_;
+  const WaiterId id_;
+  v1::JoinResponse* const join_response_;  // null for ReportSuccess
+};
+
+RendezvousService::RendezvousService(Clock* clock, JobDefaults defaults,
+                                     std::string token)
+    : clock_(clock), token_(std::move(token)), state_(clock, defaults) {
+  timer_ = std::thread([this] { TimerLoop(); });
+}
+
+RendezvousService::~RendezvousService() { StopTimer(); }
+
+void RendezvousService::StopTimer() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_timer_ = true;
+  }
+  cv_.notify_all();
+  if (timer_.joinable()) timer_.join();
+}
+
+void RendezvousService::FinishAll() {
+  std::vector<ParkedCall*> calls;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutting_down_ = true;
+    for (auto& [id, call] : parked_) calls.push_back(call);
+    parked_.clear();
+  }
+  for (ParkedCall* call : calls) {
+    call->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                              "rendezvous server shutting down"));
+  }
+}
+
+grpc::Status RendezvousService::Admit(grpc::CallbackServerContext* ctx) const {
+  if (!token_.empty()) {
+    const auto& md = ctx->client_metadata();
+    auto it = md.find(kTokenKey);
+    if (it == md.end() || !ConstantTimeEquals(token_, it->second)) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "missing or wrong rendezvous token (x-ddprun-token)");
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutting_down_) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "rendezvous server shutting down");
+  }
+  return grpc::Status::OK;
+}
+
+std::vector<RendezvousService::Delivery> RendezvousService::CollectLocked() {
+  std::vector<Delivery> out;
+  for (Outcome& o : state_.TakeOutcomes()) {
+    auto it = parked_.find(o.waiter);
+    if (it == parked_.end()) continue;  // cancelled meanwhile
+    out.emplace_back(it->second, std::move(o));
+    parked_.erase(it);
+  }
+  if (state_.TakeDeadlineChanged()) {
+    wake_timer_ = true;
+    cv_.notify_one();
+  }
+  return out;
+}
+
+void RendezvousService::Deliver(std::vector<Delivery> deliveries) {
+  for (auto& [call, outcome] : deliveries) call->Deliver(outcome);
+}
+
+void RendezvousService::OnParkedCancelled(WaiterId id, ParkedCall* call) {
+  std::vector<Delivery> deliveries;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (parked_.erase(id) == 0) return;  // already answered
+    state_.CancelWaiter(id);
+    deliveries = CollectLocked();
+  }
+  call->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "call cancelled"));
+  Deliver(std::move(deliveries));
+}
+
+template <typename Fn>
+grpc::ServerUnaryReactor* RendezvousService::Park(
+    grpc::CallbackServerContext* ctx, v1::JoinResponse* join_response,
+    Fn&& fn) {
+  grpc::Status admitted = Admit(ctx);
+  if (!admitted.ok()) {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(admitted);
+    return reactor;
+  }
+  std::vector<Delivery> deliveries;
+  ParkedCall* call;
+  ::ddprun::Status status;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    call = new ParkedCall(this, next_waiter_++, join_response);
+    parked_[call->id()] = call;
+    status = fn(call->id());
+    if (!status.ok()) parked_.erase(call->id());
+    deliveries = CollectLocked();
+  }
+  if (!status.ok()) call->Finish(ToGrpcStatus(status));
+  Deliver(std::move(deliveries));
+  return call;
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Join(
+    grpc::CallbackServerContext* ctx, const v1::JoinRequest* request,
+    v1::JoinResponse* response) {
+  return Park(ctx, response,
+              [&](WaiterId id) { return state_.Join(*request, id); });
+}
+
+grpc::ServerUnaryReactor* RendezvousService::ReportSuccess(
+    grpc::CallbackServerContext* ctx, const v1::ReportSuccessRequest* request,
+    v1::ReportSuccessResponse* response) {
+  return Park(ctx, nullptr,
+              [&](WaiterId id) { return state_.ReportSuccess(*request, id); });
+}
+
+template <typename Fn>
+grpc::ServerUnaryReactor* RendezvousService::Unary(
+    grpc::CallbackServerContext* ctx, Fn&& fn) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  grpc::Status admitted = Admit(ctx);
+  if (!admitted.ok()) {
+    reactor->Finish(admitted);
+    return reactor;
+  }
+  std::vector<Delivery> deliveries;
+  ::ddprun::Status status;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    status = fn();
+    deliveries = CollectLocked();
+  }
+  reactor->Finish(ToGrpcStatus(status));
+  Deliver(std::move(deliveries));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Heartbeat(
+    grpc::CallbackServerContext* ctx, const v1::HeartbeatRequest* request,
+    v1::HeartbeatResponse* response) {
+  return Unary(ctx, [&]() -> ::ddprun::Status {
+    DDP_ASSIGN_OR_RETURN(*response, state_.Heartbeat(*request));
+    return ::ddprun::Status::Ok();
+  });
+}
+
+grpc::ServerUnaryReactor* RendezvousService::ReportFailure(
+    grpc::CallbackServerContext* ctx, const v1::ReportFailureRequest* request,
+    v1::ReportFailureResponse* response) {
+  return Unary(ctx, [&]() -> ::ddprun::Status {
+    DDP_ASSIGN_OR_RETURN(*response, state_.ReportFailure(*request));
+    return ::ddprun::Status::Ok();
+  });
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Leave(
+    grpc::CallbackServerContext* ctx, const v1::LeaveRequest* request,
+    v1::LeaveResponse* response) {
+  return Unary(ctx, [&] { return state_.Leave(*request); });
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Close(
+    grpc::CallbackServerContext* ctx, const v1::CloseRequest* request,
+    v1::CloseResponse* response) {
+  return Unary(ctx, [&] { return state_.Close(*request); });
+}
+
+grpc::ServerUnaryReactor* RendezvousService::Status(
+    grpc::CallbackServerContext* ctx, const v1::StatusRequest* request,
+    v1::StatusResponse* response) {
+  return Unary(ctx, [&]() -> ::ddprun::Status {
+    DDP_ASSIGN_OR_RETURN(*response, state_.GetStatus(request->rdzv_id()));
+    return ::ddprun::Status::Ok();
+  });
+}
+
+void RendezvousService::TimerLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_timer_) {
+    state_.Tick();
+    std::vector<Delivery> deliveries = CollectLocked();
+    wake_timer_ = false;
+    if (!deliveries.empty()) {
+      lock.unlock();
+      Deliver(std::move(deliveries));
+      lock.lock();
+      continue;
+    }
+    // Sleep until the next deadline, at most 1 s (the real clock can be
+    // stepped by a FakeClock in tests, so never trust a long sleep).
+    const Clock::TimePoint now = clock_->Now();
+    Clock::TimePoint until = now + std::chrono::seconds(1);
+    if (auto next = state_.NextDeadline(); next && *next < until) {
+      until = *next;
+    }
+    if (until <= now) continue;
+    cv_.wait_for(lock, until - now,
+                 [this] { return stop_timer_ || wake_timer_; });
+  }
+}
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,245 @@
+#include "rendezvous/rendezvous_state.h"
+
+#include "common/logging.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+constexpr size_t kMaxIdBytes = 128;
+constexpr size_t kMaxNodeIdBytes = 256;
+constexpr size_t kMaxAddrBytes = 256;
+constexpr size_t kMaxRoleBytes = 64;
+constexpr uint32_t kMaxNodes = 100000;
+constexpr uint32_t kMaxLocalWorldSize = 65536;
+
+Status CheckRdzvId(const std::string& id) {
+  if (id.empty()) return InvalidArgumentError("rdzv_id is empty");
+  if (id.size() > kMaxIdBytes) {
+    return InvalidArgumentError("rdzv_id is longer than 128 bytes");
+  }
+  return Status::Ok();
+}
+
+Status CheckNodeId(const std::string& id, uint64_t instance) {
+  if (id.empty()) return InvalidArgumentError("node_id is empty");
+  if (id.size() > kMaxNodeIdBytes) {
+    return InvalidArgumentError("node_id is longer than 256 bytes");
+  }
+  if (instance == 0) return InvalidArgumentError("node instance is 0");
+  return Status::Ok();
+}
+
+Status CheckConfig(const v1::JobConfig& c) {
+  if (c.min_nodes() < 1) {
+    return InvalidArgumentError("min_nodes must be >= 1");
+  }
+  if (c.max_nodes() < c.min_nodes()) {
+    return InvalidArgumentError("max_nodes " + std::to_string(c.max_nodes()) +
+                                " < min_nodes " +
+                                std::to_string(c.min_nodes()));
+  }
+  if (c.max_nodes() > kMaxNodes) {
+    return InvalidArgumentError("max_nodes is above 100000");
+  }
+  return Status::Ok();
+}
+
+Status CheckNode(const v1::NodeInfo& n) {
+  DDP_RETURN_IF_ERROR(CheckNodeId(n.node_id(), n.instance()));
+  if (n.role().size() > kMaxRoleBytes) {
+    return InvalidArgumentError("role is longer than 64 bytes");
+  }
+  if (n.local_world_size() < 1 || n.local_world_size() > kMaxLocalWorldSize) {
+    return InvalidArgumentError("local_world_size must be in 1..65536, got " +
+                                std::to_string(n.local_world_size()));
+  }
+  if (n.addr().empty() || n.addr().size() > kMaxAddrBytes) {
+    return InvalidArgumentError("addr must be 1..256 bytes");
+  }
+  if (n.master_port() < 1 || n.master_port() > 65535) {
+    return InvalidArgumentError("master_port must be in 1..65535, got " +
+                                std::to_string(n.master_port()));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+RendezvousState::RendezvousState(Clock* clock, JobDefaults defaults)
+    : clock_(clock), defaults_(defaults) {}
+
+StatusOr<RendezvousJob*> RendezvousState::FindJob(
+    const std::string& rdzv_id) const {
+  auto it = jobs_.find(rdzv_id);
+  if (it == jobs_.end()) {
+    return NotFoundError("unknown rendezvous '" + rdzv_id + "'");
+  }
+  return it->second.get();
+}
+
+StatusOr<RendezvousJob*> RendezvousState::GetOrCreate(
+    const std::string& rdzv_id, const v1::JobConfig& config, bool* created) {
+  *created = false;
+  auto it = jobs_.find(rdzv_id);
+  if (it != jobs_.end()) {
+    DDP_RETURN_IF_ERROR(it->second->CheckConfig(config));
+    return it->second.get();
+  }
+  *created = true;
+  auto job =
+      std::make_unique<RendezvousJob>(rdzv_id, config, defaults_, clock_);
+  RendezvousJob* raw = job.get();
+  jobs_.emplace(rdzv_id, std::move(job));
+  deadline_changed_ = true;
+  DDP_LOG(INFO) << "rendezvous '" << rdzv_id << "' created: nnodes "
+                << config.min_nodes() << ":" << config.max_nodes()
+                << ", max_restarts " << config.max_restarts();
+  return raw;
+}
+
+Status RendezvousState::Join(const v1::JoinRequest& request, WaiterId waiter) {
+  DDP_RETURN_IF_ERROR(CheckRdzvId(request.rdzv_id()));
+  DDP_RETURN_IF_ERROR(CheckConfig(request.config()));
+  DDP_RETURN_IF_ERROR(CheckNode(request.node()));
+  bool created = false;
+  DDP_ASSIGN_OR_RETURN(
+      RendezvousJob * job,
+      GetOrCreate(request.rdzv_id(), request.config(), &created));
+  const size_t before = outcomes_.size();
+  Status s = job->Join(request, waiter, &outcomes_);
+  if (!s.ok()) {
+    if (created) jobs_.erase(request.rdzv_id());
+    return s;
+  }
+  // Parked unless the job answered it right away.
+  bool answered = false;
+  for (size_t i = before; i < outcomes_.size(); ++i) {
+    answered |= outcomes_[i].waiter == waiter;
+    waiter_job_.erase(outcomes_[i].waiter);
+  }
+  if (!answered) waiter_job_[waiter] = request.rdzv_id();
+  deadline_changed_ |= job->TakeDeadlineMoved();
+  return Status::Ok();
+}
+
+StatusOr<v1::HeartbeatResponse> RendezvousState::Heartbeat(
+    const v1::HeartbeatRequest& req) {
+  DDP_RETURN_IF_ERROR(CheckRdzvId(req.rdzv_id()));
+  DDP_RETURN_IF_ERROR(CheckNode(req.node()));
+  if (jobs_.count(req.rdzv_id()) == 0 && req.current().round() == 0) {
+    // Not joined yet (its Join is on its way): nothing to do, nothing kept.
+    v1::HeartbeatResponse reply;
+    reply.set_action(v1::HeartbeatResponse::ACTION_CONTINUE);
+    return reply;
+  }
+  DDP_RETURN_IF_ERROR(CheckConfig(req.config()));
+  bool created = false;
+  DDP_ASSIGN_OR_RETURN(RendezvousJob * job,
+                       GetOrCreate(req.rdzv_id(), req.config(), &created));
+  if (created) {
+    // The server restarted under a running job: rebuild it from the nodes.
+    job->AdoptRunningRound(req.current());
+    DDP_LOG(INFO) << "rendezvous '" << req.rdzv_id()
+                  << "' re-registered by node '" << req.node().node_id()
+                  << "' at round " << req.current().round();
+  }
+  auto reply = job->Heartbeat(req, &outcomes_);
+  if (!reply.ok() && created) {
+    jobs_.erase(req.rdzv_id());
+  } else {
+    deadline_changed_ |= job->TakeDeadlineMoved();
+  }
+  return reply;
+}
+
+StatusOr<v1::ReportFailureResponse> RendezvousState::ReportFailure(
+    const v1::ReportFailureRequest& request) {
+  DDP_RETURN_IF_ERROR(CheckRdzvId(request.rdzv_id()));
+  DDP_RETURN_IF_ERROR(CheckNodeId(request.node_id(), request.instance()));
+  if (request.reason().size() > 4096) {
+    return InvalidArgumentError("reason is longer than 4096 bytes");
+  }
+  DDP_ASSIGN_OR_RETURN(RendezvousJob * job, FindJob(request.rdzv_id()));
+  deadline_changed_ = true;
+  return job->ReportFailure(request, &outcomes_);
+}
+
+Status RendezvousState::ReportSuccess(const v1::ReportSuccessRequest& request,
+                                      WaiterId waiter) {
+  DDP_RETURN_IF_ERROR(CheckRdzvId(request.rdzv_id()));
+  DDP_RETURN_IF_ERROR(CheckNodeId(request.node_id(), request.instance()));
+  DDP_ASSIGN_OR_RETURN(RendezvousJob * job, FindJob(request.rdzv_id()));
+  const size_t before = outcomes_.size();
+  DDP_RETURN_IF_ERROR(job->ReportSuccess(request, waiter, &outcomes_));
+  bool answered = false;
+  for (size_t i = before; i < outcomes_.size(); ++i) {
+    answered |= outcomes_[i].waiter == waiter;
+    waiter_job_.erase(outcomes_[i].waiter);
+  }
+  if (!answered) waiter_job_[waiter] = request.rdzv_id();
+  return Status::Ok();
+}
+
+Status RendezvousState::Leave(const v1::LeaveRequest& request) {
+  DDP_RETURN_IF_ERROR(CheckRdzvId(request.rdzv_id()));
+  DDP_RETURN_IF_ERROR(CheckNodeId(request.node_id(), request.instance()));
+  DDP_ASSIGN_OR_RETURN(RendezvousJob * job, FindJob(request.rdzv_id()));
+  deadline_changed_ = true;
+  return job->Leave(request, &outcomes_);
+}
+
+Status RendezvousState::Close(const v1::CloseRequest& request) {
+  DDP_RETURN_IF_ERROR(CheckRdzvId(request.rdzv_id()));
+  DDP_ASSIGN_OR_RETURN(RendezvousJob * job, FindJob(request.rdzv_id()));
+  job->Close(request.succeeded(), request.reason(), &outcomes_);
+  return Status::Ok();
+}
+
+StatusOr<v1::StatusResponse> RendezvousState::GetStatus(
+    const std::string& rdzv_id) const {
+  v1::StatusResponse reply;
+  if (!rdzv_id.empty()) {
+    DDP_ASSIGN_OR_RETURN(RendezvousJob * job, FindJob(rdzv_id));
+    *reply.add_jobs() = job->GetStatus();
+    return reply;
+  }
+  for (const auto& [id, job] : jobs_) *reply.add_jobs() = job->GetStatus();
+  return reply;
+}
+
+void RendezvousState::CancelWaiter(WaiterId waiter) {
+  auto it = waiter_job_.find(waiter);
+  if (it == waiter_job_.end()) return;
+  auto job = jobs_.find(it->second);
+  waiter_job_.erase(it);
+  if (job != jobs_.end()) job->second->CancelWaiter(waiter, &outcomes_);
+  deadline_changed_ = true;
+}
+
+void RendezvousState::Tick() {
+  for (auto& [id, job] : jobs_) job->Tick(&outcomes_);
+}
+
+std::optional<Clock::TimePoint> RendezvousState::NextDeadline() const {
+  std::optional<Clock::TimePoint> next;
+  for (const auto& [id, job] : jobs_) {
+    auto d = job->NextDeadline();
+    if (d && (!next || *d < *next)) next = d;
+  }
+  return next;
+}
+
+bool RendezvousState::TakeDeadlineChanged() {
+  const bool changed = deadline_changed_;
+  deadline_changed_ = false;
+  return changed;
+}
+
+std::vector<Outcome> RendezvousState::TakeOutcomes() {
+  std::vector<Outcome> out;
+  out.swap(outcomes_);
+  for (const Outcome& o : out) waiter_job_.erase(o.waiter);
+  return out;
+}
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,73 @@
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "common/status_or.h"
+#include "ddprun/v1/rendezvous.pb.h"
+#include "rendezvous/rendezvous_job.h"
+
+namespace ddprun::rendezvous {
+
+// Every job of one rendezvous server, keyed by rdzv_id, plus request
+// validation. This is the whole server logic without gRPC: the service layer
+// maps each rpc to one call here, parks the call under a WaiterId when asked
+// to, delivers the Outcomes from TakeOutcomes(), and calls Tick() when
+// NextDeadline() passes.
+//
+// Threading: not thread-safe; the owner serialises every call.
+// Errors: every method that returns a non-ok Status changed no state.
+class RendezvousState {
+ public:
+  // `clock` must outlive this object.
+  explicit RendezvousState(Clock* clock, JobDefaults defaults = {});
+
+  // Join(request): parks `waiter` (answer later through TakeOutcomes()) or
+  // answers at once (also through TakeOutcomes()).
+  Status Join(const v1::JoinRequest& request, WaiterId waiter);
+  StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& req);
+  StatusOr<v1::ReportFailureResponse> ReportFailure(
+      const v1::ReportFailureRequest& request);
+  Status ReportSuccess(const v1::ReportSuccessRequest& request,
+                       WaiterId waiter);
+  Status Leave(const v1::LeaveRequest& request);
+  Status Close(const v1::CloseRequest& request);
+  StatusOr<v1::StatusResponse> GetStatus(const std::string& rdzv_id) const;
+
+  // The parked call `waiter` went away; forget it (a joining node leaves).
+  void CancelWaiter(WaiterId waiter);
+
+  void Tick();
+  // Earliest time Tick() has work; nullopt if none.
+  std::optional<Clock::TimePoint> NextDeadline() const;
+  // True (once) when a call since the last NextDeadline() may have moved
+  // the next deadline earlier: the timer thread should recompute.
+  bool TakeDeadlineChanged();
+
+  // Answers for parked (or immediately answered) waiters, oldest first.
+  std::vector<Outcome> TakeOutcomes();
+
+  size_t job_count() const { return jobs_.size(); }
+
+ private:
+  StatusOr<RendezvousJob*> FindJob(const std::string& rdzv_id) const;
+  // Returns the job, creating it from `config` if it is new; checks config.
+  StatusOr<RendezvousJob*> GetOrCreate(const std::string& rdzv_id,
+                                       const v1::JobConfig& config,
+                                       bool* created);
+
+  Clock* const clock_;
+  const JobDefaults defaults_;
+  std::map<std::string, std::unique_ptr<RendezvousJob>> jobs_;
+  // Which job parks each waiter, for CancelWaiter.
+  std::map<WaiterId, std::string> waiter_job_;
+  std::vector<Outcome> outcomes_;
+  bool deadline_changed_ = false;
+};
+
+}  // namespace ddprun::rendezvous
