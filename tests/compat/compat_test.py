@@ -1,0 +1,288 @@
+#!/usr/bin/python3
+"""torchrun compatibility tests: ddprun next to Debian's torchrun 1.13.
+
+Usage: compat_test.py CASE --ddprun BIN --shared DIR
+Cases:
+  ddp_standalone   a real torch.distributed + DDP script under
+                   `ddprun --standalone --nproc_per_node=2`
+  ddp_static       the same under `ddprun --nnodes=1 --nproc_per_node=2`
+  env_standalone   worker env + argv, torchrun vs ddprun, --standalone
+  env_static       the same with the static backend, --nnodes=1
+  env_legacy       torch.distributed.launch vs ddprun-launch (--local_rank)
+
+Exit 0 = pass, 1 = fail (with the reason), 77 = skipped (no torch in
+/usr/bin/python3). Every launch runs under a deadline.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+PYTHON = "/usr/bin/python3"  # Debian's torch lives here
+HERE = os.path.dirname(os.path.abspath(__file__))
+LAUNCH_TIMEOUT_S = 120
+SKIP = 77
+
+# Variables whose values differ between any two launches.
+VARYING = {"MASTER_PORT", "TORCHELASTIC_ERROR_FILE"}
+# Set by the Python interpreter itself (PEP 538 locale coercion), not by a
+# launcher.
+INTERPRETER_SET = {"LC_CTYPE"}
+# Names newer torchrun versions export that 1.13 does not: ddprun may add
+# them. Anything else extra is a failure.
+NEWER_TORCHRUN = {"TORCH_NCCL_ASYNC_ERROR_HANDLING",
+                  "TORCHELASTIC_SIGNALS_TO_HANDLE"}
+# Per-rank values that must be identical under both launchers.
+LAYOUT = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+          "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE",
+          "ROLE_NAME", "TORCHELASTIC_RESTART_COUNT",
+          "TORCHELASTIC_MAX_RESTARTS", "OMP_NUM_THREADS",
+          "NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_USE_AGENT_STORE"]
+# Deliberate differences: (backend, name) -> the value ddprun must set.
+# torchrun's static agent hosts a TCPStore on MASTER_PORT and tells workers
+# to attach to it (True); ddprun's agent hosts no TCPStore, so rank 0's worker
+# must create it (False), as under torchrun's c10d backend.
+EXPECTED_DIFFERENCES = {("static", "TORCHELASTIC_USE_AGENT_STORE"): "False"}
+LOOPBACK = {"localhost", "127.0.0.1", "::1", "[::1]"}
+UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}"
+                     r"-[0-9a-f]{12}$")
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+
+
+def base_env(tmp):
+    """The launcher's environment: ours minus anything a launcher sets."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PET_", "TORCHELASTIC_", "SLURM_"))
+           and k not in set(LAYOUT) | {"MASTER_ADDR", "MASTER_PORT",
+                                       "JOB_COMPLETION_INDEX",
+                                       "TORCH_NCCL_ASYNC_ERROR_HANDLING"}}
+    env["PYTHON_EXEC"] = PYTHON
+    env["COMPAT_OUT"] = tmp
+    return env
+
+
+def run(cmd, env, what):
+    try:
+        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=LAUNCH_TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode(errors="replace")
+        raise Failure("%s did not finish in %d s:\n%s" %
+                      (what, LAUNCH_TIMEOUT_S, out[-3000:]))
+    out = p.stdout.decode(errors="replace")
+    check(p.returncode == 0, "%s exited %d:\n%s" % (what, p.returncode,
+                                                    out[-3000:]))
+    return out
+
+
+def torchrun_cmd(tmp, shared, legacy=False):
+    """Debian's torchrun with the Python 3.11 start-up fix on PYTHONPATH."""
+    fix_dir = os.path.join(tmp, "sitecustomize")
+    os.makedirs(fix_dir, exist_ok=True)
+    shutil.copy(os.path.join(shared, "reference", "torchrun_py311_fix.py"),
+                os.path.join(fix_dir, "sitecustomize.py"))
+    module = "torch.distributed.launch" if legacy else "torch.distributed.run"
+    # 1.13 polls every 5 s by default; 0.1 only makes the test faster.
+    return [PYTHON, "-m", module, "--monitor_interval", "0.1"], fix_dir
+
+
+def collect(out_dir, expected):
+    runs = {}
+    for name in os.listdir(out_dir):
+        if name.startswith("env_") and name.endswith(".json"):
+            with open(os.path.join(out_dir, name)) as f:
+                d = json.load(f)
+            rank = int(d["env"]["RANK"])
+            check(rank not in runs, "rank %d started twice" % rank)
+            runs[rank] = d
+    check(sorted(runs) == list(range(expected)),
+          "expected ranks 0..%d, got %s" % (expected - 1, sorted(runs)))
+    return runs
+
+
+def launcher_set(worker_env, parent_env):
+    """Names the launcher added or changed."""
+    return {k for k, v in worker_env.items()
+            if parent_env.get(k) != v} - INTERPRETER_SET
+
+
+def side_by_side(args, flags, legacy=False, static=False):
+    tmp = tempfile.mkdtemp(prefix="ddprun_compat_")
+    try:
+        script_args = ["a", "--b", "c d", "--help", "-m"]
+        results = {}
+        for name in ("torchrun", "ddprun"):
+            out = os.path.join(tmp, name)
+            os.makedirs(out)
+            env = base_env(out)
+            if name == "torchrun":
+                prefix, fix_dir = torchrun_cmd(tmp, args.shared, legacy)
+                env["PYTHONPATH"] = fix_dir + (
+                    ":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+                run_flags = flags + (["--master_port", str(free_port())]
+                                     if static or legacy else [])
+            else:
+                # Static ddprun on one node picks a free master port itself;
+                # legacy mode defaults to 29500 like torch.distributed.launch,
+                # so it gets a free one to stay clear of parallel tests.
+                binary = args.ddprun + ("-launch" if legacy else "")
+                prefix = [binary]
+                run_flags = flags + (["--master_port", str(free_port())]
+                                     if legacy else [])
+            cmd = prefix + run_flags + [os.path.join(HERE, "env_dump.py")] \
+                + script_args
+            run(cmd, env, name)
+            results[name] = (collect(out, 2), env)
+
+        (t_runs, t_parent), (d_runs, d_parent) = (results["torchrun"],
+                                                  results["ddprun"])
+        for rank in (0, 1):
+            t, d = t_runs[rank], d_runs[rank]
+            t_env, d_env = t["env"], d["env"]
+            # 1. Same variable names.
+            t_set = launcher_set(t_env, t_parent)
+            d_set = launcher_set(d_env, d_parent)
+            missing = sorted(t_set - d_set)
+            extra = sorted(d_set - t_set - NEWER_TORCHRUN)
+            check(not missing, "rank %d: ddprun does not set %s" %
+                  (rank, missing))
+            check(not extra, "rank %d: ddprun sets %s, torchrun 1.13 does "
+                  "not" % (rank, extra))
+            # 2. Same rank layout and constants.
+            backend = "c10d" if "--standalone" in flags else "static"
+            for key in LAYOUT:
+                expected = EXPECTED_DIFFERENCES.get((backend, key))
+                if expected is not None:
+                    check(d_env.get(key) == expected,
+                          "rank %d: %s is %r under ddprun, expected %r" %
+                          (rank, key, d_env.get(key), expected))
+                    continue
+                check(t_env.get(key) == d_env.get(key),
+                      "rank %d: %s is %r under torchrun, %r under ddprun" %
+                      (rank, key, t_env.get(key), d_env.get(key)))
+            # 3. Values that vary, checked for shape.
+            for label, e in (("torchrun", t_env), ("ddprun", d_env)):
+                port = int(e["MASTER_PORT"])
+                check(0 < port < 65536, "%s MASTER_PORT %r" % (label, port))
+                lr = e["LOCAL_RANK"]
+                check(e["TORCHELASTIC_ERROR_FILE"].endswith(
+                    "attempt_0/%s/error.json" % lr),
+                    "%s rank %d error file %r" %
+                    (label, rank, e["TORCHELASTIC_ERROR_FILE"]))
+            if "--standalone" in flags:
+                for label, e in (("torchrun", t_env), ("ddprun", d_env)):
+                    check(e["MASTER_ADDR"] in LOOPBACK,
+                          "%s MASTER_ADDR %r" % (label, e["MASTER_ADDR"]))
+                    check(UUID_RE.match(e["TORCHELASTIC_RUN_ID"]),
+                          "%s run id %r is not a uuid4" %
+                          (label, e["TORCHELASTIC_RUN_ID"]))
+            else:
+                for key in ("MASTER_ADDR", "TORCHELASTIC_RUN_ID"):
+                    check(t_env[key] == d_env[key],
+                          "rank %d: %s is %r under torchrun, %r under ddprun"
+                          % (rank, key, t_env[key], d_env[key]))
+            # Both ranks of one launch share the master and run id.
+            for label, runs in (("torchrun", t_runs), ("ddprun", d_runs)):
+                for key in ("MASTER_PORT", "TORCHELASTIC_RUN_ID"):
+                    check(runs[0]["env"][key] == runs[1]["env"][key],
+                          "%s ranks disagree on %s" % (label, key))
+            # 4. Script arguments passed through untouched (legacy mode
+            # prepends --local_rank=N in both).
+            check(t["argv"] == d["argv"],
+                  "rank %d argv: torchrun %r, ddprun %r" %
+                  (rank, t["argv"], d["argv"]))
+            if legacy:
+                check(d["argv"][0] == "--local_rank=%s" % d_env["LOCAL_RANK"],
+                      "legacy argv %r" % d["argv"])
+            else:
+                check(d["argv"] == script_args, "argv %r" % d["argv"])
+        print("OK: %d launcher variables identical per rank: %s" %
+              (len(t_set), " ".join(sorted(t_set))))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ddp_run(args, flags):
+    tmp = tempfile.mkdtemp(prefix="ddprun_compat_ddp_")
+    try:
+        env = base_env(tmp)
+        out = run([args.ddprun] + flags + [os.path.join(HERE, "ddp_check.py"),
+                                           tmp], env,
+                  "ddprun %s ddp_check.py" % " ".join(flags))
+        res = {}
+        for rank in (0, 1):
+            path = os.path.join(tmp, "ddp_%d.json" % rank)
+            check(os.path.exists(path),
+                  "rank %d wrote no result; output:\n%s" % (rank, out[-3000:]))
+            with open(path) as f:
+                res[rank] = json.load(f)
+        for rank, r in res.items():
+            check(r["rank"] == rank == r["env_rank"] == r["env_local_rank"],
+                  "rank %d reported %r" % (rank, r))
+            check(r["world"] == 2, "world %r" % r["world"])
+            check(r["allreduce"] == 3.0,
+                  "all_reduce of 1+2 gave %r" % r["allreduce"])
+            check(r["params_equal_across_ranks"],
+                  "rank %d: parameters differ across ranks" % rank)
+            check(r["matches_single_process_reference"],
+                  "rank %d: DDP step differs from the averaged-gradient "
+                  "reference" % rank)
+        check(res[0]["params"] == res[1]["params"], "final parameters differ")
+        print("OK: all_reduce=3.0, DDP parameters equal on both ranks and "
+              "match the single-process reference")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("case", choices=["ddp_standalone", "ddp_static",
+                                         "env_standalone", "env_static",
+                                         "env_legacy"])
+    parser.add_argument("--ddprun", required=True)
+    parser.add_argument("--shared", required=True)
+    args = parser.parse_args()
+    if subprocess.run([PYTHON, "-c", "import torch.distributed"],
+                      stdout=subprocess.DEVNULL,
+                      stderr=subprocess.DEVNULL).returncode != 0:
+        print("SKIP: %s has no torch" % PYTHON)
+        return SKIP
+    try:
+        if args.case == "ddp_standalone":
+            ddp_run(args, ["--standalone", "--nproc_per_node=2"])
+        elif args.case == "ddp_static":
+            ddp_run(args, ["--nnodes=1", "--nproc_per_node=2"])
+        elif args.case == "env_standalone":
+            side_by_side(args, ["--standalone", "--nproc_per_node=2"])
+        elif args.case == "env_static":
+            side_by_side(args, ["--nnodes=1", "--nproc_per_node=2"],
+                         static=True)
+        else:
+            side_by_side(args, ["--nproc_per_node=2"], legacy=True)
+    except Failure as e:
+        print("FAIL: %s" % e)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
