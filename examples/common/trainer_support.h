@@ -1,0 +1,70 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/status_or.h"
+#include "ddprun/worker/checkpoint.h"
+#include "ddprun/worker/errors.h"
+#include "ddprun/worker/world.h"
+
+namespace ddprun::examples {
+
+// Options every trainer shares. Defaults here are what --help shows.
+struct CommonOptions {
+  std::string output_dir;      // checkpoints/, metrics.jsonl, samples
+  std::string make_synthetic;  // write a synthetic dataset here and exit
+  int64_t synthetic_n = 0;     // samples for --make_synthetic
+  int epochs = 1;
+  uint64_t seed = 0;
+  int64_t checkpoint_every = 20;     // steps; 0 = only at the end of training
+  std::string resume_from;           // a checkpoint file
+  bool debug = false;                // tiny subset, one epoch
+  int num_workers = -1;              // data-loader threads, -1 = auto
+  bool amp = false;                  // bf16 autocast on CPU, fp16 on CUDA
+  std::string backend = "auto";      // gloo, nccl or auto
+  double progress_interval_s = 5.0;  // rank-0 progress line period
+};
+
+// Registers the options above (and --config) on `app`; the values already
+// in `options` are the defaults --help shows. Also makes every option added
+// to `app` afterwards show its default.
+void AddCommonOptions(CLI::App* app, CommonOptions* options);
+
+// Parses argv into `app`. Returns the exit code when the program should stop
+// (--help: 0, bad flag or config: CLI11's code after printing the error),
+// nullopt to continue.
+std::optional<int> ParseFlags(CLI::App* app, int argc, char** argv);
+
+// Throws worker::ConfigError (exit code 2, written to the error file) with
+// the status message: bad data files abort the run with one clear line.
+template <typename T>
+T ValueOrThrow(StatusOr<T> value) {
+  if (!value.ok()) throw worker::ConfigError(value.status().message());
+  return std::move(value).value();
+}
+void OkOrThrow(const Status& status);
+
+// Initializes the process group (falls back to a single process) and sets
+// Torch's intra-op threads to cores / local ranks so ranks sharing a
+// machine do not oversubscribe it.
+worker::World InitTrainerWorld(const CommonOptions& options);
+
+// Where training starts: the newest complete checkpoint in the checkpoint
+// dir (a restart after a failure), else --resume_from, else a fresh state.
+// Collective. Logs which one on rank 0.
+worker::TrainState ResumeOrStart(const worker::World& world,
+                                 worker::Checkpointer* checkpointer,
+                                 const worker::CheckpointParts& parts,
+                                 const std::string& resume_from);
+
+// Rank 0 appends `record` (plus "time") as one line to
+// <output_dir>/metrics.jsonl and logs it; other ranks do nothing.
+void WriteEpochMetrics(const worker::World& world,
+                       const std::string& output_dir, nlohmann::json record);
+
+}  // namespace ddprun::examples

@@ -1,0 +1,306 @@
+// survival_trainer: time-to-event prediction (MACE) from 3D volumes with a
+// 3D ResNet and the Cox partial likelihood, data parallel over ranks.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <random>
+
+#include <torch/torch.h>
+
+#include "ddprun/worker/worker.h"
+#include "examples/common/batch_loader.h"
+#include "examples/common/metrics.h"
+#include "examples/common/trainer_support.h"
+#include "examples/survival/cox_loss.h"
+#include "examples/survival/resnet3d.h"
+#include "examples/survival/smart_cache.h"
+#include "examples/survival/survival_data.h"
+
+namespace ddprun::examples {
+namespace {
+
+namespace dw = ddprun::worker;
+
+struct SurvivalOptions {
+  std::string csv_path;
+  double val_fraction = 0.25;
+  std::string resnet = "resnet10";
+  int64_t width = 8;
+  std::vector<int64_t> image_size{32, 32, 32};
+  int64_t batch_size = 8;  // total across ranks
+  double learning_rate = 2e-3;
+  double weight_decay = 1e-4;
+  bool use_smart_cache = false;
+  double cache_rate = 0.5;
+  double replace_rate = 0.25;
+  int64_t synthetic_size = 32;
+};
+
+struct Batch {
+  torch::Tensor images;  // [B, 1, D, H, W]
+  torch::Tensor time;    // [B]
+  torch::Tensor event;   // [B]
+};
+
+StatusOr<Batch> MakeBatch(
+    const std::vector<SurvivalRecord>& records,
+    const std::vector<int64_t>& items,
+    const std::function<StatusOr<torch::Tensor>(int64_t)>& volume) {
+  std::vector<torch::Tensor> images;
+  std::vector<float> time, event;
+  for (int64_t item : items) {
+    DDP_ASSIGN_OR_RETURN(torch::Tensor v, volume(item));
+    images.push_back(v);
+    time.push_back(static_cast<float>(records[item].time));
+    event.push_back(static_cast<float>(records[item].event));
+  }
+  return Batch{torch::stack(images), torch::tensor(time), torch::tensor(event)};
+}
+
+// Risk scores of this rank's share (i % world == rank) of `val`, gathered
+// from every rank as [N, 3] rows (risk, time, event).
+torch::Tensor PredictValidation(const dw::World& world, ResNet3d& model,
+                                const std::vector<SurvivalRecord>& records,
+                                const std::vector<int64_t>& val,
+                                const std::vector<int64_t>& image_size,
+                                int64_t batch_size, bool amp) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  std::vector<int64_t> mine;
+  for (size_t i = world.rank(); i < val.size(); i += world.world_size())
+    mine.push_back(val[i]);
+  std::vector<torch::Tensor> rows;
+  for (const auto& items : MakeBatches(mine, batch_size, false)) {
+    Batch b = ValueOrThrow(MakeBatch(records, items, [&](int64_t item) {
+      return LoadSurvivalVolume(records[item].image, image_size);
+    }));
+    torch::Tensor risk;
+    {
+      dw::AutocastScope autocast(amp);
+      risk = model->forward(b.images);
+    }
+    rows.push_back(torch::stack(
+        {risk.reshape({-1}).to(torch::kFloat32), b.time, b.event}, 1));
+  }
+  torch::Tensor local = rows.empty() ? torch::zeros({0, 3}) : torch::cat(rows);
+  return world.AllGatherVariable(local);
+}
+
+int Train(int argc, char** argv) {
+  CLI::App app{
+      "survival_trainer: 3D ResNet + Cox partial likelihood on NIfTI volumes "
+      "listed in a "
+      "CSV (image,time,event). Runs alone or under ddprun/torchrun (one "
+      "process per "
+      "rank)."};
+  CommonOptions common;
+  common.output_dir = "runs/survival";
+  common.epochs = 6;
+  common.synthetic_n = 160;
+  SurvivalOptions opt;
+  AddCommonOptions(&app, &common);
+  app.add_option("--csv_path", opt.csv_path,
+                 "CSV with columns image,time,event");
+  app.add_option("--val_fraction", opt.val_fraction,
+                 "Fraction of the CSV held out for validation (seeded split)")
+      ->check(CLI::Range(0.01, 0.9));
+  app.add_option("--resnet", opt.resnet, "Backbone depth")
+      ->check(CLI::IsMember(ResNet3dDepths()));
+  app.add_option("--width", opt.width, "Stem channels (stages: w, 2w, 4w, 8w)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--image_size", opt.image_size,
+                 "Volume size D H W fed to the network")
+      ->expected(3);
+  app.add_option("--batch_size", opt.batch_size,
+                 "TOTAL batch over all ranks (per rank = total / world size)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--learning_rate", opt.learning_rate, "Adam learning rate");
+  app.add_option("--weight_decay", opt.weight_decay, "Adam weight decay");
+  app.add_flag(
+      "--use_smart_cache", opt.use_smart_cache,
+      "Train each epoch on a cached fraction refreshed in the background");
+  app.add_option("--cache_rate", opt.cache_rate,
+                 "Fraction of the training set cached")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--replace_rate", opt.replace_rate,
+                 "Fraction of the cache replaced each epoch")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--synthetic_size", opt.synthetic_size,
+                 "Edge of the volumes written by --make_synthetic");
+  if (auto code = ParseFlags(&app, argc, argv)) return *code;
+
+  if (!common.make_synthetic.empty()) {
+    OkOrThrow(WriteSyntheticSurvival(common.make_synthetic, common.synthetic_n,
+                                     opt.synthetic_size, common.seed));
+    std::printf("wrote %lld subjects to %s/survival.csv\n",
+                static_cast<long long>(common.synthetic_n),
+                common.make_synthetic.c_str());
+    return 0;
+  }
+  if (opt.csv_path.empty())
+    throw dw::ConfigError("--csv_path is required (or --make_synthetic DIR)");
+
+  dw::World world = InitTrainerWorld(common);
+  if (opt.batch_size % world.world_size() != 0) {
+    throw dw::ConfigError(
+        "--batch_size " + std::to_string(opt.batch_size) +
+        " is the total over ranks and must be divisible by the world size " +
+        std::to_string(world.world_size()));
+  }
+  const int64_t per_rank = opt.batch_size / world.world_size();
+  const std::vector<SurvivalRecord> records =
+      ValueOrThrow(ReadSurvivalCsv(opt.csv_path));
+
+  // Seeded split, identical on every rank.
+  std::vector<int64_t> order(records.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(common.seed));
+  const int64_t n_val =
+      std::max<int64_t>(1, std::llround(records.size() * opt.val_fraction));
+  std::vector<int64_t> val(order.begin(), order.begin() + n_val);
+  std::vector<int64_t> train(order.begin() + n_val, order.end());
+  if (common.debug) {
+    train.resize(std::min<size_t>(train.size(), 16));
+    val.resize(std::min<size_t>(val.size(), 8));
+    common.epochs = 1;
+  }
+  if (train.empty())
+    throw dw::ConfigError(opt.csv_path + ": no rows left for training");
+  const int num_workers =
+      AutoNumWorkers(common.num_workers, world.local_world_size());
+  dw::LogMain(world, "survival: " + std::to_string(train.size()) + " train / " +
+                         std::to_string(val.size()) + " val subjects, world " +
+                         std::to_string(world.world_size()) + ", batch " +
+                         std::to_string(opt.batch_size) + " total (" +
+                         std::to_string(per_rank) + " per rank), " +
+                         std::to_string(num_workers) + " loader threads");
+
+  ResNet3dOptions model_options;
+  model_options.depth = opt.resnet;
+  model_options.width = opt.width;
+  ResNet3d model(model_options);
+  torch::optim::Adam optimizer(model->parameters(),
+                               torch::optim::AdamOptions(opt.learning_rate)
+                                   .weight_decay(opt.weight_decay));
+  dw::Checkpointer checkpointer(
+      world, {common.output_dir + "/checkpoints", common.checkpoint_every,
+              /*keep_last=*/2});
+  dw::CheckpointParts parts;
+  parts.model = model.ptr().get();
+  parts.optimizer = &optimizer;
+  dw::TrainState state =
+      ResumeOrStart(world, &checkpointer, parts, common.resume_from);
+  dw::DistributedDataParallel ddp(world, model.ptr());
+
+  auto load_volume = [&](int64_t item) {
+    return LoadSurvivalVolume(records[item].image, opt.image_size);
+  };
+  std::unique_ptr<SmartCache> cache;
+  if (opt.use_smart_cache) {
+    const int64_t cache_num =
+        std::max<int64_t>(1, std::llround(train.size() * opt.cache_rate));
+    cache = std::make_unique<SmartCache>(
+        train, cache_num, std::llround(cache_num * opt.replace_rate),
+        load_volume);
+  }
+  const int64_t train_size =
+      cache ? cache->size() : static_cast<int64_t>(train.size());
+  dw::SamplerOptions sampler_options;
+  sampler_options.seed = common.seed;
+  dw::DistributedSampler sampler(train_size, world.world_size(), world.rank(),
+                                 sampler_options);
+  const int64_t steps_per_epoch = sampler.NumBatches(per_rank);
+  dw::ProgressMeter progress(
+      world, common.epochs, steps_per_epoch * common.epochs,
+      std::chrono::milliseconds(
+          static_cast<int64_t>(common.progress_interval_s * 1000)));
+
+  double val_cindex = 0.5;
+  for (int64_t epoch = state.epoch; epoch < common.epochs; ++epoch) {
+    if (cache) OkOrThrow(cache->BeginEpoch(epoch));
+    sampler.set_epoch(epoch);
+    std::vector<std::vector<int64_t>> batches =
+        MakeBatches(sampler.Indices(), per_rank, false);
+    const int64_t skip =
+        std::min<int64_t>(state.batch_in_epoch, batches.size());
+    batches.erase(batches.begin(), batches.begin() + skip);
+    // Positions in the sampler are cache slots or places in `train`.
+    BatchLoader<Batch> loader(
+        batches,
+        [&](const std::vector<int64_t>& positions) -> StatusOr<Batch> {
+          std::vector<int64_t> items;
+          for (int64_t p : positions)
+            items.push_back(cache ? cache->ItemAt(p) : train[p]);
+          return MakeBatch(
+              records, items, [&](int64_t item) -> StatusOr<torch::Tensor> {
+                if (!cache) return load_volume(item);
+                auto it = std::find(items.begin(), items.end(), item);
+                return cache->Get(positions[it - items.begin()]);
+              });
+        },
+        num_workers);
+    model->train();
+    double loss_sum = 0;
+    for (size_t b = 0; b < loader.size(); ++b) {
+      Batch batch = ValueOrThrow(loader.Next());
+      torch::Tensor risk;
+      {
+        dw::AutocastScope autocast(common.amp);
+        risk = model->forward(batch.images);
+      }
+      torch::Tensor loss =
+          CoxPartialLikelihoodLoss(risk, batch.time, batch.event);
+      optimizer.zero_grad();
+      ddp.Backward(loss);
+      optimizer.step();
+      ++state.step;
+      state.epoch = epoch;
+      state.batch_in_epoch = skip + b + 1;
+      const double mean_loss = dw::AllReduceMean(world, loss.item<double>());
+      loss_sum += mean_loss;
+      progress.Update(epoch + 1, state.step, mean_loss,
+                      per_rank * world.world_size());
+      if (checkpointer.ShouldSave(state.step)) checkpointer.Save(state, parts);
+    }
+    progress.Flush();
+
+    torch::Tensor gathered = PredictValidation(
+        world, model, records, val, opt.image_size, per_rank, common.amp);
+    std::vector<double> risk, time, event;
+    for (int64_t i = 0; i < gathered.size(0); ++i) {
+      risk.push_back(gathered[i][0].item<double>());
+      time.push_back(gathered[i][1].item<double>());
+      event.push_back(gathered[i][2].item<double>());
+    }
+    val_cindex = ConcordanceIndex(risk, time, event);
+    const double val_loss =
+        CoxPartialLikelihoodLoss(gathered.select(1, 0), gathered.select(1, 1),
+                                 gathered.select(1, 2))
+            .item<double>();
+    state.epoch = epoch + 1;
+    state.batch_in_epoch = 0;
+    WriteEpochMetrics(
+        world, common.output_dir,
+        {{"epoch", epoch + 1},
+         {"step", state.step},
+         {"train_loss", loader.size() ? loss_sum / loader.size() : 0.0},
+         {"val_loss", val_loss},
+         {"val_cindex", val_cindex},
+         {"val_subjects", gathered.size(0)},
+         {"samples_per_s", progress.samples_per_second()},
+         {"world_size", world.world_size()}});
+  }
+  checkpointer.Save(state, parts);
+  dw::LogMain(world, "done: step " + std::to_string(state.step) +
+                         ", val C-index " + std::to_string(val_cindex));
+  return 0;
+}
+
+}  // namespace
+}  // namespace ddprun::examples
+
+int main(int argc, char** argv) {
+  return ddprun::worker::RunMain(
+      [&] { return ddprun::examples::Train(argc, argv); });
+}
