@@ -1,0 +1,201 @@
+// One rank of the worker runtime's multi-process tests. The test driver
+// (worker_process_test.cc) starts N copies with RANK/WORLD_SIZE/MASTER_* set
+// and checks their exit codes, stdout and output files.
+//   rank_helper collectives
+//   rank_helper ddp OUT STEPS BATCH [accum] [unused]
+//   rank_helper sampler N SEED EPOCH SHUFFLE DROP_LAST
+//   rank_helper throw KIND            (RunMain error file)
+//   rank_helper train CKPT_DIR STEPS EVERY LOG   (checkpoint/resume)
+//   rank_helper zero OUT STEPS sharded|plain
+//   rank_helper syncbn OUT DIMS
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <torch/nn.h>
+#include <torch/optim.h>
+
+#include "ddprun/worker/sync_batch_norm.h"
+#include "ddprun/worker/worker.h"
+
+namespace w = ddprun::worker;
+
+namespace {
+
+#define CHECK_OR_THROW(cond, msg)                                        \
+  do {                                                                   \
+    if (!(cond)) throw std::runtime_error(std::string("check: ") + msg); \
+  } while (0)
+
+void WriteFloats(const std::string& path, const at::Tensor& t) {
+  at::Tensor c = t.detach().to(at::kFloat).contiguous().cpu();
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(c.data_ptr<float>()),
+            static_cast<std::streamsize>(c.numel() * sizeof(float)));
+}
+
+at::Tensor FlatParams(torch::nn::Module& m) {
+  std::vector<at::Tensor> v;
+  for (auto& p : m.parameters()) v.push_back(p.detach().flatten());
+  return at::cat(v);
+}
+
+int Collectives() {
+  w::World world = w::InitFromEnv();
+  int r = world.rank(), n = world.world_size();
+  at::Tensor t = at::full({4}, static_cast<float>(r + 1));
+  world.AllReduce(t);
+  CHECK_OR_THROW(t[0].item<float>() == n * (n + 1) / 2.0f, "all_reduce sum");
+  at::Tensor a = at::full({2}, static_cast<float>(r));
+  world.AllReduce(a, w::ReduceOp::kAvg);
+  CHECK_OR_THROW(std::abs(a[1].item<float>() - (n - 1) / 2.0f) < 1e-6,
+                 "all_reduce avg");
+  at::Tensor b = at::full({3}, r == 0 ? 42.0f : -1.0f);
+  world.Broadcast(b, 0);
+  CHECK_OR_THROW(b[2].item<float>() == 42.0f, "broadcast");
+  // Rank r contributes r+1 rows holding r.
+  at::Tensor v = at::full({r + 1, 2}, static_cast<float>(r));
+  at::Tensor g = world.AllGatherVariable(v);
+  CHECK_OR_THROW(g.size(0) == n * (n + 1) / 2, "all_gather_variable rows");
+  int64_t row = 0;
+  for (int k = 0; k < n; ++k) {
+    for (int j = 0; j <= k; ++j, ++row) {
+      CHECK_OR_THROW(g[row][1].item<float>() == k, "all_gather order");
+    }
+  }
+  double mean = w::AllReduceMean(world, r);
+  CHECK_OR_THROW(std::abs(mean - (n - 1) / 2.0) < 1e-12, "AllReduceMean");
+  double wm = w::AllReduceWeightedMean(world, r, r + 1);
+  double num = 0, den = 0;
+  for (int k = 0; k < n; ++k) num += k * (k + 1.0), den += k + 1.0;
+  CHECK_OR_THROW(std::abs(wm - num / den) < 1e-12, "weighted mean");
+  world.Barrier();
+  std::printf("rank %d of %d ok backend %s\n", r, n, world.backend().c_str());
+  return 0;
+}
+
+// Small conv net; `extra` adds a branch that is only used when asked, to
+// exercise find_unused_parameters.
+struct NetImpl : torch::nn::Module {
+  explicit NetImpl(bool extra) {
+    conv = register_module(
+        "conv",
+        torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3).padding(1)));
+    fc = register_module("fc", torch::nn::Linear(4 * 8 * 8, 3));
+    if (extra) unused = register_module("unused", torch::nn::Linear(3, 3));
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    return fc(torch::relu(conv(x)).flatten(1));
+  }
+  torch::nn::Conv2d conv{nullptr};
+  torch::nn::Linear fc{nullptr};
+  torch::nn::Linear unused{nullptr};
+};
+TORCH_MODULE(Net);
+
+struct Data {
+  at::Tensor x, y;
+};
+Data MakeData(int64_t n) {
+  auto gen = at::detail::createCPUGenerator(123);
+  return {at::randn({n, 1, 8, 8}, gen), at::randint(0, 3, {n}, gen)};
+}
+
+// N ranks x batch B (split in `accum` micro-batches, the first ones under
+// NoSync) for STEPS SGD steps; rank 0 writes the flat parameters to OUT.
+int Ddp(const std::string& out, int steps, int batch, int accum, bool unused) {
+  w::World world = w::InitFromEnv();
+  torch::manual_seed(1000 + world.rank());  // different init per rank:
+  Net net(unused);                          // DDP must broadcast rank 0's
+  w::DdpOptions opts;
+  opts.bucket_cap_mb = 0.01;  // several buckets even for a small net
+  opts.find_unused_parameters = unused;
+  w::DistributedDataParallel ddp(world, net.ptr(), opts);
+  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.1));
+  int n = world.world_size(), r = world.rank();
+  int64_t global = static_cast<int64_t>(batch) * n;
+  Data d = MakeData(global * steps);
+  int micro = batch / accum;
+  for (int s = 0; s < steps; ++s) {
+    sgd.zero_grad();
+    for (int m = 0; m < accum; ++m) {
+      int64_t begin = s * global + r * batch + m * micro;
+      at::Tensor x = d.x.narrow(0, begin, micro);
+      at::Tensor y = d.y.narrow(0, begin, micro);
+      at::Tensor loss =
+          torch::nn::functional::cross_entropy(net->forward(x), y) / accum;
+      if (m + 1 < accum) {
+        auto scope = ddp.NoSync();
+        ddp.Backward(loss);
+      } else {
+        ddp.Backward(loss);
+      }
+    }
+    sgd.step();
+  }
+  if (unused)
+    CHECK_OR_THROW(
+        !net->unused->weight.grad().defined() ||
+            net->unused->weight.grad().abs().sum().item<float>() == 0,
+        "unused parameter got a gradient");
+  if (r == 0) WriteFloats(out, FlatParams(*net));
+  std::printf("rank %d buckets %zu\n", r, ddp.bucket_bytes().size());
+  return 0;
+}
+
+int Sampler(int64_t n, int seed, int epoch, bool shuffle, bool drop_last) {
+  const char* ws = std::getenv("SAMPLER_WORLD");
+  int world = ws ? std::atoi(ws) : 1;
+  for (int r = 0; r < world; ++r) {
+    w::DistributedSampler s(n, world, r,
+                            {shuffle, static_cast<uint64_t>(seed), drop_last});
+    s.set_epoch(epoch);
+    for (int64_t i : s.Indices())
+      std::printf("%lld ", static_cast<long long>(i));
+    std::printf("\n");
+  }
+  return 0;
+}
+
+int Throw(const std::string& kind) {
+  if (kind == "runtime") throw std::runtime_error("loss is NaN at step 7");
+  if (kind == "collective") {
+    throw w::CollectiveError("all_reduce failed: Connection closed by peer");
+  }
+  if (kind == "torch") {
+    at::ones({2, 3}).matmul(at::ones({2, 3}));  // shape error (c10::Error)
+  }
+  if (kind == "init") {
+    w::InitOptions o;
+    o.store_timeout = std::chrono::seconds(2);
+    w::InitFromEnv(o);  // the peer never comes
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return w::RunMain([&]() -> int {
+    std::vector<std::string> a(argv, argv + argc);
+    if (a.size() < 2) throw w::ConfigError("usage: rank_helper MODE ...");
+    const std::string& mode = a[1];
+    if (mode == "collectives") return Collectives();
+    if (mode == "ddp") {
+      return Ddp(a.at(2), std::stoi(a.at(3)), std::stoi(a.at(4)),
+                 a.size() > 5 ? std::stoi(a[5]) : 1,
+                 a.size() > 6 && a[6] == "unused");
+    }
+    if (mode == "sampler") {
+      return Sampler(std::stoll(a.at(2)), std::stoi(a.at(3)),
+                     std::stoi(a.at(4)), a.at(5) == "1", a.at(6) == "1");
+    }
+    if (mode == "throw") return Throw(a.at(2));
+    throw w::ConfigError("unknown mode " + mode);
+  });
+}

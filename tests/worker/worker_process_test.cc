@@ -1,0 +1,217 @@
+// Multi-process tests of the worker runtime: real ranks (rank_helper) on
+// loopback with Gloo through a real TCPStore.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "ddprun/worker/errors.h"
+#include "tests/worker/rank_process.h"
+
+namespace wt = ddprun::worker::testing;
+using ddprun::worker::kExitCollective;
+
+namespace {
+
+std::string Helper() { return wt::BinPath("worker_rank_helper"); }
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/ddprun_worker_test_XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  return tmpl;
+}
+
+std::vector<float> ReadFloats(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<float> v;
+  float f;
+  while (in.read(reinterpret_cast<char*>(&f), sizeof(f))) v.push_back(f);
+  return v;
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void RequireAllOk(const std::vector<wt::RankResult>& results) {
+  for (size_t r = 0; r < results.size(); ++r) {
+    INFO("rank " << r << " output:\n" << results[r].output);
+    REQUIRE(results[r].exit_code == 0);
+  }
+}
+
+double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  REQUIRE(!a.empty());
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
+  }
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("World: all-reduce, broadcast and variable all-gather on 3 ranks",
+          "[worker][process]") {
+  auto results = wt::RunRanks({Helper(), "collectives"}, 3);
+  RequireAllOk(results);
+  for (auto& r : results)
+    REQUIRE(r.output.find("ok backend gloo") != std::string::npos);
+}
+
+TEST_CASE("World: with no launcher env a trainer runs as a single process",
+          "[worker][process]") {
+  wt::RankProcess p({Helper(), "collectives"}, {});
+  REQUIRE(p.Wait(std::chrono::seconds(30)));
+  INFO(p.Output());
+  REQUIRE(p.exit_code() == 0);
+  REQUIRE(p.Output().find("rank 0 of 1 ok backend none") != std::string::npos);
+}
+
+TEST_CASE("World: a peer that never arrives is a clear, restartable error",
+          "[worker][process]") {
+  std::string dir = TempDir();
+  auto env = wt::RankEnv(0, 2, wt::FreePort());
+  env["TORCHELASTIC_ERROR_FILE"] = dir + "/error.json";
+  wt::RankProcess p({Helper(), "throw", "init"}, env);
+  REQUIRE(p.Wait(std::chrono::seconds(30)));
+  INFO(p.Output());
+  REQUIRE(p.exit_code() == kExitCollective);
+  REQUIRE(p.Output().find("1 of 2 ranks arrived") != std::string::npos);
+  std::string json = ReadText(dir + "/error.json");
+  REQUIRE(json.find("CollectiveError: timed out") != std::string::npos);
+}
+
+TEST_CASE("DistributedDataParallel: 2 ranks x batch 8 equal 1 rank x batch 16",
+          "[worker][process][ddp]") {
+  // Tolerance 1e-5 absolute on every parameter after 5 SGD steps: the only
+  // difference is the order of the fp32 gradient sums.
+  std::string dir = TempDir();
+  std::string multi = dir + "/multi.bin", single = dir + "/single.bin";
+  SECTION("plain") {
+    RequireAllOk(wt::RunRanks({Helper(), "ddp", multi, "5", "8"}, 2));
+    wt::RankProcess p({Helper(), "ddp", single, "5", "16"}, {});
+    REQUIRE(p.Wait(std::chrono::seconds(60)));
+    REQUIRE(p.exit_code() == 0);
+    REQUIRE(MaxAbsDiff(ReadFloats(multi), ReadFloats(single)) < 1e-5);
+  }
+  SECTION("gradient accumulation with NoSync and an unused branch") {
+    RequireAllOk(
+        wt::RunRanks({Helper(), "ddp", multi, "4", "8", "2", "unused"}, 2));
+    wt::RankProcess p({Helper(), "ddp", single, "4", "16", "2", "unused"}, {});
+    REQUIRE(p.Wait(std::chrono::seconds(60)));
+    INFO(p.Output());
+    REQUIRE(p.exit_code() == 0);
+    REQUIRE(MaxAbsDiff(ReadFloats(multi), ReadFloats(single)) < 1e-5);
+  }
+  SECTION("3 ranks x batch 4 equal 1 rank x batch 12") {
+    RequireAllOk(wt::RunRanks({Helper(), "ddp", multi, "5", "4"}, 3));
+    wt::RankProcess p({Helper(), "ddp", single, "5", "12"}, {});
+    REQUIRE(p.Wait(std::chrono::seconds(60)));
+    REQUIRE(p.exit_code() == 0);
+    REQUIRE(MaxAbsDiff(ReadFloats(multi), ReadFloats(single)) < 1e-5);
+  }
+}
+
+TEST_CASE("RunMain: an exception writes torchrun's error file and exits 1",
+          "[worker][process][error]") {
+  std::string dir = TempDir();
+  std::string file = dir + "/error.json";
+  wt::RankProcess p(
+      {Helper(), "throw", "runtime"},
+      {{"TORCHELASTIC_ERROR_FILE", file}, {"RANK", "0"}, {"WORLD_SIZE", "1"}});
+  REQUIRE(p.Wait(std::chrono::seconds(30)));
+  REQUIRE(p.exit_code() == 1);
+  std::string json = ReadText(file);
+  INFO(json);
+  REQUIRE(json.rfind("{\"message\": {\"message\": \"std::runtime_error: loss "
+                     "is NaN at step 7\", \"extraInfo\": {\"py_callstack\": \"",
+                     0) == 0);
+  REQUIRE(json.find("\"timestamp\": \"") != std::string::npos);
+  // Python must parse it with the exact schema torchrun reads.
+  std::string check =
+      "/usr/bin/python3 -c \"import json,sys,time; d=json.load(open('" + file +
+      "')); m=d['message']; assert m['message'].startswith('std::runtime_error"
+      "'); assert abs(int(m['extraInfo']['timestamp'])-time.time())<120; "
+      "assert 'rank 0' in m['extraInfo']['py_callstack']\"";
+  REQUIRE(std::system(check.c_str()) == 0);
+}
+
+TEST_CASE("RunMain: collective failures and Torch errors get their codes",
+          "[worker][process][error]") {
+  std::string dir = TempDir();
+  std::string file = dir + "/error.json";
+  {
+    wt::RankProcess p({Helper(), "throw", "collective"},
+                      {{"TORCHELASTIC_ERROR_FILE", file}});
+    REQUIRE(p.Wait(std::chrono::seconds(30)));
+    REQUIRE(p.exit_code() == kExitCollective);
+    REQUIRE(ReadText(file).find("CollectiveError: all_reduce failed") !=
+            std::string::npos);
+  }
+  {
+    wt::RankProcess p({Helper(), "throw", "torch"},
+                      {{"TORCHELASTIC_ERROR_FILE", file}});
+    REQUIRE(p.Wait(std::chrono::seconds(30)));
+    REQUIRE(p.exit_code() == 1);
+    std::string json = ReadText(file);
+    INFO(json);
+    REQUIRE(json.find("c10::Error: ") != std::string::npos);
+  }
+}
+
+TEST_CASE(
+    "DistributedSampler: indices equal torch.utils.data.DistributedSampler",
+    "[worker][process][sampler]") {
+  struct Case {
+    int n, world, seed, epoch;
+    bool shuffle, drop_last;
+  };
+  std::vector<Case> cases = {
+      {10, 3, 0, 0, true, false},    {10, 3, 7, 2, true, true},
+      {1000, 4, 42, 5, true, false}, {5, 4, 1, 1, false, false},
+      {2, 4, 3, 0, true, false},     {3, 4, 3, 0, true, true},
+      {30000, 2, 9, 1, true, false}};
+  for (const Case& c : cases) {
+    CAPTURE(c.n, c.world, c.seed, c.epoch, c.shuffle, c.drop_last);
+    wt::RankProcess p({Helper(), "sampler", std::to_string(c.n),
+                       std::to_string(c.seed), std::to_string(c.epoch),
+                       c.shuffle ? "1" : "0", c.drop_last ? "1" : "0"},
+                      {{"SAMPLER_WORLD", std::to_string(c.world)}});
+    REQUIRE(p.Wait(std::chrono::seconds(30)));
+    REQUIRE(p.exit_code() == 0);
+    std::string script =
+        "import torch\n"
+        "from torch.utils.data import DistributedSampler\n"
+        "for r in range(" +
+        std::to_string(c.world) +
+        "):\n"
+        "  s = DistributedSampler(range(" +
+        std::to_string(c.n) + "), num_replicas=" + std::to_string(c.world) +
+        ", rank=r, shuffle=" + (c.shuffle ? "True" : "False") +
+        ", seed=" + std::to_string(c.seed) +
+        ", drop_last=" + (c.drop_last ? "True" : "False") +
+        ")\n"
+        "  s.set_epoch(" +
+        std::to_string(c.epoch) +
+        ")\n"
+        "  print(''.join(str(i) + ' ' for i in s))\n";
+    std::string py = TempDir() + "/s.py";
+    std::ofstream(py) << script;
+    std::string out_path = py + ".out";
+    REQUIRE(std::system(
+                ("/usr/bin/python3 " + py + " > " + out_path).c_str()) == 0);
+    REQUIRE(p.Output() == ReadText(out_path));
+  }
+}

@@ -1,0 +1,153 @@
+#include "ddprun/worker/ddp.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/nn/module.h>
+#include <torch/csrc/distributed/c10d/comm.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+
+#include "ddprun/worker/errors.h"
+
+namespace ddprun::worker {
+namespace {
+
+constexpr size_t kBroadcastBucketBytes = 250u << 20;  // Python's default
+
+size_t MbToBytes(double mb) { return static_cast<size_t>(mb * 1024 * 1024); }
+
+}  // namespace
+
+struct DistributedDataParallel::Impl {
+  std::vector<at::Tensor> params;   // requires_grad, in module order
+  std::vector<at::Tensor> buffers;  // module buffers
+  std::unique_ptr<c10d::Reducer> reducer;
+};
+
+DistributedDataParallel::DistributedDataParallel(
+    World world, std::shared_ptr<torch::nn::Module> module, DdpOptions options)
+    : world_(std::move(world)),
+      module_(std::move(module)),
+      options_(options),
+      impl_(std::make_unique<Impl>()) {
+  if (!module_) throw ConfigError("DistributedDataParallel: null module");
+  if (options_.bucket_cap_mb <= 0 || options_.first_bucket_cap_mb <= 0) {
+    throw ConfigError("DistributedDataParallel: bucket sizes must be > 0 MB");
+  }
+  for (auto& p : module_->parameters()) {
+    if (p.requires_grad()) impl_->params.push_back(p);
+  }
+  for (auto& b : module_->buffers()) impl_->buffers.push_back(b);
+  auto pg = world_.process_group();
+  if (!pg) return;  // standalone: plain backward
+
+  try {
+    c10d::verify_params_across_processes(pg, impl_->params, c10::nullopt);
+  } catch (const c10::Error& e) {
+    throw ConfigError(std::string("DistributedDataParallel: the model differs "
+                                  "between ranks: ") +
+                      e.what_without_backtrace());
+  }
+  BroadcastState();
+
+  size_t cap = MbToBytes(options_.bucket_cap_mb);
+  size_t first_cap = std::min(cap, MbToBytes(options_.first_bucket_cap_mb));
+  std::vector<bool> sparse(impl_->params.size(), false);
+  // Same construction as torch.nn.parallel.DistributedDataParallel 1.13:
+  // buckets computed in parameter order then reversed, because backward
+  // produces gradients roughly in reverse order.
+  auto [indices, limits] = c10d::compute_bucket_assignment_by_size(
+      impl_->params, {first_cap, cap}, sparse);
+  std::reverse(indices.begin(), indices.end());
+  std::reverse(limits.begin(), limits.end());
+  impl_->reducer = std::make_unique<c10d::Reducer>(
+      impl_->params, std::move(indices), std::move(limits), pg, sparse,
+      static_cast<int64_t>(cap), options_.find_unused_parameters,
+      /*gradient_as_bucket_view=*/false,
+      std::unordered_map<size_t, std::string>{},
+      static_cast<int64_t>(first_cap));
+}
+
+DistributedDataParallel::~DistributedDataParallel() = default;
+
+void DistributedDataParallel::BroadcastState() {
+  auto pg = world_.process_group();
+  if (!pg) return;
+  std::vector<at::Tensor> tensors;
+  {
+    at::NoGradGuard no_grad;
+    for (auto& p : module_->parameters()) tensors.push_back(p.detach());
+    for (auto& b : impl_->buffers) tensors.push_back(b.detach());
+  }
+  if (tensors.empty()) return;
+  try {
+    c10d::broadcast_coalesced(pg, tensors, kBroadcastBucketBytes, 0);
+  } catch (const std::exception& e) {
+    throw CollectiveError(std::string("DDP broadcast of rank 0's state: ") +
+                          e.what());
+  }
+}
+
+void DistributedDataParallel::Backward(const at::Tensor& loss) {
+  Backward(loss, at::Tensor());
+}
+
+void DistributedDataParallel::Backward(const at::Tensor& output,
+                                       const at::Tensor& grad) {
+  auto& reducer = impl_->reducer;
+  if (!reducer) {
+    output.backward(grad);
+    return;
+  }
+  try {
+    reducer->rebuild_buckets();  // no-op except once, after step 1
+    if (sync_enabled_) {
+      reducer->prepare_for_forward();
+      reducer->prepare_for_backward(options_.find_unused_parameters
+                                        ? std::vector<at::Tensor>{output}
+                                        : std::vector<at::Tensor>{});
+    }
+    output.backward(grad);
+  } catch (const WorkerError&) {
+    throw;
+  } catch (const c10::Error& e) {
+    std::string msg = e.what_without_backtrace();
+    // Reducer usage errors (unused parameters without
+    // find_unused_parameters) are bugs of the caller, not restartable.
+    if (msg.find("Expected to have finished reduction") != std::string::npos) {
+      throw WorkerError("DDP: " + msg);
+    }
+    throw CollectiveError("DDP gradient all-reduce failed on rank " +
+                          std::to_string(world_.rank()) + ": " + msg);
+  }
+  if (sync_enabled_ && options_.broadcast_buffers && !impl_->buffers.empty()) {
+    std::vector<at::Tensor> bufs;
+    for (auto& b : impl_->buffers) bufs.push_back(b.detach());
+    try {
+      c10d::broadcast_coalesced(world_.process_group(), bufs,
+                                kBroadcastBucketBytes, 0);
+    } catch (const std::exception& e) {
+      throw CollectiveError(std::string("DDP buffer broadcast: ") + e.what());
+    }
+  }
+}
+
+std::vector<size_t> DistributedDataParallel::bucket_bytes() const {
+  std::vector<size_t> out;
+  if (!impl_->reducer) return out;
+  for (auto& b :
+       impl_->reducer->get_grad_buckets(/*return_zero_tensors=*/true)) {
+    out.push_back(b.getBuffer().nbytes());
+  }
+  return out;
+}
+
+DistributedDataParallel::NoSyncScope::NoSyncScope(DistributedDataParallel* ddp)
+    : ddp_(ddp), previous_(ddp->sync_enabled_) {
+  ddp_->sync_enabled_ = false;
+}
+
+DistributedDataParallel::NoSyncScope::~NoSyncScope() {
+  ddp_->sync_enabled_ = previous_;
+}
+
+}  // namespace ddprun::worker
