@@ -1,0 +1,516 @@
+#include "rendezvous/grpc_rendezvous_client.h"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/logging.h"
+#include "ddprun/v1/rendezvous.grpc.pb.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+namespace v1 = ::ddprun::rendezvous::v1;
+using agent::RendezvousEvent;
+using agent::RendezvousEventType;
+using SteadyClock = std::chrono::steady_clock;
+
+Status FromGrpc(const grpc::Status& s, const std::string& endpoint) {
+  if (s.ok()) return Status::Ok();
+  return Status(static_cast<StatusCode>(s.error_code()),
+                "rendezvous " + endpoint + ": " + s.error_message());
+}
+
+std::chrono::system_clock::time_point ToSystem(Clock::TimePoint deadline) {
+  return std::chrono::system_clock::now() +
+         std::chrono::duration_cast<std::chrono::system_clock::duration>(
+             deadline - SteadyClock::now());
+}
+
+// Splits "host:port" / "[v6]:port".
+bool SplitHostPort(const std::string& endpoint, std::string* host,
+                   std::string* port) {
+  const size_t colon = endpoint.rfind(':');
+  if (colon == std::string::npos || colon + 1 == endpoint.size()) return false;
+  *host = endpoint.substr(0, colon);
+  *port = endpoint.substr(colon + 1);
+  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
+    *host = host->substr(1, host->size() - 2);
+  }
+  return !host->empty();
+}
+
+std::string SockaddrIp(const sockaddr_storage& ss) {
+  char buf[NI_MAXHOST];
+  if (getnameinfo(reinterpret_cast<const sockaddr*>(&ss), sizeof(ss), buf,
+                  sizeof(buf), nullptr, 0, NI_NUMERICHOST) != 0) {
+    return "";
+  }
+  return buf;
+}
+
+// The local IP this host uses to reach `endpoint`: routable by construction
+// (never an FQDN that may not resolve). Empty if it cannot be determined.
+std::string RouteSourceIp(const std::string& endpoint) {
+  std::string host, port;
+  if (!SplitHostPort(endpoint, &host, &port)) return "";
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0) return "";
+  std::string ip;
+  for (addrinfo* ai = res; ai != nullptr && ip.empty(); ai = ai->ai_next) {
+    const int fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      ip = SockaddrIp(local);
+    }
+    close(fd);
+  }
+  freeaddrinfo(res);
+  return ip;
+}
+
+// A TCP port free on `addr` right now (bound, read back, released).
+StatusOr<int> FreePort(const std::string& addr) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  const char* node = addr.empty() ? nullptr : addr.c_str();
+  if (getaddrinfo(node, "0", &hints, &res) != 0 || res == nullptr) {
+    // An unresolvable --local_addr: any local port will do for the check.
+    if (getaddrinfo(nullptr, "0", &hints, &res) != 0 || res == nullptr) {
+      return UnavailableError("cannot resolve a local address to probe ports");
+    }
+  }
+  int port = 0;
+  for (addrinfo* ai = res; ai != nullptr && port == 0; ai = ai->ai_next) {
+    const int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+      port = ss.ss_family == AF_INET6
+                 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
+                 : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+    }
+    close(fd);
+  }
+  freeaddrinfo(res);
+  if (port == 0) return UnavailableError("no free TCP port for MASTER_PORT");
+  return port;
+}
+
+bool Retryable(grpc::StatusCode code) {
+  return code == grpc::StatusCode::UNAVAILABLE;
+}
+
+class GrpcRendezvousClient final : public agent::RendezvousClient {
+ public:
+  GrpcRendezvousClient(const GrpcClientOptions& options,
+                       std::shared_ptr<grpc::Channel> channel)
+      : options_(options), stub_(v1::Rendezvous::NewStub(channel)) {
+    std::random_device rd;
+    while (instance_ == 0) {
+      instance_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+    }
+  }
+
+  ~GrpcRendezvousClient() override { StopHeartbeats(); }
+
+  std::string Backend() const override { return "grpc"; }
+
+  StatusOr<agent::RendezvousResult> Join(const agent::JoinRequest& request,
+                                         Clock::TimePoint deadline) override;
+
+  void SetEventHandler(EventHandler handler) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    handler_ = std::move(handler);
+  }
+
+  StatusOr<bool> ReportFailure(int64_t round,
+                               const std::string& reason) override;
+  Status ReportSuccess(int64_t round, Clock::Duration barrier_timeout) override;
+  void Leave() override;
+
+ private:
+  // Makes a call, retrying while the server is unreachable (restarting)
+  // with backoff 100 ms .. 2 s until `deadline`.
+  template <typename Call>
+  grpc::Status CallWithRetry(Clock::TimePoint deadline, Call&& call);
+  void PrepareContext(grpc::ClientContext* ctx) const;
+  void StartHeartbeats();
+  void StopHeartbeats();
+  void HeartbeatLoop();
+  void Emit(RendezvousEventType type, const std::string& reason);
+
+  const GrpcClientOptions options_;
+  std::unique_ptr<v1::Rendezvous::Stub> stub_;
+  uint64_t instance_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  EventHandler handler_;
+  // What Join and Heartbeat send; set by the first Join.
+  v1::JobConfig config_;
+  v1::NodeInfo node_;
+  std::string rdzv_id_;
+  v1::Assignment last_;      // the last round this node got
+  bool running_ = false;     // workers of last_ run: events are wanted
+  bool event_sent_ = false;  // one event per round is enough
+  grpc::ClientContext* active_ = nullptr;  // in-flight Join, for Leave()
+  bool stop_ = false;
+  std::thread heartbeat_;
+};
+
+void GrpcRendezvousClient::PrepareContext(grpc::ClientContext* ctx) const {
+  if (!options_.token.empty()) {
+    ctx->AddMetadata("x-ddprun-token", options_.token);
+  }
+}
+
+template <typename Call>
+grpc::Status GrpcRendezvousClient::CallWithRetry(Clock::TimePoint deadline,
+                                                 Call&& call) {
+  auto backoff = std::chrono::milliseconds(100);
+  while (true) {
+    grpc::Status s = call();
+    if (!Retryable(s.error_code()) || SteadyClock::now() >= deadline) {
+      return s;
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stop_) return s;
+    cv_.wait_until(lock, std::min(deadline, SteadyClock::now() + backoff),
+                   [this] { return stop_; });
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
+  }
+}
+
+StatusOr<agent::RendezvousResult> GrpcRendezvousClient::Join(
+    const agent::JoinRequest& request, Clock::TimePoint deadline) {
+  v1::JoinRequest req;
+  req.set_rdzv_id(request.run_id);
+  v1::JobConfig* c = req.mutable_config();
+  c->set_min_nodes(request.min_nodes);
+  c->set_max_nodes(request.max_nodes);
+  c->set_max_restarts(request.max_restarts);
+  c->set_join_timeout_ms(options_.join_timeout.count());
+  c->set_last_call_timeout_ms(options_.last_call_timeout.count());
+  c->set_heartbeat_timeout_ms(options_.heartbeat_timeout.count());
+  v1::NodeInfo* n = req.mutable_node();
+  n->set_node_id(request.node_id);
+  n->set_instance(instance_);
+  n->set_role(request.role);
+  n->set_local_world_size(request.local_world_size);
+  n->set_node_rank_hint(request.node_rank_hint);
+  std::string addr = request.local_addr;
+  if (addr.empty()) addr = RouteSourceIp(options_.endpoint);
+  if (addr.empty()) addr = "127.0.0.1";
+  n->set_addr(addr);
+  DDP_ASSIGN_OR_RETURN(int port, FreePort(addr));
+  n->set_master_port(port);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return CancelledError("rendezvous client left the job");
+    *req.mutable_previous() = last_;
+    rdzv_id_ = req.rdzv_id();
+    config_ = req.config();
+    node_ = req.node();
+    running_ = false;
+  }
+  StartHeartbeats();
+
+  v1::JoinResponse resp;
+  grpc::Status s = CallWithRetry(deadline, [&] {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx);
+    ctx.set_deadline(ToSystem(deadline));
+    ctx.set_wait_for_ready(true);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) return grpc::Status(grpc::StatusCode::CANCELLED, "left");
+      active_ = &ctx;
+    }
+    grpc::Status st = stub_->Join(&ctx, req, &resp);
+    std::lock_guard<std::mutex> lock(mu_);
+    active_ = nullptr;
+    return st;
+  });
+  if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+      SteadyClock::now() >= deadline) {
+    return DeadlineExceededError("rendezvous " + options_.endpoint +
+                                 ": round did not complete before the "
+                                 "deadline (" +
+                                 s.error_message() + ")");
+  }
+  if (!s.ok()) return FromGrpc(s, options_.endpoint);
+
+  const v1::Assignment& a = resp.assignment();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_ = a;
+    running_ = true;
+    event_sent_ = false;
+  }
+  agent::RendezvousResult r;
+  r.round = a.round();
+  r.group_rank = a.group_rank();
+  r.group_world_size = a.group_world_size();
+  r.rank_offset = a.rank_offset();
+  r.world_size = a.world_size();
+  r.role_rank_offset = a.role_rank_offset();
+  r.role_world_size = a.role_world_size();
+  r.master_addr = a.master_addr();
+  r.master_port = a.master_port();
+  r.restart_count = a.restart_count();
+  return r;
+}
+
+StatusOr<bool> GrpcRendezvousClient::ReportFailure(int64_t round,
+                                                   const std::string& reason) {
+  v1::ReportFailureRequest req;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    req.set_rdzv_id(rdzv_id_);
+    req.set_node_id(node_.node_id());
+    running_ = false;  // the agent restarts or stops on its own now
+  }
+  req.set_instance(instance_);
+  req.set_round(round);
+  req.set_reason(reason.substr(0, 4096));
+  const Clock::TimePoint deadline = SteadyClock::now() + options_.rpc_timeout;
+  v1::ReportFailureResponse resp;
+  grpc::Status s = CallWithRetry(deadline, [&] {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx);
+    ctx.set_deadline(ToSystem(deadline));
+    ctx.set_wait_for_ready(true);
+    return stub_->ReportFailure(&ctx, req, &resp);
+  });
+  if (!s.ok()) return FromGrpc(s, options_.endpoint);
+  return resp.will_restart();
+}
+
+Status GrpcRendezvousClient::ReportSuccess(int64_t round,
+                                           Clock::Duration barrier_timeout) {
+  v1::ReportSuccessRequest req;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    req.set_rdzv_id(rdzv_id_);
+    req.set_node_id(node_.node_id());
+    running_ = false;
+  }
+  req.set_instance(instance_);
+  req.set_round(round);
+  const Clock::TimePoint deadline = SteadyClock::now() + barrier_timeout;
+  v1::ReportSuccessResponse resp;
+  grpc::Status s = CallWithRetry(deadline, [&] {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx);
+    ctx.set_deadline(ToSystem(deadline));
+    ctx.set_wait_for_ready(true);
+    return stub_->ReportSuccess(&ctx, req, &resp);
+  });
+  if (s.ok()) {
+    StopHeartbeats();
+    return Status::Ok();
+  }
+  if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return DeadlineExceededError(
+        "exit barrier: not every node finished within " +
+        std::to_string(
+            std::chrono::duration_cast<std::chrono::seconds>(barrier_timeout)
+                .count()) +
+        " s");
+  }
+  return FromGrpc(s, options_.endpoint);
+}
+
+void GrpcRendezvousClient::Leave() {
+  v1::LeaveRequest req;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (active_ != nullptr) active_->TryCancel();
+    if (rdzv_id_.empty()) {
+      stop_ = true;
+      cv_.notify_all();
+      return;
+    }
+    req.set_rdzv_id(rdzv_id_);
+    req.set_node_id(node_.node_id());
+  }
+  StopHeartbeats();
+  req.set_instance(instance_);
+  req.set_reason("agent stopping");
+  grpc::ClientContext ctx;
+  PrepareContext(&ctx);
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::min<std::chrono::milliseconds>(
+                       options_.rpc_timeout, std::chrono::seconds(2)));
+  v1::LeaveResponse resp;
+  grpc::Status s = stub_->Leave(&ctx, req, &resp);
+  if (!s.ok()) {
+    DDP_LOG(WARNING) << "rendezvous leave: "
+                     << FromGrpc(s, options_.endpoint).message();
+  }
+}
+
+void GrpcRendezvousClient::StartHeartbeats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (heartbeat_.joinable() || stop_) return;
+  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+}
+
+void GrpcRendezvousClient::StopHeartbeats() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    if (active_ != nullptr) active_->TryCancel();
+  }
+  cv_.notify_all();
+  if (heartbeat_.joinable() &&
+      heartbeat_.get_id() != std::this_thread::get_id()) {
+    heartbeat_.join();
+  }
+}
+
+void GrpcRendezvousClient::Emit(RendezvousEventType type,
+                                const std::string& reason) {
+  EventHandler handler;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!running_ || event_sent_) return;
+    event_sent_ = true;
+    handler = handler_;
+  }
+  if (handler) handler(RendezvousEvent{type, reason});
+}
+
+void GrpcRendezvousClient::HeartbeatLoop() {
+  SteadyClock::time_point last_ok = SteadyClock::now();
+  bool warned = false;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    cv_.wait_for(lock, options_.heartbeat_interval, [this] { return stop_; });
+    if (stop_) break;
+    v1::HeartbeatRequest req;
+    req.set_rdzv_id(rdzv_id_);
+    *req.mutable_config() = config_;
+    *req.mutable_node() = node_;
+    if (running_) *req.mutable_current() = last_;
+    lock.unlock();
+
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx);
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::max<std::chrono::milliseconds>(
+                         options_.heartbeat_interval, std::chrono::seconds(1)));
+    v1::HeartbeatResponse resp;
+    grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
+    if (s.ok()) {
+      last_ok = SteadyClock::now();
+      warned = false;
+      using A = v1::HeartbeatResponse;
+      switch (resp.action()) {
+        case A::ACTION_REJOIN:
+          Emit(RendezvousEventType::kMembershipChanged, resp.reason());
+          break;
+        case A::ACTION_RESTART:
+          Emit(RendezvousEventType::kRestartRequested, resp.reason());
+          break;
+        case A::ACTION_JOB_FAILED:
+          Emit(RendezvousEventType::kJobFailed, resp.reason());
+          break;
+        default:
+          break;
+      }
+    } else if (Retryable(s.error_code()) ||
+               s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      if (SteadyClock::now() - last_ok > options_.connection_lost_timeout) {
+        Emit(
+            RendezvousEventType::kConnectionLost,
+            "rendezvous " + options_.endpoint + " unreachable for " +
+                std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                   SteadyClock::now() - last_ok)
+                                   .count()) +
+                " s: " + s.error_message());
+      }
+    } else if (!warned) {
+      // A refused heartbeat (token, config, identity) will not fix itself.
+      warned = true;
+      DDP_LOG(ERROR) << FromGrpc(s, options_.endpoint).message();
+      Emit(RendezvousEventType::kJobFailed,
+           FromGrpc(s, options_.endpoint).message());
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace
+
+Status ApplyRdzvConf(const std::map<std::string, std::string>& conf,
+                     GrpcClientOptions* options) {
+  const std::pair<const char*, std::chrono::milliseconds*> keys[] = {
+      {"join_timeout", &options->join_timeout},
+      {"last_call_timeout", &options->last_call_timeout},
+      {"heartbeat_interval", &options->heartbeat_interval},
+      {"heartbeat_timeout", &options->heartbeat_timeout},
+      {"connection_lost_timeout", &options->connection_lost_timeout},
+  };
+  for (const auto& [key, field] : keys) {
+    auto it = conf.find(key);
+    if (it == conf.end()) continue;
+    char* end = nullptr;
+    const double seconds = std::strtod(it->second.c_str(), &end);
+    if (it->second.empty() || *end != '\0' || !(seconds > 0) || seconds > 1e6) {
+      return InvalidArgumentError("rdzv_conf " + std::string(key) + "=" +
+                                  it->second +
+                                  ": expected a positive number of seconds");
+    }
+    *field = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<agent::RendezvousClient>> CreateGrpcRendezvousClient(
+    const GrpcClientOptions& options) {
+  std::string host, port;
+  if (!SplitHostPort(options.endpoint, &host, &port)) {
+    return InvalidArgumentError("rendezvous endpoint '" + options.endpoint +
+                                "' is not HOST:PORT");
+  }
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  if (!options.tls_ca_pem.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = options.tls_ca_pem;
+    ssl.pem_cert_chain = options.tls_cert_pem;
+    ssl.pem_private_key = options.tls_key_pem;
+    creds = grpc::SslCredentials(ssl);
+  } else {
+    creds = grpc::InsecureChannelCredentials();
+  }
+  grpc::ChannelArguments args;
+  // A restarted server must be found again within about a second.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  auto channel = grpc::CreateCustomChannel(options.endpoint, creds, args);
+  return std::unique_ptr<agent::RendezvousClient>(
+      new GrpcRendezvousClient(options, std::move(channel)));
+}
+
+}  // namespace ddprun::rendezvous

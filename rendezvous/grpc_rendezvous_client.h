@@ -1,0 +1,57 @@
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "agent/rendezvous_client.h"
+#include "common/status.h"
+#include "common/status_or.h"
+
+namespace ddprun::rendezvous {
+
+// How an agent reaches the rendezvous server, and the job timeouts it asks
+// for (sent in every Join/Heartbeat; the job's creator's values apply).
+struct GrpcClientOptions {
+  // "host:port" of the server (--rdzv_endpoint). Required.
+  std::string endpoint;
+  // Value for the x-ddprun-token metadata; empty = none.
+  std::string token;
+  // TLS (PEM contents): tls_ca_pem set = TLS on, verifying the server with
+  // it; tls_cert_pem + tls_key_pem add a client certificate.
+  std::string tls_ca_pem;
+  std::string tls_cert_pem;
+  std::string tls_key_pem;
+  // rdzv_conf heartbeat_interval: period of Heartbeat calls.
+  std::chrono::milliseconds heartbeat_interval{1000};
+  // rdzv_conf heartbeat_timeout: silence after which the server drops us.
+  std::chrono::milliseconds heartbeat_timeout{3000};
+  // rdzv_conf join_timeout: a round below min_nodes this long fails the job.
+  std::chrono::milliseconds join_timeout{600000};
+  // rdzv_conf last_call_timeout: a first round waits this long for more
+  // nodes after reaching min_nodes.
+  std::chrono::milliseconds last_call_timeout{10000};
+  // rdzv_conf connection_lost_timeout: while workers run, the server may be
+  // unreachable this long (it restarts, agents re-register) before the
+  // agent gets kConnectionLost.
+  std::chrono::milliseconds connection_lost_timeout{60000};
+  // Deadline of ReportFailure and Leave calls.
+  std::chrono::milliseconds rpc_timeout{10000};
+};
+
+// Applies rdzv_conf keys (values in seconds, fractions allowed):
+// join_timeout, last_call_timeout, heartbeat_interval, heartbeat_timeout,
+// connection_lost_timeout. Other keys are left to the caller (is_host...).
+// INVALID_ARGUMENT for a value that is not a positive number.
+Status ApplyRdzvConf(const std::map<std::string, std::string>& conf,
+                     GrpcClientOptions* options);
+
+// The agent's RendezvousClient over gRPC ("grpc" backend). Joins retry with
+// backoff while the server is unreachable (server restart), heartbeats run
+// on an own thread from the first Join until ReportSuccess/Leave, and
+// re-register the running round with a restarted server.
+StatusOr<std::unique_ptr<agent::RendezvousClient>> CreateGrpcRendezvousClient(
+    const GrpcClientOptions& options);
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,553 @@
+// The rendezvous state machine, driven by a FakeClock: no gRPC, no sleeps.
+// The first cases mirror the rows of torch's c10d join table
+// (_RendezvousJoinOp, reference/torchrun-contract.md section 3).
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <string>
+
+#include "common/clock.h"
+#include "rendezvous/rendezvous_state.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using Action = v1::HeartbeatResponse;
+
+// One simulated agent per node id; records the answers to its parked calls.
+class Harness {
+ public:
+  explicit Harness(int min, int max, int max_restarts = 0) : state_(&clock_) {
+    config_.set_min_nodes(min);
+    config_.set_max_nodes(max);
+    config_.set_max_restarts(max_restarts);
+    config_.set_join_timeout_ms(60000);
+    config_.set_last_call_timeout_ms(5000);
+    config_.set_heartbeat_timeout_ms(3000);
+  }
+
+  v1::JoinRequest Request(const std::string& node, int lws = 1, int hint = -1,
+                          const std::string& role = "default") {
+    v1::JoinRequest r;
+    r.set_rdzv_id("job");
+    *r.mutable_config() = config_;
+    v1::NodeInfo* n = r.mutable_node();
+    n->set_node_id(node);
+    n->set_instance(Instance(node));
+    n->set_role(role);
+    n->set_local_world_size(lws);
+    n->set_node_rank_hint(hint);
+    n->set_addr("10.0.0." + std::to_string(Instance(node)));
+    n->set_master_port(29500 + static_cast<int>(Instance(node)));
+    *r.mutable_previous() = assignments_[node];
+    return r;
+  }
+
+  // Joins and returns the waiter id; the answer lands in Answer(node).
+  Status Join(const v1::JoinRequest& r) {
+    const WaiterId w = next_waiter_++;
+    waiter_node_[w] = r.node().node_id();
+    Status s = state_.Join(r, w);
+    Collect();
+    return s;
+  }
+  Status Join(const std::string& node, int lws = 1, int hint = -1) {
+    return Join(Request(node, lws, hint));
+  }
+
+  v1::HeartbeatResponse Heartbeat(const std::string& node) {
+    v1::HeartbeatRequest r;
+    r.set_rdzv_id("job");
+    *r.mutable_config() = config_;
+    *r.mutable_node() = Request(node).node();
+    *r.mutable_current() = assignments_[node];
+    auto reply = state_.Heartbeat(r);
+    REQUIRE(reply.ok());
+    Collect();
+    return *reply;
+  }
+
+  StatusOr<v1::ReportFailureResponse> Fail(const std::string& node) {
+    v1::ReportFailureRequest r;
+    r.set_rdzv_id("job");
+    r.set_node_id(node);
+    r.set_instance(Instance(node));
+    r.set_round(assignments_[node].round());
+    r.set_reason("exit code 1");
+    auto reply = state_.ReportFailure(r);
+    Collect();
+    return reply;
+  }
+
+  Status Succeed(const std::string& node) {
+    v1::ReportSuccessRequest r;
+    r.set_rdzv_id("job");
+    r.set_node_id(node);
+    r.set_instance(Instance(node));
+    r.set_round(assignments_[node].round());
+    const WaiterId w = next_waiter_++;
+    waiter_node_[w] = node + "/success";
+    Status s = state_.ReportSuccess(r, w);
+    Collect();
+    return s;
+  }
+
+  void Advance(Clock::Duration d) {
+    clock_.Advance(d);
+    state_.Tick();
+    Collect();
+  }
+
+  // The answer to the node's last parked call, if any arrived.
+  bool Answered(const std::string& key) const {
+    return answers_.count(key) != 0;
+  }
+  const Outcome& Answer(const std::string& key) const {
+    return answers_.at(key);
+  }
+  void ForgetAnswers() { answers_.clear(); }
+  const v1::Assignment& Of(const std::string& node) {
+    return assignments_[node];
+  }
+  v1::JobStatus Job() {
+    auto s = state_.GetStatus("job");
+    REQUIRE(s.ok());
+    return s->jobs(0);
+  }
+
+  FakeClock clock_;
+  RendezvousState state_;
+  v1::JobConfig config_;
+
+ private:
+  static uint64_t Instance(const std::string& node) {
+    return std::hash<std::string>()(node) % 200 + 1;
+  }
+  void Collect() {
+    for (Outcome& o : state_.TakeOutcomes()) {
+      const std::string& key = waiter_node_.at(o.waiter);
+      if (o.status.ok() && o.assignment.round() > 0) {
+        assignments_[key] = o.assignment;
+      }
+      answers_[key] = o;
+    }
+  }
+
+  WaiterId next_waiter_ = 1;
+  std::map<WaiterId, std::string> waiter_node_;
+  std::map<std::string, Outcome> answers_;
+  std::map<std::string, v1::Assignment> assignments_;
+};
+
+TEST_CASE("RendezvousState: complete at max at once", "[rendezvous]") {
+  Harness h(2, 3);
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Join("b").ok());
+  CHECK_FALSE(h.Answered("a"));
+  REQUIRE(h.Join("c").ok());
+  for (const char* n : {"a", "b", "c"}) {
+    REQUIRE(h.Answered(n));
+    CHECK(h.Answer(n).status.ok());
+    CHECK(h.Of(n).round() == 1);
+    CHECK(h.Of(n).group_world_size() == 3);
+    CHECK(h.Of(n).world_size() == 3);
+  }
+  // Ranks are a permutation; lowest free in join order.
+  CHECK(h.Of("a").group_rank() == 0);
+  CHECK(h.Of("b").group_rank() == 1);
+  CHECK(h.Of("c").group_rank() == 2);
+  // MASTER_ADDR/PORT come from group rank 0's join request.
+  CHECK(h.Of("c").master_addr() == h.Request("a").node().addr());
+  CHECK(h.Of("c").master_port() ==
+        static_cast<int>(h.Request("a").node().master_port()));
+  CHECK(h.Job().state() == v1::JobStatus::STATE_RUNNING);
+}
+
+TEST_CASE("RendezvousState: complete at min after last call", "[rendezvous]") {
+  Harness h(2, 4);
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Join("b").ok());
+  h.Advance(milliseconds(4999));
+  CHECK_FALSE(h.Answered("a"));
+  CHECK(h.Job().state() == v1::JobStatus::STATE_OPEN);
+  REQUIRE(h.state_.NextDeadline().has_value());
+  h.Advance(milliseconds(1));
+  REQUIRE(h.Answered("a"));
+  CHECK(h.Of("a").group_world_size() == 2);
+  CHECK(h.Of("b").group_world_size() == 2);
+}
+
+TEST_CASE("RendezvousState: below min waits past last call", "[rendezvous]") {
+  Harness h(3, 4);
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Join("b").ok());
+  h.Advance(seconds(30));
+  CHECK_FALSE(h.Answered("a"));
+}
+
+TEST_CASE("RendezvousState: past the join deadline the job fails",
+          "[rendezvous]") {
+  Harness h(3, 3);
+  REQUIRE(h.Join("a").ok());
+  h.Advance(seconds(59));
+  CHECK_FALSE(h.Answered("a"));
+  h.Advance(seconds(1));
+  REQUIRE(h.Answered("a"));
+  CHECK(h.Answer("a").status.code() == StatusCode::kDeadlineExceeded);
+  CHECK_THAT(h.Answer("a").status.message(),
+             Catch::Contains("did not reach min_nodes=3"));
+  CHECK(h.Job().state() == v1::JobStatus::STATE_FAILED);
+  // A late node gets a clear error instead of hanging.
+  Status late = h.Join("b");
+  CHECK(late.code() == StatusCode::kFailedPrecondition);
+}
+
+TEST_CASE("RendezvousState: closed job refuses joins", "[rendezvous]") {
+  Harness h(1, 2);
+  v1::CloseRequest close;
+  close.set_rdzv_id("job");
+  CHECK(h.state_.Close(close).code() == StatusCode::kNotFound);
+  REQUIRE(h.Join("a").ok());
+  close.set_succeeded(false);
+  close.set_reason("operator stop");
+  REQUIRE(h.state_.Close(close).ok());
+  h.Advance(Clock::Duration::zero());  // collects the answers
+  REQUIRE(h.Answered("a"));
+  CHECK(h.Answer("a").status.code() == StatusCode::kAborted);
+  Status s = h.Join("b");
+  CHECK(s.code() == StatusCode::kFailedPrecondition);
+  CHECK_THAT(s.message(), Catch::Contains("closed"));
+  CHECK(h.Heartbeat("a").action() == Action::ACTION_JOB_FAILED);
+}
+
+TEST_CASE("RendezvousState: complete and participant gets its assignment",
+          "[rendezvous]") {
+  Harness h(2, 2);
+  REQUIRE(h.Join("a").ok());
+  v1::JoinRequest retry = h.Request("b");  // previous: none
+  REQUIRE(h.Join("b").ok());
+  const v1::Assignment first = h.Of("b");
+  h.ForgetAnswers();
+  // The answer was lost; the same Join again returns the same assignment.
+  REQUIRE(h.Join(retry).ok());
+  REQUIRE(h.Answered("b"));
+  CHECK(h.Answer("b").assignment.SerializeAsString() ==
+        first.SerializeAsString());
+  CHECK(h.Heartbeat("a").action() == Action::ACTION_CONTINUE);
+}
+
+TEST_CASE("RendezvousState: complete and full parks a spare", "[rendezvous]") {
+  Harness h(1, 2);
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Join("b").ok());
+  REQUIRE(h.Join("c").ok());
+  CHECK_FALSE(h.Answered("c"));
+  // The running round is full: nobody is asked to restart.
+  auto hb = h.Heartbeat("a");
+  CHECK(hb.action() == Action::ACTION_CONTINUE);
+  CHECK(hb.nodes_waiting() == 1);
+  // When a node is lost, the spare takes its place in the next round.
+  h.Advance(seconds(2));
+  h.Heartbeat("a");
+  h.Advance(milliseconds(1500));  // b silent for 3.5 s
+  auto after = h.Heartbeat("a");
+  CHECK(after.action() == Action::ACTION_REJOIN);
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Answered("c"));
+  CHECK(h.Of("c").round() == 2);
+  CHECK(h.Of("c").group_world_size() == 2);
+  CHECK(h.Of("a").group_rank() == 0);  // returning node keeps its rank
+  CHECK(h.Of("c").group_rank() == 1);
+}
+
+TEST_CASE("RendezvousState: late joiner scales up without spending budget",
+          "[rendezvous]") {
+  Harness h(1, 3, /*max_restarts=*/0);
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Join("b").ok());
+  h.Advance(seconds(5));
+  REQUIRE(h.Of("a").group_world_size() == 2);
+  h.ForgetAnswers();
+  REQUIRE(h.Join("c").ok());
+  CHECK_FALSE(h.Answered("c"));
+  auto hb = h.Heartbeat("a");
+  CHECK(hb.action() == Action::ACTION_REJOIN);
+  CHECK_THAT(hb.reason(), Catch::Contains("'c' is waiting"));
+  CHECK(h.Heartbeat("b").action() == Action::ACTION_REJOIN);
+  REQUIRE(h.Join("b").ok());
+  CHECK_FALSE(h.Answered("b"));  // a is still expected
+  REQUIRE(h.Join("a").ok());     // all known nodes back: completes at once
+  for (const char* n : {"a", "b", "c"}) {
+    CHECK(h.Of(n).round() == 2);
+    CHECK(h.Of(n).group_world_size() == 3);
+    CHECK(h.Of(n).restart_count() == 0);
+  }
+  CHECK(h.Of("a").group_rank() == 0);
+  CHECK(h.Of("b").group_rank() == 1);
+  CHECK(h.Of("c").group_rank() == 2);
+}
+
+TEST_CASE("RendezvousState: node loss re-forms a smaller round",
+          "[rendezvous]") {
+  Harness h(2, 3);
+  for (const char* n : {"a", "b", "c"}) REQUIRE(h.Join(n).ok());
+  h.Advance(seconds(1));
+  h.Heartbeat("a");
+  h.Heartbeat("c");
+  h.Advance(seconds(1));
+  h.Heartbeat("a");
+  h.Heartbeat("c");
+  CHECK(h.Job().state() == v1::JobStatus::STATE_RUNNING);
+  h.Advance(milliseconds(1001));  // b silent for 3.001 s
+  CHECK(h.Job().state() == v1::JobStatus::STATE_OPEN);
+  auto hb = h.Heartbeat("a");
+  CHECK(hb.action() == Action::ACTION_REJOIN);
+  CHECK_THAT(hb.reason(),
+             Catch::Contains("'b'") && Catch::Contains("no heartbeat"));
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Join("c").ok());
+  CHECK(h.Of("a").round() == 2);
+  CHECK(h.Of("a").group_world_size() == 2);
+  // The dropped node, if it was only partitioned, is told to re-join.
+  CHECK(h.Heartbeat("b").action() == Action::ACTION_REJOIN);
+}
+
+TEST_CASE("RendezvousState: restart budget is job-global", "[rendezvous]") {
+  Harness h(2, 2, /*max_restarts=*/1);
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Join("b").ok());
+  auto first = h.Fail("a");
+  REQUIRE(first.ok());
+  CHECK(first->will_restart());
+  CHECK(first->restart_count() == 1);
+  // b's workers fail in the same round: the budget is not spent twice.
+  auto same_round = h.Fail("b");
+  REQUIRE(same_round.ok());
+  CHECK(same_round->will_restart());
+  CHECK(same_round->restart_count() == 1);
+  CHECK(h.Heartbeat("b").action() == Action::ACTION_RESTART);
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Join("b").ok());
+  // TORCHELASTIC_RESTART_COUNT is the same on every node.
+  CHECK(h.Of("a").restart_count() == 1);
+  CHECK(h.Of("b").restart_count() == 1);
+  auto exhausted = h.Fail("b");
+  REQUIRE(exhausted.ok());
+  CHECK_FALSE(exhausted->will_restart());
+  auto hb = h.Heartbeat("a");
+  CHECK(hb.action() == Action::ACTION_JOB_FAILED);
+  CHECK_THAT(hb.reason(), Catch::Contains("restart budget exhausted"));
+}
+
+TEST_CASE("RendezvousState: exit barrier waits for every node",
+          "[rendezvous]") {
+  Harness h(2, 2);
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Join("b").ok());
+  REQUIRE(h.Succeed("a").ok());
+  CHECK_FALSE(h.Answered("a/success"));
+  for (int i = 0; i < 5; ++i) {  // a succeeded: no heartbeat needed any more
+    h.Advance(seconds(2));
+    h.Heartbeat("b");
+  }
+  CHECK_FALSE(h.Answered("a/success"));
+  REQUIRE(h.Succeed("b").ok());
+  REQUIRE(h.Answered("a/success"));
+  CHECK(h.Answer("a/success").status.ok());
+  CHECK(h.Answer("b/success").status.ok());
+  CHECK(h.Job().state() == v1::JobStatus::STATE_SUCCEEDED);
+}
+
+TEST_CASE("RendezvousState: node_rank hints honoured when unique",
+          "[rendezvous]") {
+  Harness h(3, 3);
+  REQUIRE(h.Join("a", 1, 2).ok());
+  REQUIRE(h.Join("b", 1, 0).ok());
+  REQUIRE(h.Join("c", 1, -1).ok());
+  CHECK(h.Of("a").group_rank() == 2);
+  CHECK(h.Of("b").group_rank() == 0);
+  CHECK(h.Of("c").group_rank() == 1);
+  CHECK(h.Of("a").master_addr() == h.Request("b").node().addr());
+
+  Harness dup(2, 2);
+  REQUIRE(dup.Join("x", 1, 1).ok());
+  REQUIRE(dup.Join("y", 1, 1).ok());  // same hint: neither is honoured
+  CHECK(dup.Of("x").group_rank() == 0);
+  CHECK(dup.Of("y").group_rank() == 1);
+}
+
+TEST_CASE("RendezvousState: rank offsets are prefix sums of nproc",
+          "[rendezvous]") {
+  Harness h(3, 3);
+  REQUIRE(h.Join(h.Request("a", 4, -1, "trainer")).ok());
+  REQUIRE(h.Join(h.Request("b", 2, -1, "reader")).ok());
+  REQUIRE(h.Join(h.Request("c", 8, -1, "trainer")).ok());
+  CHECK(h.Of("a").rank_offset() == 0);
+  CHECK(h.Of("b").rank_offset() == 4);
+  CHECK(h.Of("c").rank_offset() == 6);
+  for (const char* n : {"a", "b", "c"}) CHECK(h.Of(n).world_size() == 14);
+  CHECK(h.Of("a").role_rank_offset() == 0);
+  CHECK(h.Of("c").role_rank_offset() == 4);
+  CHECK(h.Of("a").role_world_size() == 12);
+  CHECK(h.Of("b").role_rank_offset() == 0);
+  CHECK(h.Of("b").role_world_size() == 2);
+}
+
+TEST_CASE("RendezvousState: config mismatch is refused without state change",
+          "[rendezvous]") {
+  Harness h(2, 4);
+  REQUIRE(h.Join("a").ok());
+  v1::JoinRequest other = h.Request("b");
+  other.mutable_config()->set_min_nodes(1);
+  Status s = h.Join(other);
+  CHECK(s.code() == StatusCode::kFailedPrecondition);
+  CHECK_THAT(s.message(), Catch::Contains("2:4") && Catch::Contains("1:4"));
+  CHECK(h.Job().nodes_size() == 1);
+}
+
+TEST_CASE("RendezvousState: node id used by another process is refused",
+          "[rendezvous]") {
+  Harness h(2, 2);
+  REQUIRE(h.Join("a").ok());
+  v1::JoinRequest imposter = h.Request("a");
+  imposter.mutable_node()->set_instance(9999);
+  Status s = h.Join(imposter);
+  CHECK(s.code() == StatusCode::kAlreadyExists);
+  CHECK(h.Job().nodes_size() == 1);
+  CHECK_FALSE(h.Answered("a"));
+}
+
+TEST_CASE("RendezvousState: bad input gets a clear error", "[rendezvous]") {
+  Harness h(1, 1);
+  v1::JoinRequest r = h.Request("a");
+  r.mutable_node()->set_local_world_size(0);
+  CHECK(h.Join(r).code() == StatusCode::kInvalidArgument);
+  r = h.Request("a");
+  r.set_rdzv_id("");
+  CHECK_THAT(h.Join(r).message(), Catch::Contains("rdzv_id is empty"));
+  r = h.Request("a");
+  r.mutable_config()->set_max_nodes(0);
+  CHECK(h.Join(r).code() == StatusCode::kInvalidArgument);
+  auto st = h.state_.GetStatus("nope");
+  CHECK(st.status().code() == StatusCode::kNotFound);
+  CHECK(h.state_.job_count() == 0);
+}
+
+TEST_CASE("RendezvousState: a cancelled joiner leaves the open round",
+          "[rendezvous]") {
+  Harness h(2, 2);
+  REQUIRE(h.Join("a").ok());  // waiter 1
+  h.state_.CancelWaiter(1);
+  REQUIRE(h.Join("b").ok());
+  CHECK_FALSE(h.Answered("b"));  // a is gone: b waits for a second node
+  CHECK(h.Job().nodes_size() == 1);
+}
+
+TEST_CASE("RendezvousState: leave invalidates the running round",
+          "[rendezvous]") {
+  Harness h(1, 2);
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Join("b").ok());
+  v1::LeaveRequest leave;
+  leave.set_rdzv_id("job");
+  leave.set_node_id("b");
+  leave.set_instance(h.Request("b").node().instance());
+  REQUIRE(h.state_.Leave(leave).ok());
+  CHECK(h.Heartbeat("a").action() == Action::ACTION_REJOIN);
+  REQUIRE(h.Join("a").ok());  // the only known node: completes at once
+  CHECK(h.Of("a").round() == 2);
+  CHECK(h.Of("a").group_world_size() == 1);
+}
+
+TEST_CASE(
+    "RendezvousState: a restarted server rebuilds the job from "
+    "heartbeats",
+    "[rendezvous]") {
+  Harness h(2, 2, /*max_restarts=*/3);
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Join("b").ok());
+  REQUIRE(h.Fail("a")->will_restart());
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Join("b").ok());
+  REQUIRE(h.Of("a").round() == 2);
+
+  // A fresh server (empty state) with the same agents.
+  Harness fresh(2, 2, 3);
+  v1::HeartbeatRequest hb;
+  hb.set_rdzv_id("job");
+  *hb.mutable_config() = h.config_;
+  for (const char* n : {"a", "b"}) {
+    *hb.mutable_node() = h.Request(n).node();
+    *hb.mutable_current() = h.Of(n);
+    auto reply = fresh.state_.Heartbeat(hb);
+    REQUIRE(reply.ok());
+    CHECK(reply->action() == Action::ACTION_CONTINUE);
+  }
+  v1::JobStatus job = fresh.Job();
+  CHECK(job.state() == v1::JobStatus::STATE_RUNNING);
+  CHECK(job.round() == 2);
+  CHECK(job.restart_count() == 1);
+  CHECK(job.nodes_size() == 2);
+  // The rebuilt job keeps working: the next failure spends the next unit.
+  v1::ReportFailureRequest fail;
+  fail.set_rdzv_id("job");
+  fail.set_node_id("b");
+  fail.set_instance(h.Request("b").node().instance());
+  fail.set_round(2);
+  auto r = fresh.state_.ReportFailure(fail);
+  REQUIRE(r.ok());
+  CHECK(r->restart_count() == 2);
+}
+
+TEST_CASE("RendezvousState: rebuild with a missing node re-forms the round",
+          "[rendezvous]") {
+  Harness h(1, 2);
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Join("b").ok());
+  REQUIRE(h.Of("a").group_world_size() == 2);
+  Harness fresh(1, 2);
+  v1::HeartbeatRequest hb;
+  hb.set_rdzv_id("job");
+  *hb.mutable_config() = h.config_;
+  *hb.mutable_node() = h.Request("a").node();
+  *hb.mutable_current() = h.Of("a");
+  REQUIRE(fresh.state_.Heartbeat(hb).ok());
+  fresh.Advance(seconds(2));
+  REQUIRE(fresh.state_.Heartbeat(hb).ok());
+  fresh.Advance(milliseconds(1001));  // b never re-registers
+  CHECK(fresh.Job().state() == v1::JobStatus::STATE_OPEN);
+  auto reply = fresh.state_.Heartbeat(hb);
+  REQUIRE(reply.ok());
+  CHECK(reply->action() == Action::ACTION_REJOIN);
+  CHECK_THAT(reply->reason(), Catch::Contains("only 1 of 2"));
+}
+
+TEST_CASE(
+    "RendezvousState: joins after a server restart continue the round "
+    "numbers",
+    "[rendezvous]") {
+  Harness fresh(1, 1);
+  v1::JoinRequest r = fresh.Request("a");
+  r.mutable_previous()->set_round(7);
+  r.mutable_previous()->set_restart_count(2);
+  REQUIRE(fresh.Join(r).ok());
+  CHECK(fresh.Of("a").round() == 8);
+  CHECK(fresh.Of("a").restart_count() == 2);
+}
+
+TEST_CASE("RendezvousState: jobs are independent", "[rendezvous]") {
+  Harness h(1, 1);
+  REQUIRE(h.Join("a").ok());
+  v1::JoinRequest other = h.Request("a");
+  other.set_rdzv_id("job2");
+  other.mutable_config()->set_max_nodes(5);  // a different job may differ
+  REQUIRE(h.Join(other).ok());
+  auto all = h.state_.GetStatus("");
+  REQUIRE(all.ok());
+  CHECK(all->jobs_size() == 2);
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
