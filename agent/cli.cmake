@@ -1,6 +1,7 @@
 # ddprun_agent_cli: torchrun's command line -> LaunchOptions. No process,
 # network or Torch dependencies, so main.cc and the tests link it alone.
 add_library(ddprun_agent_cli STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/cli_entrypoint.cc
   ${CMAKE_CURRENT_LIST_DIR}/cli_flags.cc
   ${CMAKE_CURRENT_LIST_DIR}/cli_help.cc
   ${CMAKE_CURRENT_LIST_DIR}/cli_parser.cc

@@ -1,11 +1,9 @@
 #include "agent/cli_parser.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cctype>
 #include <sstream>
 
+#include "agent/cli_entrypoint.h"
 #include "agent/cli_flags.h"
 #include "agent/cli_values.h"
 #include "agent/nproc_resolver.h"
@@ -214,56 +212,6 @@ Status CheckChoice(const Values& v, const std::string& dest,
   }
   return InvalidArgumentError(raw->source + ": invalid value '" + raw->text +
                               "' (choose from " + list + ")");
-}
-
-bool IsExecutableFile(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-         access(path.c_str(), X_OK) == 0;
-}
-
-// Checks that the entrypoint can be started, before any worker is.
-Status CheckEntrypoint(const LaunchOptions& o,
-                       const std::map<std::string, std::string>& env) {
-  struct stat st;
-  if (o.module) return Status::Ok();  // Python resolves module names.
-  if (o.run_path || !o.no_python) {
-    if (stat(o.entrypoint.c_str(), &st) != 0 || S_ISDIR(st.st_mode)) {
-      return InvalidArgumentError("entrypoint script '" + o.entrypoint +
-                                  "' not found");
-    }
-    return Status::Ok();
-  }
-  if (o.entrypoint.find('/') != std::string::npos) {
-    if (stat(o.entrypoint.c_str(), &st) != 0) {
-      return InvalidArgumentError("--no_python entrypoint '" + o.entrypoint +
-                                  "' not found");
-    }
-    if (!IsExecutableFile(o.entrypoint)) {
-      return InvalidArgumentError("--no_python entrypoint '" + o.entrypoint +
-                                  "' is not an executable file");
-    }
-    return Status::Ok();
-  }
-  auto path_it = env.find("PATH");
-  const std::string path =
-      path_it != env.end() ? path_it->second : "/usr/local/bin:/usr/bin:/bin";
-  bool found_not_executable = false;
-  std::string::size_type start = 0;
-  while (start <= path.size()) {
-    auto colon = path.find(':', start);
-    std::string dir = path.substr(start, colon - start);
-    if (dir.empty()) dir = ".";
-    const std::string candidate = dir + "/" + o.entrypoint;
-    if (IsExecutableFile(candidate)) return Status::Ok();
-    if (stat(candidate.c_str(), &st) == 0) found_not_executable = true;
-    if (colon == std::string::npos) break;
-    start = colon + 1;
-  }
-  return InvalidArgumentError("--no_python entrypoint '" + o.entrypoint + "' " +
-                              (found_not_executable
-                                   ? "is on PATH but not executable"
-                                   : "not found on PATH"));
 }
 
 // Flags that ddprun accepts for compatibility but does not act on.

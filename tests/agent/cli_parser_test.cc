@@ -638,6 +638,7 @@ TEST_CASE("CliParser: entrypoint checks", "[cli]") {
         "--no_python and -m/--module cannot be used together");
   // --run_path takes precedence over --no_python (a script is enough).
   CHECK(ParseOk({"--run_path", "--no_python", Script()}).run_path);
+  CHECK(Contains(ParseErr({"--run_path", "-m", "pkg.mod"}), "not found"));
 }
 
 TEST_CASE("CliParser: legacy torch.distributed.launch mode", "[cli]") {
