@@ -1,0 +1,437 @@
+// Runs the real ddprun binary on the small workers in data/ and checks what a
+// user would see: ranks and environment, restarts, exit codes, the failure
+// table, log files, signals, and that no worker survives the agent.
+
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+const std::string kBin = DDPRUN_BIN_DIR "/ddprun";
+const std::string kData = DDPRUN_SOURCE_DIR "/tests/agent/data";
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+// A temporary directory removed at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/ddprun_proc_test_XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() { (void)!system(("rm -rf " + path_).c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// ddprun started with stdout/stderr captured to files in `dir`.
+class Ddprun {
+ public:
+  Ddprun(const TempDir& dir, std::vector<std::string> args,
+         std::map<std::string, std::string> extra_env = {},
+         const std::string& exe = kBin)
+      : out_(dir.path() + "/ddprun.out"), err_(dir.path() + "/ddprun.err") {
+    extra_env["DDPRUN_TEST_OUT"] = dir.path();
+    pid_ = fork();
+    if (pid_ == 0) {
+      int out = open(out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      int err = open(err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(out, 1);
+      dup2(err, 2);
+      for (const auto& [k, v] : extra_env) setenv(k.c_str(), v.c_str(), 1);
+      std::vector<char*> argv;
+      argv.push_back(const_cast<char*>(exe.c_str()));
+      for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(exe.c_str(), argv.data());
+      _exit(127);
+    }
+  }
+  ~Ddprun() {
+    if (!reaped_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  // Exit code (128+N when killed by signal N); -1 when `timeout` passes.
+  int Wait(std::chrono::milliseconds timeout = 15s) {
+    auto deadline = Clock::now() + timeout;
+    while (Clock::now() < deadline) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        reaped_ = true;
+        return WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+                                   : WEXITSTATUS(status);
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    return -1;
+  }
+  pid_t pid() const { return pid_; }
+  std::string Stdout() const { return ReadFile(out_); }
+  std::string Stderr() const { return ReadFile(err_); }
+
+ private:
+  std::string out_, err_;
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+};
+
+// Waits until every file exists (deadline `timeout`).
+bool WaitForFiles(const std::vector<std::string>& paths,
+                  std::chrono::milliseconds timeout = 10s) {
+  auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    bool all = true;
+    for (const auto& p : paths) all = all && Exists(p);
+    if (all) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return false;
+}
+
+// True when the process is gone or a zombie (dead, not yet reaped by init).
+bool IsDead(int pid) {
+  std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  if (stat.empty()) return true;
+  size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() &&
+         (stat[paren + 2] == 'Z' || stat[paren + 2] == 'X');
+}
+
+bool WaitDead(const std::vector<int>& pids,
+              std::chrono::milliseconds timeout = 5s) {
+  auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    bool all = true;
+    for (int p : pids) all = all && IsDead(p);
+    if (all) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return false;
+}
+
+std::map<std::string, std::string> ParseEnv(const std::string& text) {
+  std::map<std::string, std::string> env;
+  std::stringstream ss(text);
+  for (std::string line; std::getline(ss, line);) {
+    size_t eq = line.find('=');
+    if (eq != std::string::npos) env[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return env;
+}
+
+std::vector<int> ReadPids(const TempDir& dir, int n) {
+  std::vector<int> pids;
+  for (int r = 0; r < n; ++r) {
+    pids.push_back(
+        std::atoi(ReadFile(dir.path() + "/pid_" + std::to_string(r)).c_str()));
+  }
+  return pids;
+}
+
+std::vector<std::string> PidFiles(const TempDir& dir, int n) {
+  std::vector<std::string> files;
+  for (int r = 0; r < n; ++r) {
+    files.push_back(dir.path() + "/pid_" + std::to_string(r));
+  }
+  return files;
+}
+
+}  // namespace
+
+TEST_CASE("ddprun: 4 workers get distinct ranks and torchrun's env",
+          "[agent][process]") {
+  TempDir dir;
+  Ddprun run(dir,
+             {"--standalone", "--nproc_per_node=4", "--no_python",
+              kData + "/env_dump.sh", "a", "--b"},
+             {{"OMP_NUM_THREADS", ""}});
+  REQUIRE(run.Wait() == 0);
+  std::set<std::string> ranks;
+  std::string port, run_id;
+  for (int r = 0; r < 4; ++r) {
+    auto env = ParseEnv(ReadFile(dir.path() + "/env_" + std::to_string(r)));
+    REQUIRE(env.count("RANK"));
+    ranks.insert(env["RANK"]);
+    CHECK(env["LOCAL_RANK"] == std::to_string(r));
+    CHECK(env["GROUP_RANK"] == "0");
+    CHECK(env["ROLE_RANK"] == std::to_string(r));
+    CHECK(env["ROLE_NAME"] == "default");
+    CHECK(env["WORLD_SIZE"] == "4");
+    CHECK(env["LOCAL_WORLD_SIZE"] == "4");
+    CHECK(env["ROLE_WORLD_SIZE"] == "4");
+    CHECK(env["GROUP_WORLD_SIZE"] == "1");
+    CHECK(env["MASTER_ADDR"] == "127.0.0.1");
+    CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "0");
+    CHECK(env["TORCHELASTIC_MAX_RESTARTS"] == "0");
+    CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "False");
+    CHECK(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");
+    CHECK(env["NCCL_ASYNC_ERROR_HANDLING"] == "1");
+    CHECK(env["TORCHELASTIC_ERROR_FILE"].find(
+              "/attempt_0/" + std::to_string(r) + "/error.json") !=
+          std::string::npos);
+    CHECK(env["DDPRUN_TEST_OUT"] == dir.path());  // inherited
+    CHECK(ReadFile(dir.path() + "/args_" + std::to_string(r)) ==
+          "args:a --b\n");
+    if (r == 0) {
+      port = env["MASTER_PORT"];
+      run_id = env["TORCHELASTIC_RUN_ID"];
+    }
+    CHECK(env["MASTER_PORT"] == port);
+    CHECK(env["TORCHELASTIC_RUN_ID"] == run_id);
+  }
+  CHECK(ranks == std::set<std::string>{"0", "1", "2", "3"});
+  CHECK(std::atoi(port.c_str()) > 0);
+  CHECK(run_id != "none");  // --standalone: a fresh uuid
+  std::string out = run.Stdout();
+  for (int r = 0; r < 4; ++r) {
+    CHECK(out.find("[default" + std::to_string(r) + "]:hello from " +
+                   std::to_string(r) + "\n") != std::string::npos);
+  }
+  CHECK(run.Stderr().find("[default2]:warning from 2\n") != std::string::npos);
+}
+
+TEST_CASE("ddprun: OMP_NUM_THREADS defaults to 1 with torchrun's banner",
+          "[agent][process]") {
+  TempDir dir;
+  std::string cmd = "unset OMP_NUM_THREADS; DDPRUN_TEST_OUT=" + dir.path() +
+                    " " + kBin + " --nproc_per_node=2 --no_python " + kData +
+                    "/env_dump.sh > /dev/null 2> " + dir.path() + "/err";
+  REQUIRE(system(cmd.c_str()) == 0);
+  auto env = ParseEnv(ReadFile(dir.path() + "/env_1"));
+  CHECK(env["OMP_NUM_THREADS"] == "1");
+  CHECK(
+      ReadFile(dir.path() + "/err")
+          .find("Setting OMP_NUM_THREADS environment variable for each process "
+                "to be 1 in default") != std::string::npos);
+}
+
+TEST_CASE("ddprun: a failure on attempt 0 is restarted with max_restarts=1",
+          "[agent][process]") {
+  TempDir dir;
+  Ddprun run(dir, {"--nproc_per_node=2", "--max_restarts=1", "--no_python",
+                   kData + "/fail_once.sh"});
+  REQUIRE(run.Wait() == 0);
+  std::string out = run.Stdout();
+  CHECK(out.find("[default1]:attempt 0 rank 1") != std::string::npos);
+  CHECK(out.find("[default1]:attempt 1 rank 1") != std::string::npos);
+  CHECK(run.Stderr().find("FAILED\n") == std::string::npos);
+}
+
+TEST_CASE("ddprun: the same failure fails the job with max_restarts=0",
+          "[agent][process]") {
+  TempDir dir;
+  Ddprun run(dir, {"--nproc_per_node=2", "--max_restarts=0", "--no_python",
+                   kData + "/fail_once.sh"});
+  REQUIRE(run.Wait() == 1);
+  std::string err = run.Stderr();
+  CHECK(err.find(kData + "/fail_once.sh FAILED") != std::string::npos);
+  CHECK(err.find("Root Cause (first observed failure):") != std::string::npos);
+  CHECK(err.find("  rank      : 1 (local_rank: 1)") != std::string::npos);
+  CHECK(err.find("  exitcode  : 3 (pid: ") != std::string::npos);
+  CHECK(err.find("  error_file: <N/A>") != std::string::npos);
+  CHECK(run.Stdout().find("attempt 1") == std::string::npos);
+}
+
+TEST_CASE("ddprun: error.json root cause is shown and copied",
+          "[agent][process]") {
+  TempDir dir;
+  std::string agent_error = dir.path() + "/agent_error.json";
+  Ddprun run(dir,
+             {"--nproc_per_node=3", "--no_python", kData + "/error_file.sh"},
+             {{"TORCHELASTIC_ERROR_FILE", agent_error}});
+  REQUIRE(run.Wait() == 1);
+  std::string err = run.Stderr();
+  CHECK(err.find("  rank      : 1 (local_rank: 1)") != std::string::npos);
+  CHECK(err.find("  exitcode  : 5 (pid: ") != std::string::npos);
+  CHECK(err.find("/attempt_0/1/error.json") != std::string::npos);
+  CHECK(err.find("  traceback : Traceback (most recent call last):\n"
+                 "    File \"train.py\", line 3\n"
+                 "  ValueError: bad batch") != std::string::npos);
+  CHECK(err.find("  time      : 2023-11-1") != std::string::npos);
+  std::string copied = ReadFile(agent_error);
+  CHECK(copied.find("\"errorCode\":5") != std::string::npos);
+  CHECK(copied.find("ValueError: bad batch") != std::string::npos);
+}
+
+TEST_CASE("ddprun: SIGTERM stops every worker, exit 143", "[agent][process]") {
+  TempDir dir;
+  Ddprun run(dir, {"--nproc_per_node=4", "--no_python", kData + "/sleeper.sh"});
+  REQUIRE(WaitForFiles(PidFiles(dir, 4)));
+  std::vector<int> pids = ReadPids(dir, 4);
+  for (int p : pids) CHECK_FALSE(IsDead(p));
+  std::string status =
+      ReadFile("/proc/" + std::to_string(run.pid()) + "/status");
+  size_t hwm = status.find("VmHWM:");
+  REQUIRE(hwm != std::string::npos);
+  long hwm_kb = std::atol(status.c_str() + hwm + 6);
+  INFO("ddprun VmHWM with 4 workers: " << hwm_kb << " kB");
+  CHECK(hwm_kb < 20 * 1024);
+  auto start = Clock::now();
+  kill(run.pid(), SIGTERM);
+  REQUIRE(run.Wait(10s) == 128 + SIGTERM);
+  CHECK(Clock::now() - start < 5s);
+  CHECK(WaitDead(pids));
+}
+
+TEST_CASE("ddprun: kill -9 of ddprun leaves no worker alive",
+          "[agent][process]") {
+  TempDir dir;
+  Ddprun run(dir, {"--nproc_per_node=4", "--no_python", kData + "/sleeper.sh"});
+  REQUIRE(WaitForFiles(PidFiles(dir, 4)));
+  std::vector<int> pids = ReadPids(dir, 4);
+  kill(run.pid(), SIGKILL);
+  REQUIRE(run.Wait(5s) == 128 + SIGKILL);
+  CHECK(WaitDead(pids));
+}
+
+TEST_CASE("ddprun: SIGKILL after --shutdown_timeout for stubborn workers",
+          "[agent][process]") {
+  TempDir dir;
+  // The worker ignores SIGTERM; ddprun must SIGKILL its group after 0.5 s.
+  Ddprun run(dir, {"--nproc_per_node=1", "--shutdown_timeout=0.5",
+                   "--no_python", "sh", "-c",
+                   "trap '' TERM; echo $$ > $DDPRUN_TEST_OUT/pid_0; "
+                   "while :; do sleep 0.05; done"});
+  REQUIRE(WaitForFiles(PidFiles(dir, 1)));
+  auto start = Clock::now();
+  kill(run.pid(), SIGTERM);
+  REQUIRE(run.Wait(10s) == 128 + SIGTERM);
+  auto took = Clock::now() - start;
+  CHECK(took >= 400ms);
+  CHECK(took < 5s);
+  CHECK(WaitDead(ReadPids(dir, 1)));
+}
+
+TEST_CASE("ddprun: --log_dir layout with tee prefixes and redirects",
+          "[agent][process]") {
+  TempDir dir;
+  std::string logs = dir.path() + "/logs";
+  Ddprun run(
+      dir, {"--nproc_per_node=2", "--log_dir", logs, "--tee=1", "--redirects=2",
+            "--rdzv_id=myjob", "--no_python", kData + "/env_dump.sh"});
+  REQUIRE(run.Wait() == 0);
+  // <log_dir>/<run_id>_<rand>/attempt_0/<local_rank>/
+  std::string listing;
+  {
+    FILE* ls = popen(("ls -d " + logs + "/myjob_*").c_str(), "r");
+    char buf[512];
+    while (fgets(buf, sizeof(buf), ls)) listing += buf;
+    pclose(ls);
+  }
+  REQUIRE_FALSE(listing.empty());
+  std::string run_dir = listing.substr(0, listing.find('\n'));
+  for (int r = 0; r < 2; ++r) {
+    std::string d = run_dir + "/attempt_0/" + std::to_string(r);
+    CHECK(ReadFile(d + "/stdout.log") ==
+          "hello from " + std::to_string(r) + "\n");
+    CHECK(ReadFile(d + "/stderr.log") ==
+          "warning from " + std::to_string(r) + "\n");
+  }
+  // stdout is teed (console + file, prefixed); stderr only redirected.
+  CHECK(run.Stdout().find("[default0]:hello from 0\n") != std::string::npos);
+  CHECK(run.Stdout().find("[default1]:hello from 1\n") != std::string::npos);
+  CHECK(run.Stderr().find("warning from") == std::string::npos);
+}
+
+TEST_CASE("ddprun: --local_ranks_filter limits the console only",
+          "[agent][process]") {
+  TempDir dir;
+  std::string logs = dir.path() + "/logs";
+  Ddprun run(dir, {"--nproc_per_node=3", "--local_ranks_filter=2", "--log_dir",
+                   logs, "-t", "3", "--no_python", kData + "/env_dump.sh"});
+  REQUIRE(run.Wait() == 0);
+  CHECK(run.Stdout() == "[default2]:hello from 2\n");
+  std::string found;
+  FILE* ls = popen(("cat " + logs + "/*/attempt_0/0/stdout.log").c_str(), "r");
+  char buf[256];
+  while (fgets(buf, sizeof(buf), ls)) found += buf;
+  pclose(ls);
+  CHECK(found == "hello from 0\n");
+}
+
+TEST_CASE("ddprun: lines of many workers never interleave mid-line",
+          "[agent][process]") {
+  TempDir dir;
+  // Each worker writes 200 long lines in small pieces.
+  std::string script =
+      "i=0; while [ $i -lt 200 ]; do printf 'rank%s-' $RANK; "
+      "printf 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'; "
+      "printf 'end\\n'; i=$((i+1)); done";
+  Ddprun run(dir, {"--nproc_per_node=4", "--no_python", "sh", "-c", script});
+  REQUIRE(run.Wait() == 0);
+  std::stringstream ss(run.Stdout());
+  int lines = 0;
+  for (std::string line; std::getline(ss, line); ++lines) {
+    std::string lr = line.substr(8, 1);  // "[default<lr>]:rank<lr>-...end"
+    CHECK(line ==
+          "[default" + lr + "]:rank" + lr + "-" + std::string(49, 'x') + "end");
+  }
+  CHECK(lines == 800);
+}
+
+TEST_CASE("ddprun-launch: legacy mode appends --local_rank",
+          "[agent][process]") {
+  TempDir dir;
+  Ddprun run(dir,
+             {"--nproc_per_node=2", "--no_python", "--use_env",
+              kData + "/env_dump.sh", "x"},
+             {}, DDPRUN_BIN_DIR "/ddprun-launch");
+  REQUIRE(run.Wait() == 0);
+  CHECK(ReadFile(dir.path() + "/args_1") == "args:x\n");
+  TempDir dir2;
+  Ddprun legacy(dir2, {"--nproc_per_node=2", kData + "/env_dump.sh", "x"},
+                {{"PYTHON_EXEC", "/bin/sh"}}, DDPRUN_BIN_DIR "/ddprun-launch");
+  REQUIRE(legacy.Wait() == 0);
+  // /bin/sh -u script --local_rank=N x
+  CHECK(ReadFile(dir2.path() + "/args_1") == "args:--local_rank=1 x\n");
+}
+
+TEST_CASE("ddprun: a bad flag is one line and exit 2", "[agent][process]") {
+  TempDir dir;
+  Ddprun run(dir, {"--no_such_flag", "--no_python", "true"});
+  REQUIRE(run.Wait() == 2);
+  std::string err = run.Stderr();
+  CHECK(err.find("no_such_flag") != std::string::npos);
+  CHECK(std::count(err.begin(), err.end(), '\n') == 1);
+}
+
+TEST_CASE("ddprun: multi-node is refused clearly until the grpc rendezvous",
+          "[agent][process]") {
+  TempDir dir;
+  Ddprun run(dir, {"--nnodes=2", "--node_rank=0", "--master_port=29517",
+                   "--no_python", "true"});
+  REQUIRE(run.Wait() == 2);
+  CHECK(run.Stderr().find("not yet supported in this build: multi-node needs "
+                          "the grpc rendezvous") != std::string::npos);
+}

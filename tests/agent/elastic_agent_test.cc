@@ -1,0 +1,445 @@
+// The elastic loop driven by hand: a manual event loop on a FakeClock, a fake
+// process launcher and a fake rendezvous. Nothing sleeps.
+
+#include <catch2/catch.hpp>
+
+#include <stdlib.h>
+
+#include <csignal>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "agent/console.h"
+#include "agent/elastic_agent.h"
+#include "agent/event_loop.h"
+#include "agent/process_launcher.h"
+#include "agent/rendezvous_client.h"
+
+namespace ddprun::agent {
+namespace {
+
+using namespace std::chrono_literals;
+
+class ManualEventLoop : public EventLoop {
+ public:
+  Clock* clock() override { return &clock_; }
+  void Post(std::function<void()> fn) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(fn));
+  }
+  TimerId RunAt(Clock::TimePoint when, std::function<void()> fn) override {
+    TimerId id = next_id_++;
+    timers_[id] = {when, std::move(fn)};
+    return id;
+  }
+  void Cancel(TimerId id) override { timers_.erase(id); }
+
+  // Runs queued callbacks and due timers until nothing is left to run.
+  void RunUntilIdle() {
+    for (;;) {
+      std::function<void()> fn;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!queue_.empty()) {
+          fn = std::move(queue_.front());
+          queue_.pop_front();
+        }
+      }
+      if (!fn) fn = TakeDueTimer();
+      if (!fn) return;
+      fn();
+    }
+  }
+  void Advance(Clock::Duration d) {
+    clock_.Advance(d);
+    RunUntilIdle();
+  }
+  size_t pending_timers() const { return timers_.size(); }
+
+ private:
+  std::function<void()> TakeDueTimer() {
+    auto best = timers_.end();
+    for (auto it = timers_.begin(); it != timers_.end(); ++it) {
+      if (it->second.first <= clock_.Now() &&
+          (best == timers_.end() || it->second.first < best->second.first)) {
+        best = it;
+      }
+    }
+    if (best == timers_.end()) return nullptr;
+    auto fn = std::move(best->second.second);
+    timers_.erase(best);
+    return fn;
+  }
+
+  FakeClock clock_;
+  std::mutex mu_;
+  std::deque<std::function<void()>> queue_;
+  TimerId next_id_ = 1;
+  std::map<TimerId, std::pair<Clock::TimePoint, std::function<void()>>> timers_;
+};
+
+// A launched fake worker. Signals in `dies_on` make it exit by that signal
+// (posted, as a real SIGCHLD would arrive later).
+struct FakeWorker {
+  ProcessSpec spec;
+  ProcessCallbacks callbacks;
+  int pid = 0;
+  std::vector<int> signals;
+  bool exited = false;
+  std::set<int> dies_on = {SIGTERM, SIGINT, SIGKILL, SIGHUP, SIGQUIT};
+  std::string env(const std::string& key) const { return spec.env.at(key); }
+};
+
+class FakeLauncher : public ProcessLauncher {
+ public:
+  explicit FakeLauncher(EventLoop* loop) : loop_(loop) {}
+
+  StatusOr<std::unique_ptr<Process>> Launch(const ProcessSpec& spec,
+                                            ProcessCallbacks cb) override {
+    if (fail_launch_at.has_value() && workers.size() == *fail_launch_at) {
+      return NotFoundError("cannot find executable 'nope' in PATH");
+    }
+    auto w = std::make_shared<FakeWorker>();
+    w->spec = spec;
+    w->callbacks = std::move(cb);
+    w->pid = 1000 + static_cast<int>(workers.size());
+    w->dies_on = default_dies_on;
+    workers.push_back(w);
+    return std::unique_ptr<Process>(new FakeProcess(w, this));
+  }
+
+  // The worker exits with `exitcode` (negative: by signal).
+  void Exit(size_t index, int exitcode, const std::string& out = "") {
+    auto& w = workers.at(index);
+    REQUIRE_FALSE(w->exited);
+    w->exited = true;
+    if (!out.empty()) w->callbacks.on_stdout(out);
+    w->callbacks.on_exit(ExitStatus{exitcode});
+  }
+
+  // Workers of the latest attempt (the last nproc launched).
+  std::vector<std::shared_ptr<FakeWorker>> Latest(size_t nproc) const {
+    return std::vector<std::shared_ptr<FakeWorker>>(workers.end() - nproc,
+                                                    workers.end());
+  }
+
+  std::vector<std::shared_ptr<FakeWorker>> workers;
+  std::optional<size_t> fail_launch_at;
+  std::set<int> default_dies_on = {SIGTERM, SIGINT, SIGKILL, SIGHUP, SIGQUIT};
+
+ private:
+  class FakeProcess : public Process {
+   public:
+    FakeProcess(std::shared_ptr<FakeWorker> w, FakeLauncher* launcher)
+        : w_(std::move(w)), launcher_(launcher) {}
+    int pid() const override { return w_->pid; }
+    Status SignalGroup(int sig) override {
+      w_->signals.push_back(sig);
+      if (!w_->exited && w_->dies_on.count(sig)) {
+        auto w = w_;
+        launcher_->loop_->Post([w, sig] {
+          if (w->exited) return;
+          w->exited = true;
+          w->callbacks.on_exit(ExitStatus{-sig});
+        });
+      }
+      return Status::Ok();
+    }
+
+   private:
+    std::shared_ptr<FakeWorker> w_;
+    FakeLauncher* launcher_;
+  };
+
+  EventLoop* loop_;
+};
+
+class FakeRendezvous : public RendezvousClient {
+ public:
+  std::string Backend() const override { return "fake"; }
+  StatusOr<RendezvousResult> Join(const JoinRequest& request,
+                                  Clock::TimePoint deadline) override {
+    ++joins;
+    last_request = request;
+    if (fail_join) return DeadlineExceededError("rendezvous timed out");
+    RendezvousResult r;
+    r.round = round++;
+    r.world_size = request.local_world_size;
+    r.role_world_size = request.local_world_size;
+    r.master_addr = "127.0.0.1";
+    r.master_port = 29600 + static_cast<int>(r.round);
+    r.restart_count = restarts_used;
+    return r;
+  }
+  void SetEventHandler(EventHandler h) override { handler = std::move(h); }
+  StatusOr<bool> ReportFailure(int64_t r, const std::string& reason) override {
+    failure_reasons.push_back(reason);
+    if (restarts_used >= max_restarts) return false;
+    ++restarts_used;
+    return true;
+  }
+  Status ReportSuccess(int64_t r, Clock::Duration) override {
+    ++successes;
+    return Status::Ok();
+  }
+  void Leave() override { ++leaves; }
+
+  EventHandler handler;
+  int max_restarts = 0;
+  int restarts_used = 0;
+  int64_t round = 0;
+  int joins = 0;
+  int successes = 0;
+  int leaves = 0;
+  bool fail_join = false;
+  JoinRequest last_request;
+  std::vector<std::string> failure_reasons;
+};
+
+class CaptureConsole : public Console {
+ public:
+  void Write(Stream stream, std::string_view text) override {
+    (stream == Stream::kOut ? out : err) += std::string(text);
+  }
+  std::string out;
+  std::string err;
+};
+
+// One agent with its fakes; `nproc` workers, the given restart budget.
+struct Harness {
+  explicit Harness(int nproc, int max_restarts = 0) : launcher(&loop) {
+    char tmpl[] = "/tmp/ddprun_agent_test_XXXXXX";
+    log_dir = mkdtemp(tmpl);
+    config.options.nproc_per_node = nproc;
+    config.options.max_restarts = max_restarts;
+    config.options.no_python = true;
+    config.options.entrypoint = "worker_bin";
+    config.options.shutdown_timeout_s = 30;
+    config.run_id = "job1";
+    config.run_log_dir = log_dir;
+    config.hostname = "host-a";
+    config.parent_env = {{"PATH", "/usr/bin"}};
+    rendezvous.max_restarts = max_restarts;
+  }
+  ~Harness() { (void)!system(("rm -rf " + log_dir).c_str()); }
+
+  void Start() {
+    agent = std::make_unique<ElasticAgent>(config, &loop, &launcher,
+                                           &rendezvous, &console);
+    agent->Start([this](int code) { exit_code = code; });
+    loop.RunUntilIdle();
+  }
+
+  ManualEventLoop loop;
+  FakeLauncher launcher;
+  FakeRendezvous rendezvous;
+  CaptureConsole console;
+  AgentConfig config;
+  std::string log_dir;
+  std::unique_ptr<ElasticAgent> agent;
+  std::optional<int> exit_code;
+};
+
+}  // namespace
+
+TEST_CASE("ElasticAgent: all workers succeed -> SUCCEEDED, exit 0", "[agent]") {
+  Harness h(3);
+  h.Start();
+  REQUIRE(h.launcher.workers.size() == 3);
+  CHECK(h.agent->state() == WorkerState::kHealthy);
+  for (int i = 0; i < 3; ++i) {
+    const auto& w = *h.launcher.workers[i];
+    CHECK(w.env("RANK") == std::to_string(i));
+    CHECK(w.env("LOCAL_RANK") == std::to_string(i));
+    CHECK(w.env("WORLD_SIZE") == "3");
+    CHECK(w.env("TORCHELASTIC_RUN_ID") == "job1");
+    CHECK(w.env("TORCHELASTIC_ERROR_FILE") ==
+          h.log_dir + "/attempt_0/" + std::to_string(i) + "/error.json");
+    CHECK(w.spec.argv == std::vector<std::string>{"worker_bin"});
+  }
+  CHECK(h.rendezvous.last_request.local_world_size == 3);
+  h.launcher.Exit(0, 0, "hello\n");
+  h.launcher.Exit(2, 0);
+  h.loop.RunUntilIdle();
+  CHECK_FALSE(h.exit_code.has_value());
+  h.launcher.Exit(1, 0);
+  h.loop.RunUntilIdle();
+  REQUIRE(h.exit_code == 0);
+  CHECK(h.agent->state() == WorkerState::kSucceeded);
+  CHECK(h.rendezvous.successes == 1);
+  CHECK(h.console.out == "[default0]:hello\n");
+}
+
+TEST_CASE("ElasticAgent: a failure restarts the group while budget lasts",
+          "[agent]") {
+  Harness h(2, /*max_restarts=*/1);
+  h.Start();
+  REQUIRE(h.launcher.workers.size() == 2);
+  h.launcher.Exit(1, 3);
+  h.loop.RunUntilIdle();
+  // Worker 0 was stopped with SIGTERM, then the group was started again.
+  CHECK(h.launcher.workers[0]->signals.front() == SIGTERM);
+  REQUIRE(h.launcher.workers.size() == 4);
+  CHECK(h.agent->state() == WorkerState::kHealthy);
+  CHECK(h.agent->restart_count() == 1);
+  for (const auto& w : h.launcher.Latest(2)) {
+    CHECK(w->env("TORCHELASTIC_RESTART_COUNT") == "1");
+    CHECK(w->env("TORCHELASTIC_ERROR_FILE").find("/attempt_1/") !=
+          std::string::npos);
+  }
+  CHECK(h.rendezvous.joins == 2);
+  h.launcher.Exit(2, 0);
+  h.launcher.Exit(3, 0);
+  h.loop.RunUntilIdle();
+  CHECK(h.exit_code == 0);
+  CHECK(h.console.err.find("FAILED") == std::string::npos);
+}
+
+TEST_CASE("ElasticAgent: budget exhausted -> FAILED, table, exit 1",
+          "[agent]") {
+  Harness h(2, /*max_restarts=*/0);
+  h.Start();
+  h.launcher.Exit(1, 3);
+  h.loop.RunUntilIdle();
+  REQUIRE(h.exit_code == 1);
+  CHECK(h.agent->state() == WorkerState::kFailed);
+  CHECK(h.launcher.workers.size() == 2);  // no restart
+  CHECK(h.console.err.find("worker_bin FAILED") != std::string::npos);
+  CHECK(h.console.err.find("  rank      : 1 (local_rank: 1)") !=
+        std::string::npos);
+  CHECK(h.console.err.find("  exitcode  : 3 (pid: 1001)") != std::string::npos);
+  CHECK(h.console.err.find("<NO_OTHER_FAILURES>") != std::string::npos);
+  // The worker stopped by the agent is not reported as a failure.
+  CHECK(h.console.err.find("local_rank: 0") == std::string::npos);
+  REQUIRE(h.agent->last_failures().size() == 1);
+}
+
+TEST_CASE("ElasticAgent: failures in one batch are all reported", "[agent]") {
+  Harness h(3);
+  h.Start();
+  // Two exits delivered before the loop runs the posted stop.
+  h.launcher.Exit(0, 1);
+  h.launcher.Exit(2, -11);
+  h.loop.RunUntilIdle();
+  REQUIRE(h.exit_code == 1);
+  CHECK(h.agent->last_failures().size() == 2);
+  CHECK(h.console.err.find("Signal 11 (SIGSEGV) received by PID 1002") !=
+        std::string::npos);
+}
+
+TEST_CASE("ElasticAgent: membership change restarts without budget",
+          "[agent]") {
+  Harness h(2, /*max_restarts=*/0);
+  h.Start();
+  REQUIRE(h.rendezvous.handler);
+  h.rendezvous.handler(
+      {RendezvousEventType::kMembershipChanged, "node b waiting"});
+  h.loop.RunUntilIdle();
+  REQUIRE(h.launcher.workers.size() == 4);
+  CHECK(h.rendezvous.failure_reasons.empty());
+  CHECK(h.agent->restart_count() == 0);
+  for (const auto& w : h.launcher.Latest(2)) {
+    CHECK(w->env("TORCHELASTIC_RESTART_COUNT") == "0");
+  }
+  h.launcher.Exit(2, 0);
+  h.launcher.Exit(3, 0);
+  h.loop.RunUntilIdle();
+  CHECK(h.exit_code == 0);
+}
+
+TEST_CASE("ElasticAgent: restart requested and job failed events", "[agent]") {
+  Harness h(1);
+  h.Start();
+  h.rendezvous.handler({RendezvousEventType::kRestartRequested, "node b"});
+  h.loop.RunUntilIdle();
+  REQUIRE(h.launcher.workers.size() == 2);
+  CHECK(h.rendezvous.joins == 2);
+  h.rendezvous.handler({RendezvousEventType::kJobFailed, "node b gave up"});
+  h.loop.RunUntilIdle();
+  CHECK(h.launcher.workers[1]->signals.front() == SIGTERM);
+  CHECK(h.exit_code == 1);
+  CHECK(h.agent->state() == WorkerState::kFailed);
+}
+
+TEST_CASE("ElasticAgent: SIGKILL once the shutdown timeout passes", "[agent]") {
+  Harness h(2, /*max_restarts=*/1);
+  h.config.options.shutdown_timeout_s = 30;
+  h.launcher.default_dies_on = {SIGKILL};  // workers ignore SIGTERM
+  h.Start();
+  h.launcher.Exit(0, 1);
+  h.loop.RunUntilIdle();
+  auto& survivor = *h.launcher.workers[1];
+  CHECK(survivor.signals == std::vector<int>{SIGTERM});
+  h.loop.Advance(29s);
+  CHECK(survivor.signals == std::vector<int>{SIGTERM});
+  CHECK(h.launcher.workers.size() == 2);
+  h.loop.Advance(2s);
+  REQUIRE(survivor.signals.size() >= 2);
+  CHECK(survivor.signals[1] == SIGKILL);
+  // Once it is gone the group restarts.
+  CHECK(h.launcher.workers.size() == 4);
+  CHECK(h.loop.pending_timers() == 0);
+}
+
+TEST_CASE("ElasticAgent: a handled signal is forwarded, exit 128+N",
+          "[agent]") {
+  Harness h(2);
+  h.Start();
+  h.agent->OnSignal(SIGINT);
+  h.loop.RunUntilIdle();
+  CHECK(h.launcher.workers[0]->signals.front() == SIGINT);
+  CHECK(h.launcher.workers[1]->signals.front() == SIGINT);
+  CHECK(h.exit_code == 128 + SIGINT);
+  CHECK(h.rendezvous.leaves == 1);
+  CHECK(h.console.err.find("FAILED") == std::string::npos);
+}
+
+TEST_CASE("ElasticAgent: second signal kills without waiting", "[agent]") {
+  Harness h(1);
+  h.launcher.default_dies_on = {SIGKILL};
+  h.Start();
+  h.agent->OnSignal(SIGTERM);
+  h.loop.RunUntilIdle();
+  CHECK_FALSE(h.exit_code.has_value());
+  h.agent->OnSignal(SIGTERM);
+  h.loop.RunUntilIdle();
+  CHECK(h.exit_code == 128 + SIGTERM);
+}
+
+TEST_CASE("ElasticAgent: launch error stops started workers, exit 1",
+          "[agent]") {
+  Harness h(3);
+  h.launcher.fail_launch_at = 2;
+  h.Start();
+  CHECK(h.launcher.workers[0]->signals.front() == SIGKILL);
+  CHECK(h.exit_code == 1);
+}
+
+TEST_CASE("ElasticAgent: rendezvous failure ends the job", "[agent]") {
+  Harness h(2);
+  h.rendezvous.fail_join = true;
+  h.Start();
+  CHECK(h.launcher.workers.empty());
+  CHECK(h.exit_code == 1);
+}
+
+TEST_CASE("ElasticAgent: local_ranks_filter and tee prefixes", "[agent]") {
+  Harness h(2);
+  h.config.options.local_ranks_filter = std::set<int>{1};
+  h.config.options.tee.all = StdStreams::kOut;
+  h.config.options.role = "trainer";
+  h.Start();
+  h.launcher.Exit(0, 0, "zero\n");
+  h.launcher.Exit(1, 0, "one\npartial");
+  h.loop.RunUntilIdle();
+  CHECK(h.exit_code == 0);
+  CHECK(h.console.out == "[trainer1]:one\n[trainer1]:partial\n");
+}
+
+}  // namespace ddprun::agent

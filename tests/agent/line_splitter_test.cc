@@ -1,0 +1,121 @@
+#include <catch2/catch.hpp>
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "agent/console.h"
+#include "agent/line_splitter.h"
+#include "agent/worker_output.h"
+
+using ddprun::agent::Console;
+using ddprun::agent::LineSplitter;
+using ddprun::agent::WorkerOutput;
+
+namespace {
+
+class CaptureConsole : public Console {
+ public:
+  void Write(Stream stream, std::string_view text) override {
+    writes.emplace_back(stream, std::string(text));
+  }
+  std::string All(Stream s) const {
+    std::string out;
+    for (const auto& [stream, text] : writes) {
+      if (stream == s) out += text;
+    }
+    return out;
+  }
+  std::vector<std::pair<Stream, std::string>> writes;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST_CASE("LineSplitter: emits only whole lines, with the prefix", "[agent]") {
+  LineSplitter s;
+  CHECK(s.Feed("hel", "[default0]:") == "");
+  CHECK(s.has_partial());
+  CHECK(s.Feed("lo\nwor", "[default0]:") == "[default0]:hello\n");
+  CHECK(s.Feed("ld\n\nx\n", "[d1]:") == "[d1]:world\n[d1]:\n[d1]:x\n");
+  CHECK_FALSE(s.has_partial());
+  CHECK(s.Flush("[d1]:") == "");
+}
+
+TEST_CASE("LineSplitter: flushes a partial last line at EOF", "[agent]") {
+  LineSplitter s;
+  CHECK(s.Feed("a\nno newline", "") == "a\n");
+  CHECK(s.Flush("[p]:") == "[p]:no newline\n");
+  CHECK(s.Flush("[p]:") == "");
+}
+
+TEST_CASE("WorkerOutput: console lines are whole and prefixed", "[agent]") {
+  CaptureConsole console;
+  WorkerOutput::Options o;
+  o.prefix = "[default2]:";
+  o.stream = Console::Stream::kErr;
+  WorkerOutput out(o, &console);
+  REQUIRE(out.Open().ok());
+  out.OnChunk("first li");
+  CHECK(console.writes.empty());
+  out.OnChunk("ne\nsecond\nthi");
+  out.OnEof();
+  REQUIRE(console.writes.size() == 2);
+  CHECK(console.writes[0].first == Console::Stream::kErr);
+  CHECK(console.writes[0].second ==
+        "[default2]:first line\n[default2]:second\n");
+  CHECK(console.writes[1].second == "[default2]:thi\n");
+}
+
+TEST_CASE("WorkerOutput: redirect writes raw bytes to the file only",
+          "[agent]") {
+  char tmpl[] = "/tmp/ddprun_wo_XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  std::string path = std::string(tmpl) + "/stdout.log";
+  CaptureConsole console;
+  WorkerOutput::Options o;
+  o.file_path = path;
+  o.to_console = false;
+  o.prefix = "[default0]:";
+  {
+    WorkerOutput out(o, &console);
+    REQUIRE(out.Open().ok());
+    out.OnChunk("a\nb");
+    out.OnEof();
+  }
+  CHECK(console.writes.empty());
+  CHECK(ReadFile(path) == "a\nb");
+  // tee: file and console.
+  o.to_console = true;
+  {
+    WorkerOutput out(o, &console);
+    REQUIRE(out.Open().ok());
+    out.OnChunk("c\n");
+    out.OnEof();
+  }
+  CHECK(ReadFile(path) == "c\n");
+  CHECK(console.All(Console::Stream::kOut) == "[default0]:c\n");
+  unlink(path.c_str());
+  rmdir(tmpl);
+}
+
+TEST_CASE("WorkerOutput: an uncreatable file is an error", "[agent]") {
+  CaptureConsole console;
+  WorkerOutput::Options o;
+  o.file_path = "/nonexistent_dir_ddprun/x/stdout.log";
+  WorkerOutput out(o, &console);
+  ddprun::Status s = out.Open();
+  CHECK_FALSE(s.ok());
+  CHECK(s.message().find("/nonexistent_dir_ddprun/x/stdout.log") !=
+        std::string::npos);
+}

@@ -1,0 +1,24 @@
+# Unit tests of the agent runtime (fakes, no sleeps) and process tests that
+# run the real ddprun binary on small workers in data/.
+find_package(nlohmann_json REQUIRED)
+
+add_executable(agent_runtime_test
+  ${CMAKE_CURRENT_LIST_DIR}/elastic_agent_test.cc
+  ${CMAKE_CURRENT_LIST_DIR}/failure_report_test.cc
+  ${CMAKE_CURRENT_LIST_DIR}/line_splitter_test.cc
+  ${CMAKE_CURRENT_LIST_DIR}/worker_env_test.cc
+)
+target_link_libraries(agent_runtime_test PRIVATE
+  ddprun_agent ddprun_catch_main nlohmann_json::nlohmann_json)
+catch_discover_tests(agent_runtime_test TEST_PREFIX "agent/")
+
+if(TARGET ddprun)
+  add_executable(agent_process_test
+    ${CMAKE_CURRENT_LIST_DIR}/ddprun_process_test.cc)
+  target_link_libraries(agent_process_test PRIVATE
+    ddprun_common ddprun_catch_main)
+  target_compile_definitions(agent_process_test PRIVATE ${DDPRUN_TEST_DEFINES})
+  add_dependencies(agent_process_test ddprun)
+  catch_discover_tests(agent_process_test TEST_PREFIX "agent/"
+    PROPERTIES TIMEOUT 60)
+endif()

@@ -1,0 +1,146 @@
+#include <catch2/catch.hpp>
+
+#include <csignal>
+
+#include "agent/worker_env.h"
+
+using ddprun::agent::BuildWorkerArgv;
+using ddprun::agent::BuildWorkerEnv;
+using ddprun::agent::EntrypointName;
+using ddprun::agent::EnvMap;
+using ddprun::agent::LaunchOptions;
+using ddprun::agent::NeedsOmpDefault;
+using ddprun::agent::RendezvousResult;
+
+namespace {
+
+RendezvousResult Round() {
+  RendezvousResult r;
+  r.round = 3;
+  r.group_rank = 1;
+  r.group_world_size = 2;
+  r.rank_offset = 4;
+  r.world_size = 8;
+  r.role_rank_offset = 4;
+  r.role_world_size = 8;
+  r.master_addr = "10.1.2.3";
+  r.master_port = 29511;
+  r.restart_count = 2;
+  return r;
+}
+
+LaunchOptions Options() {
+  LaunchOptions o;
+  o.nproc_per_node = 4;
+  o.max_restarts = 5;
+  o.role = "trainer";
+  o.entrypoint = "train.py";
+  o.entrypoint_args = {"--lr", "1e-4"};
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("BuildWorkerEnv: sets every torchrun variable", "[agent]") {
+  EnvMap parent = {{"PATH", "/usr/bin"}, {"HOME", "/root"}};
+  EnvMap env = BuildWorkerEnv(Options(), Round(), "job7", 2,
+                              "/logs/attempt_2/2/error.json", parent);
+  CHECK(env.at("RANK") == "6");
+  CHECK(env.at("LOCAL_RANK") == "2");
+  CHECK(env.at("GROUP_RANK") == "1");
+  CHECK(env.at("ROLE_RANK") == "6");
+  CHECK(env.at("ROLE_NAME") == "trainer");
+  CHECK(env.at("ROLE_WORLD_SIZE") == "8");
+  CHECK(env.at("LOCAL_WORLD_SIZE") == "4");
+  CHECK(env.at("WORLD_SIZE") == "8");
+  CHECK(env.at("GROUP_WORLD_SIZE") == "2");
+  CHECK(env.at("MASTER_ADDR") == "10.1.2.3");
+  CHECK(env.at("MASTER_PORT") == "29511");
+  CHECK(env.at("TORCHELASTIC_RESTART_COUNT") == "2");
+  CHECK(env.at("TORCHELASTIC_MAX_RESTARTS") == "5");
+  CHECK(env.at("TORCHELASTIC_RUN_ID") == "job7");
+  CHECK(env.at("TORCHELASTIC_USE_AGENT_STORE") == "False");
+  CHECK(env.at("TORCHELASTIC_ERROR_FILE") == "/logs/attempt_2/2/error.json");
+  CHECK(env.at("TORCHELASTIC_SIGNALS_TO_HANDLE") ==
+        "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+  CHECK(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1");
+  CHECK(env.at("NCCL_ASYNC_ERROR_HANDLING") == "1");
+  CHECK(env.at("OMP_NUM_THREADS") == "1");
+  // The parent's environment is inherited.
+  CHECK(env.at("PATH") == "/usr/bin");
+  CHECK(env.at("HOME") == "/root");
+  CHECK(env.count("CUDA_VISIBLE_DEVICES") == 0);
+}
+
+TEST_CASE("BuildWorkerEnv: inherited values win over defaults", "[agent]") {
+  EnvMap parent = {{"OMP_NUM_THREADS", "8"},
+                   {"NCCL_ASYNC_ERROR_HANDLING", "0"},
+                   {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"},
+                   {"RANK", "99"}};
+  LaunchOptions o = Options();
+  o.signals_to_handle = {SIGUSR1, SIGTERM};
+  EnvMap env = BuildWorkerEnv(o, Round(), "job7", 0, "e.json", parent);
+  CHECK(env.at("OMP_NUM_THREADS") == "8");
+  CHECK(env.at("NCCL_ASYNC_ERROR_HANDLING") == "0");
+  CHECK(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "3");
+  CHECK(env.at("RANK") == "4");  // the agent's value, not the parent's
+  CHECK(env.at("TORCHELASTIC_SIGNALS_TO_HANDLE") == "SIGUSR1,SIGTERM");
+}
+
+TEST_CASE("BuildWorkerEnv: OMP_NUM_THREADS only defaulted for nproc > 1",
+          "[agent]") {
+  LaunchOptions o = Options();
+  o.nproc_per_node = 1;
+  EnvMap env = BuildWorkerEnv(o, Round(), "j", 0, "e", {});
+  CHECK(env.count("OMP_NUM_THREADS") == 0);
+  CHECK_FALSE(NeedsOmpDefault(o, {}));
+  o.nproc_per_node = 2;
+  CHECK(NeedsOmpDefault(o, {}));
+  CHECK_FALSE(NeedsOmpDefault(o, {{"OMP_NUM_THREADS", "4"}}));
+}
+
+TEST_CASE("BuildWorkerEnv: virtual local rank pins one device", "[agent]") {
+  LaunchOptions o = Options();
+  o.virtual_local_rank = true;
+  EnvMap env = BuildWorkerEnv(o, Round(), "j", 2, "e",
+                              {{"CUDA_VISIBLE_DEVICES", "4,5,6,7"}});
+  CHECK(env.at("LOCAL_RANK") == "0");
+  CHECK(env.at("RANK") == "6");
+  CHECK(env.at("CUDA_VISIBLE_DEVICES") == "6");
+  EnvMap no_list = BuildWorkerEnv(o, Round(), "j", 3, "e", {});
+  CHECK(no_list.at("CUDA_VISIBLE_DEVICES") == "3");
+}
+
+TEST_CASE("BuildWorkerArgv: python script, module, no_python", "[agent]") {
+  LaunchOptions o = Options();
+  using V = std::vector<std::string>;
+  CHECK(BuildWorkerArgv(o, 1, {}) ==
+        V{"python3", "-u", "train.py", "--lr", "1e-4"});
+  CHECK(BuildWorkerArgv(o, 1, {{"PYTHON_EXEC", "/usr/bin/python3"}}) ==
+        V{"/usr/bin/python3", "-u", "train.py", "--lr", "1e-4"});
+  o.module = true;
+  o.entrypoint = "pkg.mod";
+  CHECK(BuildWorkerArgv(o, 0, {}) ==
+        V{"python3", "-u", "-m", "pkg.mod", "--lr", "1e-4"});
+  o.module = false;
+  o.no_python = true;
+  o.entrypoint = "/bin/true";
+  CHECK(BuildWorkerArgv(o, 0, {}) == V{"/bin/true", "--lr", "1e-4"});
+  CHECK(EntrypointName(o) == "/bin/true");
+  o.no_python = false;
+  o.run_path = true;
+  o.entrypoint = "/abs/x.py";
+  CHECK(BuildWorkerArgv(o, 0, {}) ==
+        V{"python3", "-u", "/abs/x.py", "--lr", "1e-4"});
+}
+
+TEST_CASE("BuildWorkerArgv: legacy launch appends --local_rank", "[agent]") {
+  LaunchOptions o = Options();
+  o.legacy_launch = true;
+  using V = std::vector<std::string>;
+  CHECK(BuildWorkerArgv(o, 3, {}) ==
+        V{"python3", "-u", "train.py", "--local_rank=3", "--lr", "1e-4"});
+  o.use_env = true;
+  CHECK(BuildWorkerArgv(o, 3, {}) ==
+        V{"python3", "-u", "train.py", "--lr", "1e-4"});
+}
