@@ -9,10 +9,12 @@
 
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <string>
 #include <vector>
 
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/process/args.hpp>
 #include <boost/process/async_pipe.hpp>
 #include <boost/process/child.hpp>
@@ -39,7 +41,15 @@ struct BoostProcessLauncher::Child {
   bp::async_pipe out;
   bp::async_pipe err;
   ProcessCallbacks callbacks;
-  bool exited = false;
+  bool out_eof = false;
+  bool err_eof = false;
+  bool reaped = false;    // waitpid() returned its status
+  bool finished = false;  // on_exit delivered
+  bool grace_expired = false;
+  ExitStatus status;
+  // After the exit, how long the pipes may stay open (a grandchild holding
+  // them) before the remaining reads are cancelled.
+  std::unique_ptr<boost::asio::steady_timer> grace;
   std::array<char, 16384> out_buf;
   std::array<char, 16384> err_buf;
 };
@@ -100,22 +110,9 @@ ExitStatus FromWaitStatus(int status) {
   return ExitStatus{WEXITSTATUS(status)};
 }
 
-// Reads what is buffered in a pipe right now without blocking.
-void DrainNow(int fd, const std::function<void(std::string_view)>& sink) {
-  if (fd < 0) return;
-  int flags = ::fcntl(fd, F_GETFL);
-  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
-  char buf[16384];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n > 0) {
-      if (sink) sink(std::string_view(buf, n));
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    break;  // EOF, EAGAIN or error
-  }
-}
+// How long the pipes of an exited worker may stay open (a grandchild still
+// holding them) before its exit is delivered without waiting for EOF.
+constexpr std::chrono::milliseconds kPipeGrace{100};
 
 }  // namespace
 
@@ -176,14 +173,31 @@ void BoostProcessLauncher::StartRead(const std::shared_ptr<Child>& child,
   pipe.async_read_some(
       boost::asio::buffer(buf),
       [this, child, is_stderr](const boost::system::error_code& ec, size_t n) {
-        if (child->exited) return;  // output already drained at exit
         auto& sink =
             is_stderr ? child->callbacks.on_stderr : child->callbacks.on_stdout;
         auto& data = is_stderr ? child->err_buf : child->out_buf;
-        if (n > 0 && sink) sink(std::string_view(data.data(), n));
-        if (ec) return;  // EOF: the pipe stays open until exit
-        StartRead(child, is_stderr);
+        if (n > 0 && sink && !child->finished) {
+          sink(std::string_view(data.data(), n));
+        }
+        if (!ec && !child->grace_expired) {
+          StartRead(child, is_stderr);
+          return;
+        }
+        // EOF, or cancelled after the grace period.
+        (is_stderr ? child->err_eof : child->out_eof) = true;
+        MaybeFinish(child);
       });
+}
+
+void BoostProcessLauncher::MaybeFinish(const std::shared_ptr<Child>& child) {
+  if (child->finished || !child->reaped) return;
+  if (!child->out_eof || !child->err_eof) return;
+  child->finished = true;
+  if (child->grace) child->grace->cancel();
+  boost::system::error_code ignored;
+  child->out.close(ignored);
+  child->err.close(ignored);
+  if (child->callbacks.on_exit) child->callbacks.on_exit(child->status);
 }
 
 void BoostProcessLauncher::ReapExited() {
@@ -202,19 +216,24 @@ void BoostProcessLauncher::ReapExited() {
       ++it;
     }
   }
-  // Read completions already queued run before these posted handlers (the
-  // io_context queue is FIFO), so output stays in order.
+  // The exit is delivered once both pipes reach EOF, so every byte the
+  // worker wrote is delivered before it, in order.
   for (auto& [child, status] : exited) {
-    boost::asio::post(io_, [child = child, status = status] {
-      // Everything the child wrote before exiting is in the pipes now.
-      DrainNow(child->out.native_source(), child->callbacks.on_stdout);
-      DrainNow(child->err.native_source(), child->callbacks.on_stderr);
-      child->exited = true;
-      boost::system::error_code ignored;
-      child->out.close(ignored);
-      child->err.close(ignored);
-      if (child->callbacks.on_exit) child->callbacks.on_exit(status);
+    child->reaped = true;
+    child->status = status;
+    child->grace = std::make_unique<boost::asio::steady_timer>(io_, kPipeGrace);
+    child->grace->async_wait([child](const boost::system::error_code& ec) {
+      if (ec || child->finished) return;
+      child->grace_expired = true;
+      // Completions already performed still deliver their data.
+      try {
+        child->out.cancel();
+        child->err.cancel();
+      } catch (const boost::system::system_error& e) {
+        DDP_LOG(WARNING) << "cancelling worker pipe reads: " << e.what();
+      }
     });
+    MaybeFinish(child);
   }
 }
 

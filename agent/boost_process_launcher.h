@@ -38,6 +38,8 @@ class BoostProcessLauncher : public ProcessLauncher {
   // Reaps every exited child (WNOHANG) and delivers its final output and exit.
   void ReapExited();
   void StartRead(const std::shared_ptr<Child>& child, bool is_stderr);
+  // Delivers on_exit once the child is reaped and both pipes hit EOF.
+  void MaybeFinish(const std::shared_ptr<Child>& child);
 
   boost::asio::io_context& io_;
   boost::asio::signal_set sigchld_;

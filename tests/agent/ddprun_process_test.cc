@@ -435,3 +435,18 @@ TEST_CASE("ddprun: multi-node is refused clearly until the grpc rendezvous",
   CHECK(run.Stderr().find("not yet supported in this build: multi-node needs "
                           "the grpc rendezvous") != std::string::npos);
 }
+
+TEST_CASE("ddprun: a grandchild holding stdout does not delay the exit",
+          "[agent][process]") {
+  TempDir dir;
+  // The background sleep inherits the worker's stdout pipe; ddprun must not
+  // wait for its EOF once the worker itself has exited.
+  Ddprun run(dir, {"--nproc_per_node=1", "--no_python", "sh", "-c",
+                   "sleep 3 & echo $! > $DDPRUN_TEST_OUT/pid_0; echo done"});
+  auto start = Clock::now();
+  REQUIRE(run.Wait(10s) == 0);
+  CHECK(Clock::now() - start < 2s);
+  CHECK(run.Stdout() == "[default0]:done\n");
+  if (Exists(dir.path() + "/pid_0"))
+    kill(std::atoi(ReadFile(dir.path() + "/pid_0").c_str()), SIGKILL);
+}
