@@ -79,9 +79,27 @@ RendezvousJob::Node* RendezvousJob::FindNode(const std::string& node_id,
 }
 
 int RendezvousJob::CountNodes(NodeState state) const {
-  int n = 0;
-  for (const auto& [id, node] : nodes_) n += node.state == state;
-  return n;
+  return counts_[static_cast<int>(state)];
+}
+
+RendezvousJob::Node& RendezvousJob::InsertNode(const std::string& node_id,
+                                               bool* inserted) {
+  auto [it, fresh] = nodes_.try_emplace(node_id);
+  if (fresh) ++counts_[static_cast<int>(it->second.state)];
+  if (inserted != nullptr) *inserted = fresh;
+  return it->second;
+}
+
+void RendezvousJob::SetState(Node* node, NodeState state) {
+  --counts_[static_cast<int>(node->state)];
+  ++counts_[static_cast<int>(state)];
+  node->state = state;
+}
+
+std::map<std::string, RendezvousJob::Node>::iterator RendezvousJob::EraseNode(
+    std::map<std::string, Node>::iterator it) {
+  --counts_[static_cast<int>(it->second.state)];
+  return nodes_.erase(it);
 }
 
 int RendezvousJob::RunningCount() const {
@@ -143,9 +161,9 @@ Status RendezvousJob::Join(const v1::JoinRequest& request, WaiterId waiter,
 Status RendezvousJob::ParkWaiting(const v1::JoinRequest& request,
                                   WaiterId waiter, std::vector<Outcome>* out) {
   const v1::NodeInfo& info = request.node();
-  Node& node = nodes_[info.node_id()];
+  Node& node = InsertNode(info.node_id(), nullptr);
   node.info = info;
-  node.state = NodeState::kWaiting;
+  SetState(&node, NodeState::kWaiting);
   node.last_seen = clock_->Now();
   ReplaceJoinWaiter(&node, waiter, out);
   if (RunningCount() < static_cast<int>(config_.max_nodes())) {
@@ -162,13 +180,13 @@ Status RendezvousJob::JoinOpenRound(const v1::JoinRequest& request,
                                     WaiterId waiter,
                                     std::vector<Outcome>* out) {
   const v1::NodeInfo& info = request.node();
-  auto [it, inserted] = nodes_.try_emplace(info.node_id());
-  Node& node = it->second;
+  bool inserted = false;
+  Node& node = InsertNode(info.node_id(), &inserted);
   if (inserted && request.previous().round() > 0) {
     node.previous_rank = request.previous().group_rank();
   }
   node.info = info;
-  node.state = NodeState::kJoining;
+  SetState(&node, NodeState::kJoining);
   node.last_seen = clock_->Now();
   node.join_seq = next_join_seq_++;
   ReplaceJoinWaiter(&node, waiter, out);
@@ -211,7 +229,7 @@ void RendezvousJob::Complete(std::vector<Outcome>* out) {
   // Join order caps the round at max_nodes; later joiners wait.
   const size_t max = config_.max_nodes();
   for (size_t i = max; i < members.size(); ++i) {
-    members[i]->state = NodeState::kWaiting;
+    SetState(members[i], NodeState::kWaiting);
   }
   if (members.size() > max) members.resize(max);
 
@@ -242,7 +260,7 @@ void RendezvousJob::Complete(std::vector<Outcome>* out) {
     a.set_master_addr(master->info.addr());
     a.set_master_port(static_cast<int>(master->info.master_port()));
     a.set_restart_count(restart_count_);
-    n->state = NodeState::kRunning;
+    SetState(n, NodeState::kRunning);
     n->previous_rank = placed[i].group_rank;
     n->last_seen = now;
     out->push_back({n->join_waiter, Status::Ok(), a});
@@ -251,7 +269,7 @@ void RendezvousJob::Complete(std::vector<Outcome>* out) {
   // Nodes of the previous round that did not make it must re-join.
   for (auto it = nodes_.begin(); it != nodes_.end();) {
     if (it->second.state == NodeState::kExpected) {
-      it = nodes_.erase(it);
+      it = EraseNode(it);
     } else {
       ++it;
     }
@@ -291,9 +309,9 @@ void RendezvousJob::Invalidate(v1::HeartbeatResponse::Action action,
     }
     if (node.state == NodeState::kRunning ||
         node.state == NodeState::kSucceeded) {
-      node.state = NodeState::kExpected;
+      SetState(&node, NodeState::kExpected);
     } else if (node.state == NodeState::kWaiting) {
-      node.state = NodeState::kJoining;
+      SetState(&node, NodeState::kJoining);
       node.join_seq = next_join_seq_++;
     }
   }
@@ -337,7 +355,7 @@ void RendezvousJob::RemoveNode(std::map<std::string, Node>::iterator it,
   for (WaiterId w : {node.join_waiter, node.success_waiter}) {
     if (w != 0) out->push_back({w, why, {}});
   }
-  nodes_.erase(it);
+  EraseNode(it);
 }
 
 StatusOr<v1::HeartbeatResponse> RendezvousJob::Heartbeat(
@@ -363,9 +381,9 @@ StatusOr<v1::HeartbeatResponse> RendezvousJob::Heartbeat(
                     other.assignment.group_rank() == req.current().group_rank();
     }
     if (!rank_taken) {
-      Node& n = nodes_[info.node_id()];
+      Node& n = InsertNode(info.node_id(), nullptr);
       n.info = info;
-      n.state = NodeState::kRunning;
+      SetState(&n, NodeState::kRunning);
       n.assignment = req.current();
       n.previous_rank = req.current().group_rank();
       node = &n;
@@ -458,7 +476,7 @@ Status RendezvousJob::ReportSuccess(const v1::ReportSuccessRequest& req,
         "' is not running (current round " + std::to_string(round_) +
         (reason_.empty() ? "" : ", " + reason_) + ")");
   }
-  node->state = NodeState::kSucceeded;
+  SetState(node, NodeState::kSucceeded);
   if (node->success_waiter != 0 && node->success_waiter != waiter) {
     out->push_back({node->success_waiter,
                     AbortedError("superseded by a newer ReportSuccess"),
@@ -516,7 +534,7 @@ bool RendezvousJob::CancelWaiter(WaiterId waiter, std::vector<Outcome>* out) {
       node.join_waiter = 0;
       if (node.state == NodeState::kJoining ||
           node.state == NodeState::kWaiting) {
-        nodes_.erase(it);
+        EraseNode(it);
         CompleteIfReady(out);
       }
       return true;
