@@ -90,7 +90,10 @@ std::string ResolveExecutable(const std::string& name,
 
 // Runs in the child between fork and exec: async-signal-safe calls only.
 void SetUpChild(pid_t parent) {
-  ::setpgid(0, 0);
+  // A new session (hence a new process group), as torchrun's
+  // Popen(start_new_session=True): killpg reaches the worker's whole group,
+  // and a worker reading the terminal gets EIO instead of stopping on SIGTTIN.
+  ::setsid();
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   // The parent may have died before prctl: then nobody would kill us.
   if (::getppid() != parent) ::_exit(137);

@@ -15,7 +15,7 @@ namespace ddprun::agent {
 // ProcessLauncher on Boost.Process (fork/exec, pipes, environment) and
 // Boost.Asio (SIGCHLD and pipe reads; nothing polls).
 //
-// Every child: is the leader of a new process group (setpgid), gets
+// Every child: leads a new session and process group (setsid), gets
 // PR_SET_PDEATHSIG(SIGKILL) so it dies with the agent, has stdout and stderr
 // connected to pipes the agent reads, SIGPIPE at its default, and inherits no
 // other descriptor of the agent. PDEATHSIG is bound to the forking thread,

@@ -128,6 +128,18 @@ bool IsDead(int pid) {
          (stat[paren + 2] == 'Z' || stat[paren + 2] == 'X');
 }
 
+// Field `n` (1-based, as in proc(5)) of /proc/<pid>/stat, for n >= 4.
+long StatField(int pid, int n) {
+  std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return -1;
+  std::stringstream rest(stat.substr(paren + 2));
+  std::string field;
+  for (int i = 3; i <= n && rest >> field; ++i) {
+  }
+  return std::atol(field.c_str());
+}
+
 bool WaitDead(const std::vector<int>& pids,
               std::chrono::milliseconds timeout = 5s) {
   auto deadline = Clock::now() + timeout;
@@ -289,7 +301,12 @@ TEST_CASE("ddprun: SIGTERM stops every worker, exit 143", "[agent][process]") {
   Ddprun run(dir, {"--nproc_per_node=4", "--no_python", kData + "/sleeper.sh"});
   REQUIRE(WaitForFiles(PidFiles(dir, 4)));
   std::vector<int> pids = ReadPids(dir, 4);
-  for (int p : pids) CHECK_FALSE(IsDead(p));
+  for (int p : pids) {
+    CHECK_FALSE(IsDead(p));
+    // Each worker leads its own session and process group.
+    CHECK(StatField(p, 5) == p);  // pgrp
+    CHECK(StatField(p, 6) == p);  // session
+  }
   std::string status =
       ReadFile("/proc/" + std::to_string(run.pid()) + "/status");
   size_t hwm = status.find("VmHWM:");
