@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <random>
@@ -37,6 +38,36 @@ std::string NodeId(const std::string& host) {
          std::to_string(rd() & 0xffff);
 }
 
+// The rendezvous for this launch. One node (--standalone, or --nnodes=1 with
+// any backend) uses the local rendezvous: MASTER_ADDR is --local_addr or
+// 127.0.0.1 under --standalone and --master_addr otherwise; MASTER_PORT is
+// --master_port when given (static), else a verified-free port.
+// Errors: kUnimplemented for several nodes (the grpc rendezvous plugs in
+// here).
+StatusOr<std::unique_ptr<RendezvousClient>> MakeRendezvousClient(
+    const LaunchOptions& options) {
+  if (options.max_nodes > 1) {
+    return Status(StatusCode::kUnimplemented,
+                  "--nnodes=" + std::to_string(options.min_nodes) + ":" +
+                      std::to_string(options.max_nodes) +
+                      " is not yet supported in this build: multi-node needs "
+                      "the grpc rendezvous");
+  }
+  LocalRendezvousClient::Options rdzv;
+  if (options.standalone) {
+    rdzv.backend = "standalone";
+    rdzv.master_addr =
+        options.local_addr.empty() ? "127.0.0.1" : options.local_addr;
+  } else {
+    rdzv.backend = options.rdzv_backend;
+    rdzv.master_addr = options.master_addr;
+    if (options.master_port.has_value() && *options.master_port != 0) {
+      rdzv.master_port = options.master_port;
+    }
+  }
+  return std::unique_ptr<RendezvousClient>(new LocalRendezvousClient(rdzv));
+}
+
 // Re-arms after every delivery so that a second signal is seen too.
 void WaitForSignals(boost::asio::signal_set* signals, ElasticAgent* agent) {
   signals->async_wait(
@@ -63,11 +94,10 @@ int Run(int argc, char** argv) {
     return 0;
   }
   LaunchOptions options = std::move(cl->options);
-  if (options.max_nodes > 1) {
-    std::cerr << prog << ": error: --nnodes=" << options.min_nodes << ":"
-              << options.max_nodes
-              << " is not yet supported in this build: multi-node needs the "
-                 "grpc rendezvous\n";
+  StatusOr<std::unique_ptr<RendezvousClient>> rendezvous =
+      MakeRendezvousClient(options);
+  if (!rendezvous.ok()) {
+    std::cerr << prog << ": error: " << rendezvous.status().message() << "\n";
     return 2;
   }
 
@@ -96,20 +126,6 @@ int Run(int argc, char** argv) {
   config.run_log_dir = *run_dir;
   DDP_LOG(DEBUG) << "log directory set to: " << config.run_log_dir;
 
-  LocalRendezvousClient::Options rdzv;
-  if (options.standalone) {
-    rdzv.backend = "standalone";
-    rdzv.master_addr =
-        options.local_addr.empty() ? "127.0.0.1" : options.local_addr;
-  } else {
-    rdzv.backend = options.rdzv_backend;
-    rdzv.master_addr = options.master_addr;
-    if (options.master_port.has_value() && *options.master_port != 0) {
-      rdzv.master_port = options.master_port;
-    }
-  }
-  LocalRendezvousClient rendezvous(rdzv);
-
   // Writing to a closed console must not kill the agent (and its workers).
   ::signal(SIGPIPE, SIG_IGN);
   config.parent_env = std::move(env);
@@ -128,7 +144,7 @@ int Run(int argc, char** argv) {
       DDP_LOG(WARNING) << "cannot handle signal " << sig << ": "
                        << ec.message();
   }
-  ElasticAgent agent(std::move(config), &loop, &launcher, &rendezvous,
+  ElasticAgent agent(std::move(config), &loop, &launcher, rendezvous->get(),
                      &console);
   WaitForSignals(&signals, &agent);
   int exit_code = 1;
