@@ -33,6 +33,13 @@ struct Flags {
   bool json = false;
 };
 
+// gRPC's own multi-line diagnostics go to our log at DEBUG; the user sees
+// one clear line per problem from us (LOGLEVEL=DEBUG shows gRPC's too).
+void GrpcLogToDebug(gpr_log_func_args* args) {
+  DDP_LOG(DEBUG) << "grpc " << args->file << ":" << args->line << " "
+                 << args->message;
+}
+
 bool ReadFile(const std::string& path, std::string* out) {
   std::ifstream in(path);
   if (!in) return false;
@@ -121,6 +128,7 @@ int Serve(const Flags& flags) {
 int main(int argc, char** argv) {
   using ddprun::rendezvous::Flags;
   ddprun::SetLogTag("rdzv");
+  gpr_set_log_function(ddprun::rendezvous::GrpcLogToDebug);
   Flags flags;
   CLI::App app{"ddprun rendezvous server"};
   app.add_option("--host", flags.host, "address to listen on")

@@ -40,6 +40,9 @@ StatusOr<int> RendezvousServer::Start(const std::string& host, int port,
   builder.AddListeningPort(address, creds, &bound);
   builder.RegisterService(service.get());
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  // gRPC sets SO_REUSEPORT by default: a second server on a busy port would
+  // silently share it (split brain). Refuse instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // A parked Join is liveness evidence only while its connection is: ping
   // idle connections so a vanished node's call is cancelled in ~15 s.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
