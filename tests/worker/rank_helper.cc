@@ -10,10 +10,13 @@
 //   rank_helper syncbn OUT DIMS
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -178,6 +181,114 @@ int Throw(const std::string& kind) {
   return 0;
 }
 
+// Deterministic training with checkpoints every EVERY steps; rank 0 logs
+// "step S" lines to LOG and writes the final parameters to DIR/final.bin.
+// Env SLOW_MS slows each step; CRASH_AT_SAVE_STEP=k makes rank 0 SIGKILL
+// itself between fsync and rename of checkpoint k.
+int Train(const std::string& dir, int total, int every, const std::string& log,
+          bool sharded) {
+  w::World world = w::InitFromEnv();
+  const int r = world.rank();
+  torch::manual_seed(100 + r);  // per-rank dropout stream
+  torch::nn::Sequential net(
+      torch::nn::Linear(64, 512),
+      torch::nn::Dropout(std::getenv("NO_DROPOUT") ? 0.0 : 0.2),
+      torch::nn::ReLU(), torch::nn::Linear(512, 10));
+  w::DistributedDataParallel ddp(world, net.ptr());
+  torch::optim::Adam adam(net->parameters(), torch::optim::AdamOptions(1e-3));
+  w::ShardedAdamOptions zo;
+  zo.reduce_gradients = false;  // DDP already averaged
+  w::ShardedAdam zero(world, net->parameters(), zo);
+  w::Checkpointer cp(world, {dir, every, 2});
+  if (const char* c = std::getenv("CRASH_AT_SAVE_STEP")) {
+    std::string target = "ckpt-" + std::string(12 - std::strlen(c), '0') + c;
+    w::Checkpointer::SetBeforeRenameHookForTesting(
+        [target](const std::string& tmp) {
+          if (tmp.find(target) != std::string::npos) raise(SIGKILL);
+        });
+  }
+  w::CheckpointParts parts;
+  parts.model = net.ptr().get();
+  if (sharded) {
+    parts.sharded_optimizer = &zero;
+  } else {
+    parts.optimizer = &adam;
+  }
+  int start = 0;
+  if (auto st = cp.LoadLatest(parts)) start = static_cast<int>(st->step);
+  std::printf("rank %d resumed from step %d\n", r, start);
+  std::fflush(stdout);
+  const char* slow = std::getenv("SLOW_MS");
+  for (int s = start + 1; s <= total; ++s) {
+    auto gen = at::detail::createCPUGenerator(1000 * s + r);
+    at::Tensor x = at::randn({16, 64}, gen);
+    at::Tensor y = at::randint(0, 10, {16}, gen);
+    if (sharded) {
+      zero.ZeroGrad();
+    } else {
+      adam.zero_grad();
+    }
+    ddp.Backward(torch::nn::functional::cross_entropy(net->forward(x), y));
+    if (sharded) {
+      zero.Step();
+    } else {
+      adam.step();
+    }
+    if (r == 0) {
+      FILE* f = std::fopen(log.c_str(), "a");
+      std::fprintf(f, "step %d\n", s);
+      std::fclose(f);
+    }
+    if (slow) usleep(std::atoi(slow) * 1000);
+    if (cp.ShouldSave(s)) cp.Save({0, s, s, {{"lr", 1e-3}}}, parts);
+  }
+  if (r == 0) WriteFloats(dir + "/final.bin", FlatParams(*net));
+  return 0;
+}
+
+// ShardedAdam (no DDP, gradients reduced by the optimizer) on N ranks x
+// batch B vs torch::optim::AdamW on one process x batch N*B.
+int Zero(const std::string& out, int steps, int batch, bool sharded) {
+  w::World world = w::InitFromEnv();
+  torch::manual_seed(5);  // same init everywhere, no broadcast needed
+  Net net(false);
+  int n = world.world_size(), r = world.rank();
+  std::unique_ptr<torch::optim::AdamW> plain;
+  std::unique_ptr<w::ShardedAdam> zero;
+  if (sharded) {
+    w::ShardedAdamOptions o;
+    o.lr = 0.01;
+    o.weight_decay = 0.01;
+    o.decoupled_weight_decay = true;
+    zero = std::make_unique<w::ShardedAdam>(world, net->parameters(), o);
+  } else {
+    plain = std::make_unique<torch::optim::AdamW>(
+        net->parameters(), torch::optim::AdamWOptions(0.01).weight_decay(0.01));
+  }
+  int64_t global = static_cast<int64_t>(batch) * n;
+  Data d = MakeData(global * steps);
+  for (int s = 0; s < steps; ++s) {
+    at::Tensor x = d.x.narrow(0, s * global + r * batch, batch);
+    at::Tensor y = d.y.narrow(0, s * global + r * batch, batch);
+    at::Tensor loss = torch::nn::functional::cross_entropy(net->forward(x), y);
+    if (sharded) {
+      zero->ZeroGrad();
+      loss.backward();
+      zero->Step();
+    } else {
+      plain->zero_grad();
+      loss.backward();
+      plain->step();
+    }
+  }
+  int64_t numel = FlatParams(*net).numel();
+  if (r == 0) WriteFloats(out, FlatParams(*net));
+  std::printf(
+      "rank %d numel %lld state_bytes %lld\n", r, static_cast<long long>(numel),
+      static_cast<long long>(sharded ? zero->state_bytes() : 2 * 4 * numel));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -196,6 +307,14 @@ int main(int argc, char** argv) {
                      std::stoi(a.at(4)), a.at(5) == "1", a.at(6) == "1");
     }
     if (mode == "throw") return Throw(a.at(2));
+    if (mode == "train") {
+      return Train(a.at(2), std::stoi(a.at(3)), std::stoi(a.at(4)), a.at(5),
+                   a.size() > 6 && a[6] == "sharded");
+    }
+    if (mode == "zero") {
+      return Zero(a.at(2), std::stoi(a.at(3)), std::stoi(a.at(4)),
+                  a.at(5) == "sharded");
+    }
     throw w::ConfigError("unknown mode " + mode);
   });
 }

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -87,12 +88,18 @@ class Checkpointer {
   // collective).
   static std::vector<std::string> ListComplete(const std::string& dir);
 
-  // Loads one file without any collective (tools, tests). Throws
+  // Loads one file without any collective (tools, tests); RNG state of
+  // rank $RANK (0 if unset). Throws
   // WorkerError if it is missing or fails verification.
   static TrainState LoadFile(const std::string& path,
                              const CheckpointParts& parts);
 
   const CheckpointOptions& options() const { return options_; }
+
+  // Test hook: called on rank 0 after the temp file is fsynced and before
+  // the rename (a crash there must lose nothing). Pass {} to clear.
+  static void SetBeforeRenameHookForTesting(
+      std::function<void(const std::string& tmp_path)> hook);
 
  private:
   World world_;

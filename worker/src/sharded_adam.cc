@@ -1,0 +1,149 @@
+#include "ddprun/worker/sharded_adam.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <torch/serialize/archive.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include "ddprun/worker/errors.h"
+
+namespace ddprun::worker {
+
+ShardedAdam::ShardedAdam(World world, std::vector<at::Tensor> params,
+                         ShardedAdamOptions options)
+    : world_(std::move(world)), params_(std::move(params)), options_(options) {
+  for (auto& p : params_) {
+    if (p.scalar_type() != at::kFloat || p.is_sparse()) {
+      throw ConfigError("ShardedAdam: parameters must be dense float32");
+    }
+    numel_ += p.numel();
+  }
+  int n = world_.world_size();
+  shard_size_ = (numel_ + n - 1) / n;
+  shard_begin_ = std::min(numel_, shard_size_ * world_.rank());
+  shard_end_ = std::min(numel_, shard_begin_ + shard_size_);
+  auto opts = at::TensorOptions().dtype(at::kFloat).device(world_.device());
+  exp_avg_ = at::zeros({shard_size_}, opts);
+  exp_avg_sq_ = at::zeros({shard_size_}, opts);
+}
+
+void ShardedAdam::ZeroGrad() {
+  for (auto& p : params_) {
+    if (p.grad().defined()) {
+      p.mutable_grad().detach_();
+      p.mutable_grad().zero_();
+    }
+  }
+}
+
+int64_t ShardedAdam::state_bytes() const {
+  return exp_avg_.nbytes() + exp_avg_sq_.nbytes();
+}
+
+at::Tensor ShardedAdam::FlatGrads() const {
+  std::vector<at::Tensor> parts;
+  for (auto& p : params_) {
+    parts.push_back(p.grad().defined() ? p.grad().detach().flatten()
+                                       : at::zeros({p.numel()}, p.options()));
+  }
+  int64_t pad = shard_size_ * world_.world_size() - numel_;
+  if (pad > 0) parts.push_back(at::zeros({pad}, exp_avg_.options()));
+  return at::cat(parts);
+}
+
+at::Tensor ShardedAdam::GatherFull(const at::Tensor& shard) const {
+  return at::cat(world_.AllGather(shard)).narrow(0, 0, numel_);
+}
+
+void ShardedAdam::Step() {
+  at::NoGradGuard no_grad;
+  const int n = world_.world_size();
+  const int r = world_.rank();
+  at::Tensor grad;
+  at::Tensor flat_grad = FlatGrads();
+  if (options_.reduce_gradients && n > 1) {
+    if (world_.backend() == "nccl") {
+      // Reduce-scatter: each rank receives only the sum of its own shard.
+      grad = at::empty({shard_size_}, flat_grad.options());
+      std::vector<at::Tensor> out{grad};
+      std::vector<std::vector<at::Tensor>> in{flat_grad.split(shard_size_)};
+      try {
+        world_.process_group()->reduce_scatter(out, in)->wait();
+      } catch (const std::exception& e) {
+        throw CollectiveError(std::string("reduce_scatter: ") + e.what());
+      }
+    } else {
+      // Gloo in Torch 1.13 has no reduce_scatter: all-reduce, keep a shard.
+      world_.AllReduce(flat_grad, ReduceOp::kSum);
+      grad = flat_grad.narrow(0, shard_size_ * r, shard_size_);
+    }
+    grad = grad / n;
+  } else {
+    grad = flat_grad.narrow(0, shard_size_ * r, shard_size_);
+  }
+
+  // This rank's shard of the parameters as one flat vector.
+  std::vector<at::Tensor> flat_parts;
+  for (auto& p : params_) flat_parts.push_back(p.detach().flatten());
+  int64_t pad = shard_size_ * n - numel_;
+  if (pad > 0) flat_parts.push_back(at::zeros({pad}, exp_avg_.options()));
+  at::Tensor flat = at::cat(flat_parts);
+  at::Tensor shard = flat.narrow(0, shard_size_ * r, shard_size_).clone();
+
+  // torch::optim::Adam / AdamW, step for step.
+  const double lr = options_.lr, wd = options_.weight_decay;
+  if (wd != 0) {
+    if (options_.decoupled_weight_decay) {
+      shard.mul_(1 - lr * wd);
+    } else {
+      grad = grad.add(shard, wd);
+    }
+  }
+  ++step_;
+  double bc1 = 1 - std::pow(options_.beta1, step_);
+  double bc2 = 1 - std::pow(options_.beta2, step_);
+  exp_avg_.mul_(options_.beta1).add_(grad, 1 - options_.beta1);
+  exp_avg_sq_.mul_(options_.beta2).addcmul_(grad, grad, 1 - options_.beta2);
+  at::Tensor denom = (exp_avg_sq_.sqrt() / std::sqrt(bc2)).add_(options_.eps);
+  shard.addcdiv_(exp_avg_, denom, -lr / bc1);
+
+  // Every rank gets every shard back.
+  at::Tensor updated = n > 1 ? GatherFull(shard) : shard.narrow(0, 0, numel_);
+  int64_t off = 0;
+  for (auto& p : params_) {
+    p.detach().copy_(updated.narrow(0, off, p.numel()).view_as(p));
+    off += p.numel();
+  }
+}
+
+void ShardedAdam::Save(torch::serialize::OutputArchive& archive) {
+  archive.write("step", at::tensor({step_}, at::kLong));
+  archive.write("lr", at::tensor({options_.lr}, at::kDouble));
+  archive.write("exp_avg", GatherFull(exp_avg_).cpu());
+  archive.write("exp_avg_sq", GatherFull(exp_avg_sq_).cpu());
+}
+
+void ShardedAdam::Load(torch::serialize::InputArchive& archive) {
+  at::Tensor step, lr, m, v;
+  archive.read("step", step);
+  archive.read("lr", lr);
+  archive.read("exp_avg", m);
+  archive.read("exp_avg_sq", v);
+  if (m.numel() != numel_ || v.numel() != numel_) {
+    throw WorkerError("ShardedAdam: saved state has " +
+                      std::to_string(m.numel()) + " elements, model has " +
+                      std::to_string(numel_));
+  }
+  step_ = step.item<int64_t>();
+  options_.lr = lr.item<double>();
+  exp_avg_.zero_();
+  exp_avg_sq_.zero_();
+  int64_t len = shard_end_ - shard_begin_;
+  if (len > 0) {
+    exp_avg_.narrow(0, 0, len).copy_(m.narrow(0, shard_begin_, len));
+    exp_avg_sq_.narrow(0, 0, len).copy_(v.narrow(0, shard_begin_, len));
+  }
+}
+
+}  // namespace ddprun::worker
