@@ -9,6 +9,9 @@ Cases:
   env_standalone   worker env + argv, torchrun vs ddprun, --standalone
   env_static       the same with the static backend, --nnodes=1
   env_legacy       torch.distributed.launch vs ddprun-launch (--local_rank)
+  failure_plain    a worker raises: same exit code and failure summary as
+                   torchrun (time, host, pid, log dir masked)
+  failure_record   the same through torch's @record (error file traceback)
 
 Exit 0 = pass, 1 = fail (with the reason), 77 = skipped (no torch in
 /usr/bin/python3). Every launch runs under a deadline.
@@ -92,7 +95,16 @@ def torchrun_cmd(tmp, shared, legacy=False):
     fix_dir = os.path.join(tmp, "sitecustomize")
     os.makedirs(fix_dir, exist_ok=True)
     shutil.copy(os.path.join(shared, "reference", "torchrun_py311_fix.py"),
-                os.path.join(fix_dir, "sitecustomize.py"))
+                os.path.join(fix_dir, "torchrun_py311_fix.py"))
+    # The fix imports torch; workers inherit PYTHONPATH, so apply it only in
+    # the launcher (workers have TORCHELASTIC_RUN_ID) or every env_dump
+    # worker would pay seconds for a torch import it does not need.
+    with open(os.path.join(fix_dir, "sitecustomize.py"), "w") as f:
+        f.write("import os\n"
+                "if 'TORCHELASTIC_RUN_ID' not in os.environ:\n"
+                "    _fix = os.path.join(os.path.dirname(__file__),\n"
+                "                        'torchrun_py311_fix.py')\n"
+                "    exec(compile(open(_fix).read(), _fix, 'exec'))\n")
     module = "torch.distributed.launch" if legacy else "torch.distributed.run"
     # 1.13 polls every 5 s by default; 0.1 only makes the test faster.
     return [PYTHON, "-m", module, "--monitor_interval", "0.1"], fix_dir
@@ -253,11 +265,68 @@ def ddp_run(args, flags):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def failure_summary(output):
+    """The summary block torchrun prints on failure, with the values that
+    differ between any two runs (time, host, pid, log dir) masked."""
+    lines = output.splitlines()
+    starts = [i for i, l in enumerate(lines) if l.startswith("=" * 20)]
+    check(len(starts) >= 2, "no failure summary in:\n%s" % output[-3000:])
+    block = lines[starts[-2]:starts[-1] + 1]
+    masked = []
+    for line in block:
+        line = re.sub(r"^(  time      : ).*", r"\1<TIME>", line)
+        line = re.sub(r"^(  host      : ).*", r"\1<HOST>", line)
+        line = re.sub(r"\(pid: \d+\)", "(pid: <PID>)", line)
+        line = re.sub(r"/\S*/attempt_", "<LOGDIR>/attempt_", line)
+        masked.append(line.rstrip())
+    return masked
+
+
+def failure_report(args, record):
+    """Same exit code and same failure summary as torchrun."""
+    tmp = tempfile.mkdtemp(prefix="ddprun_compat_fail_")
+    try:
+        script = [os.path.join(HERE, "fail_worker.py")] + (
+            ["--record"] if record else [])
+        flags = ["--standalone", "--nproc_per_node=2"]
+        outputs = {}
+        for name in ("torchrun", "ddprun"):
+            env = base_env(tmp)
+            if name == "torchrun":
+                prefix, fix_dir = torchrun_cmd(tmp, args.shared)
+                env["PYTHONPATH"] = fix_dir
+            else:
+                prefix = [args.ddprun]
+            try:
+                p = subprocess.run(prefix + flags + script, env=env,
+                                   stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT,
+                                   timeout=LAUNCH_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                raise Failure("%s did not stop the job in %d s" %
+                              (name, LAUNCH_TIMEOUT_S))
+            outputs[name] = (p.returncode, p.stdout.decode(errors="replace"))
+        t_rc, t_out = outputs["torchrun"]
+        d_rc, d_out = outputs["ddprun"]
+        check(t_rc == d_rc == 1, "exit codes: torchrun %d, ddprun %d" %
+              (t_rc, d_rc))
+        t_sum, d_sum = failure_summary(t_out), failure_summary(d_out)
+        check(t_sum == d_sum, "failure summaries differ:\n--- torchrun\n%s"
+              "\n--- ddprun\n%s" % ("\n".join(t_sum), "\n".join(d_sum)))
+        check(any("ValueError: boom from rank 1" in l for l in d_out.splitlines()),
+              "the worker's exception is not in ddprun's output")
+        print("OK: exit 1 and identical failure summary (%d lines)" %
+              len(d_sum))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("case", choices=["ddp_standalone", "ddp_static",
                                          "env_standalone", "env_static",
-                                         "env_legacy"])
+                                         "env_legacy", "failure_plain",
+                                         "failure_record"])
     parser.add_argument("--ddprun", required=True)
     parser.add_argument("--shared", required=True)
     args = parser.parse_args()
@@ -276,8 +345,10 @@ def main():
         elif args.case == "env_static":
             side_by_side(args, ["--nnodes=1", "--nproc_per_node=2"],
                          static=True)
-        else:
+        elif args.case == "env_legacy":
             side_by_side(args, ["--nproc_per_node=2"], legacy=True)
+        else:
+            failure_report(args, record=args.case == "failure_record")
     except Failure as e:
         print("FAIL: %s" % e)
         return 1
