@@ -259,6 +259,7 @@ void ElasticAgent::OnSignal(int sig) {
     // A second signal while stopping: do not wait for the grace period.
     DDP_LOG(WARNING) << "received " << SignalName(sig)
                      << " again: killing workers";
+    if (stop_timer_armed_) loop_->Cancel(stop_timer_);
     OnStopDeadline();
     return;
   }

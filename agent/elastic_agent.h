@@ -51,6 +51,11 @@ struct AgentConfig {
 // and finishes with 1; a handled signal is forwarded to the workers, the group
 // is stopped and the agent finishes with 128+N.
 //
+// Worker output always flows through the agent (pipes), also without -r/-t:
+// console lines get torchrun's tee prefix `[<role><local_rank>]:` and are
+// written whole, so lines of different workers never interleave mid-line
+// (pytorch#75087). --local_ranks_filter applies to the console only.
+//
 // Confined to the loop thread (rendezvous events are posted to it). The
 // collaborators must outlive the agent. Rendezvous calls (Join,
 // ReportFailure, ReportSuccess) block the loop thread; workers are stopped
