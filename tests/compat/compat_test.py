@@ -90,8 +90,9 @@ def run(cmd, env, what):
     return out
 
 
-def torchrun_cmd(tmp, shared, legacy=False):
-    """Debian's torchrun with the Python 3.11 start-up fix on PYTHONPATH."""
+def torchrun_cmd(tmp, shared, env, legacy=False):
+    """Debian's torchrun with the Python 3.11 start-up fix on PYTHONPATH
+    (added to env)."""
     fix_dir = os.path.join(tmp, "sitecustomize")
     os.makedirs(fix_dir, exist_ok=True)
     shutil.copy(os.path.join(shared, "reference", "torchrun_py311_fix.py"),
@@ -105,9 +106,11 @@ def torchrun_cmd(tmp, shared, legacy=False):
                 "    _fix = os.path.join(os.path.dirname(__file__),\n"
                 "                        'torchrun_py311_fix.py')\n"
                 "    exec(compile(open(_fix).read(), _fix, 'exec'))\n")
+    env["PYTHONPATH"] = fix_dir + (
+        ":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     module = "torch.distributed.launch" if legacy else "torch.distributed.run"
     # 1.13 polls every 5 s by default; 0.1 only makes the test faster.
-    return [PYTHON, "-m", module, "--monitor_interval", "0.1"], fix_dir
+    return [PYTHON, "-m", module, "--monitor_interval", "0.1"]
 
 
 def collect(out_dir, expected):
@@ -140,9 +143,7 @@ def side_by_side(args, flags, legacy=False, static=False):
             os.makedirs(out)
             env = base_env(out)
             if name == "torchrun":
-                prefix, fix_dir = torchrun_cmd(tmp, args.shared, legacy)
-                env["PYTHONPATH"] = fix_dir + (
-                    ":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+                prefix = torchrun_cmd(tmp, args.shared, env, legacy)
                 run_flags = flags + (["--master_port", str(free_port())]
                                      if static or legacy else [])
             else:
@@ -293,8 +294,7 @@ def failure_report(args, record):
         for name in ("torchrun", "ddprun"):
             env = base_env(tmp)
             if name == "torchrun":
-                prefix, fix_dir = torchrun_cmd(tmp, args.shared)
-                env["PYTHONPATH"] = fix_dir
+                prefix = torchrun_cmd(tmp, args.shared, env)
             else:
                 prefix = [args.ddprun]
             try:
