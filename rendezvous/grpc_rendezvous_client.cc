@@ -111,6 +111,10 @@ StatusOr<int> FreePort(const std::string& addr) {
     close(fd);
   }
   freeaddrinfo(res);
+  if (port == 0 && !addr.empty()) {
+    // `addr` is not bindable here (e.g. a NAT address): probe any address.
+    return FreePort("");
+  }
   if (port == 0) return UnavailableError("no free TCP port for MASTER_PORT");
   return port;
 }
