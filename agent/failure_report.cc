@@ -211,18 +211,30 @@ Status DumpRootCauseErrorFile(const ProcessFailure& root,
 }
 
 std::string FullyQualifiedHostname() {
+  // Python's getfqdn(): gethostbyaddr(gethostname()), then the first of the
+  // primary name and its aliases that contains a '.', else the primary name.
   char name[256] = {0};
   if (::gethostname(name, sizeof(name) - 1) != 0) return "localhost";
   struct addrinfo hints;
   std::memset(&hints, 0, sizeof(hints));
-  hints.ai_flags = AI_CANONNAME;
+  hints.ai_family = AF_UNSPEC;
   struct addrinfo* res = nullptr;
-  std::string fqdn = name;
-  if (::getaddrinfo(name, nullptr, &hints, &res) == 0 && res != nullptr) {
-    if (res->ai_canonname != nullptr) fqdn = res->ai_canonname;
-    ::freeaddrinfo(res);
+  if (::getaddrinfo(name, nullptr, &hints, &res) != 0 || res == nullptr) {
+    return name;
   }
-  return fqdn;
+  char host[NI_MAXHOST] = {0};
+  int rc = ::getnameinfo(res->ai_addr, res->ai_addrlen, host, sizeof(host),
+                         nullptr, 0, NI_NAMEREQD);
+  ::freeaddrinfo(res);
+  if (rc != 0) return name;
+  std::string primary = host;
+  struct hostent* he = ::gethostbyname(primary.c_str());
+  if (primary.find('.') == std::string::npos && he != nullptr) {
+    for (char** alias = he->h_aliases; alias && *alias; ++alias) {
+      if (std::strchr(*alias, '.') != nullptr) return *alias;
+    }
+  }
+  return primary;
 }
 
 }  // namespace ddprun::agent

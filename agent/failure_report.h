@@ -54,8 +54,9 @@ std::string FormatFailureTable(const std::string& name,
 Status DumpRootCauseErrorFile(const ProcessFailure& root,
                               const std::string& dest);
 
-// The host name as Python's socket.getfqdn() would print it (canonical name,
-// falling back to gethostname()).
+// The host name as Python's socket.getfqdn() prints it (the reverse lookup
+// of gethostname()'s address, preferring a dotted alias; gethostname() when
+// the lookups fail). Blocking (resolver); call once at start-up.
 std::string FullyQualifiedHostname();
 
 }  // namespace ddprun::agent
