@@ -201,6 +201,73 @@ TEST_CASE("GrpcRendezvous: a silent agent is dropped and the others re-join",
   }
 }
 
+TEST_CASE("GrpcRendezvous: a third agent joining 1:3 scales the job up",
+          "[rendezvous][grpc]") {
+  RendezvousServer server;
+  auto port = server.Start("127.0.0.1", 0, ServerOptions());
+  REQUIRE(port.ok());
+  std::vector<std::unique_ptr<RendezvousClient>> clients;
+  for (int i = 0; i < 2; ++i) clients.push_back(MakeClient(*port));
+  EventLog events0, events1;
+  clients[0]->SetEventHandler(events0.Handler());
+  clients[1]->SetEventHandler(events1.Handler());
+  // min 1: the round starts after last_call (500 ms) with two nodes.
+  auto first = JoinAll(clients, 1, 3);
+  for (auto& r : first) {
+    REQUIRE(r.ok());
+    CHECK(r->group_world_size == 2);
+  }
+  auto late = MakeClient(*port);
+  auto late_join = std::async(std::launch::async, [&] {
+    return late->Join(Request("node2", 1, 3), In(seconds(15)));
+  });
+  auto e0 = events0.Wait(seconds(3));
+  auto e1 = events1.Wait(seconds(3));
+  REQUIRE(e0.has_value());
+  REQUIRE(e1.has_value());
+  CHECK(e0->type == RendezvousEventType::kMembershipChanged);
+  CHECK_THAT(e0->reason, Catch::Contains("node2"));
+  auto again = JoinAll(clients, 1, 3);
+  auto third = late_join.get();
+  REQUIRE(third.ok());
+  CHECK(third->group_world_size == 3);
+  CHECK(third->group_rank == 2);
+  for (size_t i = 0; i < again.size(); ++i) {
+    REQUIRE(again[i].ok());
+    CHECK(again[i]->group_world_size == 3);
+    CHECK(again[i]->group_rank == first[i]->group_rank);  // ranks kept
+    CHECK(again[i]->restart_count == 0);
+    CHECK(again[i]->world_size == 6);
+  }
+}
+
+TEST_CASE("GrpcRendezvous: Leave during a parked Join cancels it",
+          "[rendezvous][grpc]") {
+  RendezvousServer server;
+  auto port = server.Start("127.0.0.1", 0, ServerOptions());
+  REQUIRE(port.ok());
+  auto client = MakeClient(*port);
+  auto join = std::async(std::launch::async, [&] {
+    return client->Join(Request("quitter", 2, 2), In(seconds(15)));
+  });
+  // Wait until the server has the node parked.
+  const auto deadline = Steady::now() + seconds(5);
+  while (Steady::now() < deadline) {
+    auto st = ServerStatus(*port);
+    if (st.jobs_size() == 1 && st.jobs(0).nodes_size() == 1) break;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  const auto t0 = Steady::now();
+  client->Leave();
+  auto r = join.get();
+  CHECK(Steady::now() - t0 < seconds(3));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == StatusCode::kCancelled);
+  auto st = ServerStatus(*port);
+  REQUIRE(st.jobs_size() == 1);
+  CHECK(st.jobs(0).nodes_size() == 0);  // no ghost participant left behind
+}
+
 TEST_CASE(
     "GrpcRendezvous: worker failure restarts every node with one "
     "global count",
