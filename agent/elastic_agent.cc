@@ -382,6 +382,7 @@ void ElasticAgent::ReportFailedJob() {
                    [](const ProcessFailure& a, const ProcessFailure& b) {
                      return a.local_rank < b.local_rank;
                    });
+  if (config_.hostname.empty()) config_.hostname = FullyQualifiedHostname();
   std::string table = FormatFailureTable(EntrypointName(config_.options),
                                          sorted, config_.hostname);
   console_->Write(Console::Stream::kErr, table + "\n");

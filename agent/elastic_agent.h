@@ -34,7 +34,7 @@ struct AgentConfig {
   std::string run_id;       // TORCHELASTIC_RUN_ID
   std::string run_log_dir;  // <log_dir>/<run_id>_<rand>, already created
   EnvMap parent_env;        // the environment workers inherit
-  std::string hostname;     // for the failure table
+  std::string hostname;     // for the failure table; "" = getfqdn()
   std::string node_id;      // unique per agent, for the rendezvous
   // The agent's own TORCHELASTIC_ERROR_FILE ("" if unset): receives the root
   // cause's error file with errorCode added.

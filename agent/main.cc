@@ -18,7 +18,6 @@
 #include "agent/cli_parser.h"
 #include "agent/console.h"
 #include "agent/elastic_agent.h"
-#include "agent/failure_report.h"
 #include "agent/local_rendezvous_client.h"
 #include "agent/log_dir.h"
 #include "agent/worker_env.h"
@@ -107,8 +106,11 @@ int Run(int argc, char** argv) {
 
   AgentConfig config;
   config.run_id = options.rdzv_id;
-  config.hostname = FullyQualifiedHostname();
-  config.node_id = NodeId(config.hostname);
+  // config.hostname stays empty: the agent resolves it only for a failure
+  // table, so a slow resolver never delays a launch.
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  config.node_id = NodeId(host);
   auto own_error_file = env.find("TORCHELASTIC_ERROR_FILE");
   if (own_error_file != env.end()) {
     config.agent_error_file = own_error_file->second;
