@@ -161,6 +161,13 @@ Status RendezvousJob::Join(const v1::JoinRequest& request, WaiterId waiter,
 Status RendezvousJob::ParkWaiting(const v1::JoinRequest& request,
                                   WaiterId waiter, std::vector<Outcome>* out) {
   const v1::NodeInfo& info = request.node();
+  if (nodes_.count(info.node_id()) == 0 &&
+      CountNodes(NodeState::kWaiting) >=
+          static_cast<int>(config_.max_nodes())) {
+    return ResourceExhaustedError(
+        "rendezvous '" + id_ + "': the wait list is full (" +
+        std::to_string(config_.max_nodes()) + " nodes already wait)");
+  }
   Node& node = InsertNode(info.node_id(), nullptr);
   node.info = info;
   SetState(&node, NodeState::kWaiting);
@@ -321,6 +328,7 @@ void RendezvousJob::Invalidate(v1::HeartbeatResponse::Action action,
 void RendezvousJob::Fail(const std::string& reason, std::vector<Outcome>* out) {
   DDP_LOG(WARNING) << "rendezvous '" << id_ << "' failed: " << reason;
   phase_ = Phase::kFailed;
+  finished_at_ = clock_->Now();
   reason_ = reason;
   for (auto& [id, node] : nodes_) {
     for (WaiterId* w : {&node.join_waiter, &node.success_waiter}) {
@@ -336,6 +344,7 @@ void RendezvousJob::Succeed(const std::string& reason,
                             std::vector<Outcome>* out) {
   DDP_LOG(INFO) << "rendezvous '" << id_ << "' succeeded: " << reason;
   phase_ = Phase::kSucceeded;
+  finished_at_ = clock_->Now();
   reason_ = reason;
   for (auto& [id, node] : nodes_) {
     if (node.success_waiter != 0) {

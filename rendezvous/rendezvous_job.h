@@ -31,6 +31,9 @@ struct JobDefaults {
   Clock::Duration join_timeout = std::chrono::seconds(600);
   Clock::Duration last_call_timeout = std::chrono::seconds(10);
   Clock::Duration heartbeat_timeout = std::chrono::seconds(3);
+  // How long a finished (succeeded/failed) job stays visible in Status and
+  // refuses Joins under its rdzv_id before the server forgets it.
+  Clock::Duration finished_job_ttl = std::chrono::hours(1);
 };
 
 // The state machine of one rendezvous job: rounds, participants, wait list,
@@ -55,6 +58,8 @@ class RendezvousJob {
   bool finished() const {
     return phase_ == Phase::kSucceeded || phase_ == Phase::kFailed;
   }
+  // When the job finished; meaningful only if finished().
+  Clock::TimePoint finished_at() const { return finished_at_; }
 
   // FAILED_PRECONDITION when `config` is not this job's (min, max, budget).
   Status CheckConfig(const v1::JobConfig& config) const;
@@ -160,6 +165,7 @@ class RendezvousJob {
   // node of the previous round is still expected.
   bool reformed_ = false;
   Clock::TimePoint open_since_;
+  Clock::TimePoint finished_at_;
   std::optional<Clock::TimePoint> last_call_deadline_;
   // After a server restart: nodes the adopted round had, and until when they
   // may re-register.

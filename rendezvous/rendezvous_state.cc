@@ -11,6 +11,7 @@ constexpr size_t kMaxAddrBytes = 256;
 constexpr size_t kMaxRoleBytes = 64;
 constexpr uint32_t kMaxNodes = 100000;
 constexpr uint32_t kMaxLocalWorldSize = 65536;
+constexpr size_t kMaxJobs = 10000;
 
 Status CheckRdzvId(const std::string& id) {
   if (id.empty()) return InvalidArgumentError("rdzv_id is empty");
@@ -63,6 +64,22 @@ Status CheckNode(const v1::NodeInfo& n) {
   return Status::Ok();
 }
 
+// A heartbeat's reported assignment is trusted to rebuild a job after a
+// server restart, so it must at least be self-consistent.
+Status CheckAssignment(const v1::Assignment& a, const v1::JobConfig& c) {
+  if (a.round() < 0 ||
+      (a.round() > 0 &&
+       (a.group_world_size() < 1 ||
+        a.group_world_size() > static_cast<int>(c.max_nodes()) ||
+        a.group_rank() < 0 || a.group_rank() >= a.group_world_size()))) {
+    return InvalidArgumentError("heartbeat assignment is inconsistent (round " +
+                                std::to_string(a.round()) + ", group rank " +
+                                std::to_string(a.group_rank()) + " of " +
+                                std::to_string(a.group_world_size()) + ")");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 RendezvousState::RendezvousState(Clock* clock, JobDefaults defaults)
@@ -84,6 +101,11 @@ StatusOr<RendezvousJob*> RendezvousState::GetOrCreate(
   if (it != jobs_.end()) {
     DDP_RETURN_IF_ERROR(it->second->CheckConfig(config));
     return it->second.get();
+  }
+  if (jobs_.size() >= kMaxJobs) {
+    return ResourceExhaustedError(
+        "rendezvous server holds " + std::to_string(kMaxJobs) +
+        " jobs already; no new job '" + rdzv_id + "'");
   }
   *created = true;
   auto job =
@@ -133,6 +155,7 @@ StatusOr<v1::HeartbeatResponse> RendezvousState::Heartbeat(
     return reply;
   }
   DDP_RETURN_IF_ERROR(CheckConfig(req.config()));
+  DDP_RETURN_IF_ERROR(CheckAssignment(req.current(), req.config()));
   bool created = false;
   DDP_ASSIGN_OR_RETURN(RendezvousJob * job,
                        GetOrCreate(req.rdzv_id(), req.config(), &created));
@@ -217,7 +240,17 @@ void RendezvousState::CancelWaiter(WaiterId waiter) {
 }
 
 void RendezvousState::Tick() {
-  for (auto& [id, job] : jobs_) job->Tick(&outcomes_);
+  const Clock::TimePoint now = clock_->Now();
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    RendezvousJob& job = *it->second;
+    job.Tick(&outcomes_);
+    if (job.finished() &&
+        now - job.finished_at() >= defaults_.finished_job_ttl) {
+      it = jobs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 std::optional<Clock::TimePoint> RendezvousState::NextDeadline() const {

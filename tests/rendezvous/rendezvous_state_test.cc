@@ -551,3 +551,46 @@ TEST_CASE("RendezvousState: jobs are independent", "[rendezvous]") {
 
 }  // namespace
 }  // namespace ddprun::rendezvous
+
+namespace ddprun::rendezvous {
+namespace {
+
+TEST_CASE("RendezvousState: the wait list is bounded by max_nodes",
+          "[rendezvous]") {
+  Harness h(1, 1);
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Join("spare").ok());  // full round: one spare may wait
+  Status s = h.Join("flood");
+  CHECK(s.code() == StatusCode::kResourceExhausted);
+  CHECK(h.Job().nodes_size() == 2);
+}
+
+TEST_CASE("RendezvousState: finished jobs are forgotten after their TTL",
+          "[rendezvous]") {
+  Harness h(1, 1);
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Succeed("a").ok());
+  h.Advance(std::chrono::minutes(59));
+  CHECK(h.state_.job_count() == 1);
+  CHECK(h.Join("b").code() == StatusCode::kFailedPrecondition);
+  h.Advance(std::chrono::minutes(1));
+  CHECK(h.state_.job_count() == 0);
+}
+
+TEST_CASE("RendezvousState: an inconsistent heartbeat cannot rebuild a job",
+          "[rendezvous]") {
+  Harness h(1, 2);
+  v1::HeartbeatRequest hb;
+  hb.set_rdzv_id("job");
+  *hb.mutable_config() = h.config_;
+  *hb.mutable_node() = h.Request("a").node();
+  hb.mutable_current()->set_round(3);
+  hb.mutable_current()->set_group_rank(5);
+  hb.mutable_current()->set_group_world_size(2);
+  auto reply = h.state_.Heartbeat(hb);
+  CHECK(reply.status().code() == StatusCode::kInvalidArgument);
+  CHECK(h.state_.job_count() == 0);
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
