@@ -10,6 +10,7 @@
 //   rank_helper syncbn OUT DIMS
 #include <unistd.h>
 
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -289,6 +290,92 @@ int Zero(const std::string& out, int steps, int batch, bool sharded) {
   return 0;
 }
 
+// Conv -> SyncBatchNorm -> ReLU -> Linear under DDP; N ranks x batch B vs
+// one process x batch N*B. Rank 0 writes parameters and running stats.
+int SyncBn(const std::string& out, int steps, int batch, int dims) {
+  w::World world = w::InitFromEnv();
+  torch::manual_seed(11);
+  int n = world.world_size(), r = world.rank();
+  w::SyncBatchNorm bn(world, w::SyncBatchNormOptions{4});
+  int64_t spatial = dims == 3 ? 4 * 4 * 4 : 8 * 8;
+  torch::nn::Linear fc(4 * spatial, 3);
+  torch::nn::Sequential net;
+  if (dims == 3) {
+    net->push_back(
+        torch::nn::Conv3d(torch::nn::Conv3dOptions(1, 4, 3).padding(1)));
+  } else {
+    net->push_back(
+        torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3).padding(1)));
+  }
+  net->push_back(bn);
+  net->push_back(torch::nn::ReLU());
+  net->push_back(torch::nn::Flatten());
+  net->push_back(fc);
+  w::DistributedDataParallel ddp(world, net.ptr());
+  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.1));
+  int64_t global = static_cast<int64_t>(batch) * n;
+  auto gen = at::detail::createCPUGenerator(77);
+  std::vector<int64_t> shape =
+      dims == 3 ? std::vector<int64_t>{global * steps, 1, 4, 4, 4}
+                : std::vector<int64_t>{global * steps, 1, 8, 8};
+  at::Tensor xs = at::randn(shape, gen) * 3 + 1;
+  at::Tensor ys = at::randint(0, 3, {global * steps}, gen);
+  for (int s = 0; s < steps; ++s) {
+    at::Tensor x = xs.narrow(0, s * global + r * batch, batch);
+    at::Tensor y = ys.narrow(0, s * global + r * batch, batch);
+    sgd.zero_grad();
+    ddp.Backward(torch::nn::functional::cross_entropy(net->forward(x), y));
+    sgd.step();
+  }
+  if (world.world_size() == 1) {
+    // Standalone SyncBatchNorm must equal torch's BatchNorm.
+    torch::nn::BatchNorm2d ref(4);
+    w::SyncBatchNorm mine(world, w::SyncBatchNormOptions{4});
+    at::Tensor x1 = at::randn({6, 4, 5, 5}, gen).requires_grad_();
+    at::Tensor x2 = x1.detach().clone().requires_grad_();
+    at::Tensor g = at::randn({6, 4, 5, 5}, gen);
+    at::Tensor y1 = ref->forward(x1), y2 = mine->forward(x2);
+    (y1 * g).sum().backward();
+    (y2 * g).sum().backward();
+    CHECK_OR_THROW(at::allclose(y1, y2, 1e-4, 1e-5), "bn forward");
+    CHECK_OR_THROW(at::allclose(x1.grad(), x2.grad(), 1e-4, 1e-5), "bn dx");
+    CHECK_OR_THROW(
+        at::allclose(ref->weight.grad(), mine->weight.grad(), 1e-4, 1e-4),
+        "bn dweight");
+    CHECK_OR_THROW(
+        at::allclose(ref->running_var, mine->running_var, 1e-5, 1e-6),
+        "bn running_var");
+  }
+  if (r == 0) {
+    WriteFloats(out,
+                at::cat({FlatParams(*net), bn->running_mean, bn->running_var}));
+  }
+  return 0;
+}
+
+// bf16 CPU autocast: a Linear inside the scope computes in bfloat16, outside
+// it in float32; ClipGradNorm and ScaleLearningRate do their arithmetic.
+int Amp() {
+  torch::nn::Linear lin(8, 4);
+  at::Tensor x = at::randn({2, 8});
+  {
+    w::AutocastScope scope(true, "cpu", "bf16");
+    CHECK_OR_THROW(lin->forward(x).scalar_type() == at::kBFloat16,
+                   "autocast bf16");
+  }
+  CHECK_OR_THROW(lin->forward(x).scalar_type() == at::kFloat, "autocast off");
+  lin->forward(x).sum().mul(1000).backward();
+  double norm = w::ClipGradNorm(lin->parameters(), 1.0);
+  double after = 0;
+  for (auto& p : lin->parameters())
+    after += p.grad().pow(2).sum().item<double>();
+  CHECK_OR_THROW(norm > 1.0 && std::abs(std::sqrt(after) - 1.0) < 1e-3,
+                 "clip grad norm");
+  CHECK_OR_THROW(w::ScaleLearningRate(1e-4, 4) == 4e-4, "linear lr scaling");
+  std::printf("amp ok\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -311,6 +398,11 @@ int main(int argc, char** argv) {
       return Train(a.at(2), std::stoi(a.at(3)), std::stoi(a.at(4)), a.at(5),
                    a.size() > 6 && a[6] == "sharded");
     }
+    if (mode == "syncbn") {
+      return SyncBn(a.at(2), std::stoi(a.at(3)), std::stoi(a.at(4)),
+                    std::stoi(a.at(5)));
+    }
+    if (mode == "amp") return Amp();
     if (mode == "zero") {
       return Zero(a.at(2), std::stoi(a.at(3)), std::stoi(a.at(4)),
                   a.at(5) == "sharded");

@@ -215,3 +215,52 @@ TEST_CASE(
     REQUIRE(p.Output() == ReadText(out_path));
   }
 }
+
+TEST_CASE("ShardedAdam: 2 ranks equal AdamW on the full batch, state 1/world",
+          "[worker][process][zero]") {
+  // Tolerance 1e-5 absolute after 5 AdamW steps (fp32 summation order).
+  std::string dir = TempDir();
+  std::string multi = dir + "/multi.bin", single = dir + "/single.bin";
+  auto results =
+      wt::RunRanks({Helper(), "zero", multi, "5", "8", "sharded"}, 2);
+  RequireAllOk(results);
+  wt::RankProcess p({Helper(), "zero", single, "5", "16", "plain"}, {});
+  REQUIRE(p.Wait(std::chrono::seconds(60)));
+  REQUIRE(p.exit_code() == 0);
+  REQUIRE(MaxAbsDiff(ReadFloats(multi), ReadFloats(single)) < 1e-5);
+  long long numel = 0, bytes = 0;
+  REQUIRE(std::sscanf(results[0].output.c_str(),
+                      "rank 0 numel %lld state_bytes %lld", &numel,
+                      &bytes) == 2);
+  // exp_avg + exp_avg_sq in fp32 for half of the (padded) parameters.
+  REQUIRE(bytes == 2 * 4 * ((numel + 1) / 2));
+  long long full = 0;
+  REQUIRE(std::sscanf(p.Output().c_str(), "rank 0 numel %lld state_bytes %lld",
+                      &numel, &full) == 2);
+  REQUIRE(static_cast<double>(bytes) / full == Approx(0.5).epsilon(0.01));
+}
+
+TEST_CASE("SyncBatchNorm: 2 ranks x batch 4 normalise like 1 rank x batch 8",
+          "[worker][process][syncbn]") {
+  // Tolerance 1e-4 absolute on parameters and running stats after 4 steps
+  // (statistics summed in a different order).
+  for (const char* dims : {"2", "3"}) {
+    CAPTURE(dims);
+    std::string dir = TempDir();
+    std::string multi = dir + "/multi.bin", single = dir + "/single.bin";
+    RequireAllOk(wt::RunRanks({Helper(), "syncbn", multi, "4", "4", dims}, 2));
+    wt::RankProcess p({Helper(), "syncbn", single, "4", "8", dims}, {});
+    REQUIRE(p.Wait(std::chrono::seconds(60)));
+    INFO(p.Output());
+    REQUIRE(p.exit_code() == 0);
+    REQUIRE(MaxAbsDiff(ReadFloats(multi), ReadFloats(single)) < 1e-4);
+  }
+}
+
+TEST_CASE("AutocastScope: CPU bf16 autocast, gradient clipping, LR scaling",
+          "[worker][process]") {
+  wt::RankProcess p({Helper(), "amp"}, {});
+  REQUIRE(p.Wait(std::chrono::seconds(30)));
+  INFO(p.Output());
+  REQUIRE(p.exit_code() == 0);
+}
