@@ -7,8 +7,10 @@
 
 #include <condition_variable>
 #include <cstdlib>
+#include <fstream>
 #include <mutex>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
@@ -486,6 +488,32 @@ Status ApplyRdzvConf(const std::map<std::string, std::string>& conf,
                                   ": expected a positive number of seconds");
     }
     *field = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  }
+  if (auto it = conf.find("token"); it != conf.end()) {
+    options->token = it->second;
+  }
+  const std::pair<const char*, std::string*> files[] = {
+      {"token_file", &options->token},
+      {"tls_ca", &options->tls_ca_pem},
+      {"tls_cert", &options->tls_cert_pem},
+      {"tls_key", &options->tls_key_pem},
+  };
+  for (const auto& [key, field] : files) {
+    auto it = conf.find(key);
+    if (it == conf.end()) continue;
+    std::ifstream in(it->second);
+    if (!in) {
+      return NotFoundError("rdzv_conf " + std::string(key) + "=" + it->second +
+                           ": cannot read the file");
+    }
+    std::ostringstream text;
+    text << in.rdbuf();
+    *field = text.str();
+  }
+  // A token file usually ends with a newline that is not part of the token.
+  while (!options->token.empty() &&
+         (options->token.back() == '\n' || options->token.back() == '\r')) {
+    options->token.pop_back();
   }
   return Status::Ok();
 }

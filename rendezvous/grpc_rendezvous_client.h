@@ -40,10 +40,12 @@ struct GrpcClientOptions {
   std::chrono::milliseconds rpc_timeout{10000};
 };
 
-// Applies rdzv_conf keys (values in seconds, fractions allowed):
-// join_timeout, last_call_timeout, heartbeat_interval, heartbeat_timeout,
-// connection_lost_timeout. Other keys are left to the caller (is_host...).
-// INVALID_ARGUMENT for a value that is not a positive number.
+// Applies rdzv_conf keys: join_timeout, last_call_timeout,
+// heartbeat_interval, heartbeat_timeout, connection_lost_timeout (seconds,
+// fractions allowed); token (the value), token_file, tls_ca, tls_cert,
+// tls_key (paths of files to read). Other keys are left to the caller
+// (is_host...). INVALID_ARGUMENT for a bad number, NOT_FOUND for a file that
+// cannot be read.
 Status ApplyRdzvConf(const std::map<std::string, std::string>& conf,
                      GrpcClientOptions* options);
 

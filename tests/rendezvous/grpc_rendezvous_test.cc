@@ -2,6 +2,7 @@
 // GrpcRendezvousClient agents as threads.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -464,6 +465,39 @@ TEST_CASE("GrpcRendezvous: ddprun-rendezvous --status prints the live job",
   std::string missing = run("--status " + endpoint + " --rdzv_id other", &rc);
   CHECK(rc == 1);
   CHECK_THAT(missing, Catch::Contains("unknown rendezvous 'other'"));
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
+
+namespace ddprun::rendezvous {
+namespace {
+
+TEST_CASE("ApplyRdzvConf: timeouts in seconds, token file, bad values",
+          "[rendezvous]") {
+  GrpcClientOptions o;
+  REQUIRE(ApplyRdzvConf({{"heartbeat_timeout", "1.5"},
+                         {"join_timeout", "30"},
+                         {"is_host", "true"}},
+                        &o)
+              .ok());
+  CHECK(o.heartbeat_timeout == std::chrono::milliseconds(1500));
+  CHECK(o.join_timeout == std::chrono::seconds(30));
+  CHECK(o.heartbeat_interval == std::chrono::seconds(1));  // untouched
+  Status bad = ApplyRdzvConf({{"last_call_timeout", "soon"}}, &o);
+  CHECK(bad.code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(bad.message(), Catch::Contains("last_call_timeout=soon"));
+  const std::string path = "/tmp/ddprun_token_" + std::to_string(getpid());
+  {
+    FILE* f = fopen(path.c_str(), "w");
+    REQUIRE(f != nullptr);
+    fputs("abc\n", f);
+    fclose(f);
+  }
+  REQUIRE(ApplyRdzvConf({{"token_file", path}}, &o).ok());
+  CHECK(o.token == "abc");
+  std::remove(path.c_str());
+  CHECK(ApplyRdzvConf({{"tls_ca", path}}, &o).code() == StatusCode::kNotFound);
 }
 
 }  // namespace
