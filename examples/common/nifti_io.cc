@@ -112,7 +112,7 @@ Status WriteNifti(const std::string& path, const torch::Tensor& volume) {
   const int64_t c = v.size(0);
   int64_t dims[8] = {
       c > 1 ? 4 : 3, v.size(3), v.size(2), v.size(1), c, 1, 1, 1};
-  NiftiPtr nim(nifti_make_new_nim(dims, DT_FLOAT32, /*data_fill=*/0));
+  NiftiPtr nim(nifti_make_new_nim(dims, DT_FLOAT32, /*data_fill=*/1));
   if (!nim)
     return InternalError("WriteNifti " + path + ": cannot allocate header");
   std::memcpy(nim->data, v.data_ptr<float>(), v.numel() * sizeof(float));

@@ -1,13 +1,17 @@
 #include "examples/common/trainer_support.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <numeric>
+#include <random>
 #include <thread>
 
 #include <torch/torch.h>
 
 #include "ddprun/worker/metrics.h"
 #include "examples/common/jsonl_reader.h"
+#include "examples/common/train_loop.h"
 #include "examples/common/yaml_config.h"
 
 namespace ddprun::examples {
@@ -103,6 +107,25 @@ void WriteEpochMetrics(const worker::World& world,
     throw worker::WorkerError("cannot append to " + path);
   }
   worker::LogMain(world, "metrics " + record.dump());
+}
+
+std::vector<int64_t> RankShare(const worker::World& world,
+                               const std::vector<int64_t>& items) {
+  std::vector<int64_t> mine;
+  for (size_t i = world.rank(); i < items.size(); i += world.world_size())
+    mine.push_back(items[i]);
+  return mine;
+}
+
+std::pair<std::vector<int64_t>, std::vector<int64_t>> SplitTrainVal(
+    int64_t n, double val_fraction, uint64_t seed) {
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(seed));
+  const int64_t n_val = std::clamp<int64_t>(std::llround(n * val_fraction), 1,
+                                            std::max<int64_t>(n - 1, 1));
+  return {std::vector<int64_t>(order.begin() + n_val, order.end()),
+          std::vector<int64_t>(order.begin(), order.begin() + n_val)};
 }
 
 }  // namespace ddprun::examples

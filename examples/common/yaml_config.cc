@@ -62,6 +62,8 @@ std::vector<CLI::ConfigItem> YamlConfig::from_config(
 
 void AddConfigOption(CLI::App* app) {
   app->config_formatter(std::make_shared<YamlConfig>());
+  // A misspelt key must not be silently ignored (CLI11's default).
+  app->allow_config_extras(false);
   app->set_config("--config", "",
                   "YAML or JSON file of option values (keys are long option "
                   "names); flags on the command line override it");

@@ -12,7 +12,7 @@ namespace ddprun::examples {
 // parses). Top-level keys name long options without the dashes
 // ("batch_size: 8"); sequences give several values ("stages: [32, 48]").
 // CLI11 applies config values only to options not given on the command line,
-// so flags override the file. Unknown keys are an error (CLI11's default).
+// so flags override the file. AddConfigOption makes unknown keys an error.
 // Throws CLI::ConfigError with the file's line on a YAML syntax error or a
 // nested mapping.
 class YamlConfig : public CLI::Config {

@@ -3,14 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
-#include <numeric>
-#include <random>
 
 #include <torch/torch.h>
 
 #include "ddprun/worker/worker.h"
 #include "examples/common/batch_loader.h"
 #include "examples/common/metrics.h"
+#include "examples/common/train_loop.h"
 #include "examples/common/trainer_support.h"
 #include "examples/survival/cox_loss.h"
 #include "examples/survival/resnet3d.h"
@@ -58,18 +57,15 @@ StatusOr<Batch> MakeBatch(
   return Batch{torch::stack(images), torch::tensor(time), torch::tensor(event)};
 }
 
-// Risk scores of this rank's share (i % world == rank) of `val`, gathered
+// Risk scores of `mine` (this rank's share of the validation set), gathered
 // from every rank as [N, 3] rows (risk, time, event).
 torch::Tensor PredictValidation(const dw::World& world, ResNet3d& model,
                                 const std::vector<SurvivalRecord>& records,
-                                const std::vector<int64_t>& val,
+                                const std::vector<int64_t>& mine,
                                 const std::vector<int64_t>& image_size,
                                 int64_t batch_size, bool amp) {
   torch::NoGradGuard no_grad;
   model->eval();
-  std::vector<int64_t> mine;
-  for (size_t i = world.rank(); i < val.size(); i += world.world_size())
-    mine.push_back(val[i]);
   std::vector<torch::Tensor> rows;
   for (const auto& items : MakeBatches(mine, batch_size, false)) {
     Batch b = ValueOrThrow(MakeBatch(records, items, [&](int64_t item) {
@@ -96,7 +92,7 @@ int Train(int argc, char** argv) {
       "rank)."};
   CommonOptions common;
   common.output_dir = "runs/survival";
-  common.epochs = 6;
+  common.epochs = 4;
   common.synthetic_n = 160;
   SurvivalOptions opt;
   AddCommonOptions(&app, &common);
@@ -152,14 +148,9 @@ int Train(int argc, char** argv) {
   const std::vector<SurvivalRecord> records =
       ValueOrThrow(ReadSurvivalCsv(opt.csv_path));
 
-  // Seeded split, identical on every rank.
-  std::vector<int64_t> order(records.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::shuffle(order.begin(), order.end(), std::mt19937_64(common.seed));
-  const int64_t n_val =
-      std::max<int64_t>(1, std::llround(records.size() * opt.val_fraction));
-  std::vector<int64_t> val(order.begin(), order.begin() + n_val);
-  std::vector<int64_t> train(order.begin() + n_val, order.end());
+  std::vector<int64_t> train, val;
+  std::tie(train, val) =
+      SplitTrainVal(records.size(), opt.val_fraction, common.seed);
   if (common.debug) {
     train.resize(std::min<size_t>(train.size(), 16));
     val.resize(std::min<size_t>(val.size(), 8));
@@ -204,94 +195,66 @@ int Train(int argc, char** argv) {
         train, cache_num, std::llround(cache_num * opt.replace_rate),
         load_volume);
   }
-  const int64_t train_size =
+  TrainLoop::Config loop_config;
+  loop_config.dataset_size =
       cache ? cache->size() : static_cast<int64_t>(train.size());
-  dw::SamplerOptions sampler_options;
-  sampler_options.seed = common.seed;
-  dw::DistributedSampler sampler(train_size, world.world_size(), world.rank(),
-                                 sampler_options);
-  const int64_t steps_per_epoch = sampler.NumBatches(per_rank);
-  dw::ProgressMeter progress(
-      world, common.epochs, steps_per_epoch * common.epochs,
-      std::chrono::milliseconds(
-          static_cast<int64_t>(common.progress_interval_s * 1000)));
+  loop_config.batch_per_rank = per_rank;
+  loop_config.samples_per_step = opt.batch_size;
+  TrainLoop loop(world, common, loop_config, &checkpointer, parts, &state);
 
-  double val_cindex = 0.5;
-  for (int64_t epoch = state.epoch; epoch < common.epochs; ++epoch) {
-    if (cache) OkOrThrow(cache->BeginEpoch(epoch));
-    sampler.set_epoch(epoch);
-    std::vector<std::vector<int64_t>> batches =
-        MakeBatches(sampler.Indices(), per_rank, false);
-    const int64_t skip =
-        std::min<int64_t>(state.batch_in_epoch, batches.size());
-    batches.erase(batches.begin(), batches.begin() + skip);
-    // Positions in the sampler are cache slots or places in `train`.
-    BatchLoader<Batch> loader(
-        batches,
-        [&](const std::vector<int64_t>& positions) -> StatusOr<Batch> {
-          std::vector<int64_t> items;
-          for (int64_t p : positions)
-            items.push_back(cache ? cache->ItemAt(p) : train[p]);
-          return MakeBatch(
-              records, items, [&](int64_t item) -> StatusOr<torch::Tensor> {
-                if (!cache) return load_volume(item);
-                auto it = std::find(items.begin(), items.end(), item);
-                return cache->Get(positions[it - items.begin()]);
-              });
-        },
-        num_workers);
-    model->train();
-    double loss_sum = 0;
-    for (size_t b = 0; b < loader.size(); ++b) {
-      Batch batch = ValueOrThrow(loader.Next());
-      torch::Tensor risk;
-      {
-        dw::AutocastScope autocast(common.amp);
-        risk = model->forward(batch.images);
-      }
-      torch::Tensor loss =
-          CoxPartialLikelihoodLoss(risk, batch.time, batch.event);
-      optimizer.zero_grad();
-      ddp.Backward(loss);
-      optimizer.step();
-      ++state.step;
-      state.epoch = epoch;
-      state.batch_in_epoch = skip + b + 1;
-      const double mean_loss = dw::AllReduceMean(world, loss.item<double>());
-      loss_sum += mean_loss;
-      progress.Update(epoch + 1, state.step, mean_loss,
-                      per_rank * world.world_size());
-      if (checkpointer.ShouldSave(state.step)) checkpointer.Save(state, parts);
+  // Sampler positions are cache slots or places in `train`.
+  auto load_batch =
+      [&](const std::vector<int64_t>& positions) -> StatusOr<Batch> {
+    std::vector<int64_t> items;
+    for (int64_t p : positions) {
+      items.push_back(cache ? cache->ItemAt(p) : train[p]);
     }
-    progress.Flush();
-
-    torch::Tensor gathered = PredictValidation(
-        world, model, records, val, opt.image_size, per_rank, common.amp);
+    size_t next = 0;
+    return MakeBatch(records, items,
+                     [&](int64_t item) -> StatusOr<torch::Tensor> {
+                       const int64_t position = positions[next++];
+                       if (!cache) return load_volume(item);
+                       return cache->Get(position);
+                     });
+  };
+  auto train_step = [&](Batch& batch) {
+    model->train();
+    torch::Tensor risk;
+    {
+      dw::AutocastScope autocast(common.amp);
+      risk = model->forward(batch.images);
+    }
+    torch::Tensor loss =
+        CoxPartialLikelihoodLoss(risk, batch.time, batch.event);
+    optimizer.zero_grad();
+    ddp.Backward(loss);
+    optimizer.step();
+    return loss.item<double>();
+  };
+  auto validate = [&](int64_t) -> nlohmann::json {
+    torch::Tensor gathered =
+        PredictValidation(world, model, records, RankShare(world, val),
+                          opt.image_size, per_rank, common.amp);
     std::vector<double> risk, time, event;
     for (int64_t i = 0; i < gathered.size(0); ++i) {
       risk.push_back(gathered[i][0].item<double>());
       time.push_back(gathered[i][1].item<double>());
       event.push_back(gathered[i][2].item<double>());
     }
-    val_cindex = ConcordanceIndex(risk, time, event);
     const double val_loss =
         CoxPartialLikelihoodLoss(gathered.select(1, 0), gathered.select(1, 1),
                                  gathered.select(1, 2))
             .item<double>();
-    state.epoch = epoch + 1;
-    state.batch_in_epoch = 0;
-    WriteEpochMetrics(
-        world, common.output_dir,
-        {{"epoch", epoch + 1},
-         {"step", state.step},
-         {"train_loss", loader.size() ? loss_sum / loader.size() : 0.0},
-         {"val_loss", val_loss},
-         {"val_cindex", val_cindex},
-         {"val_subjects", gathered.size(0)},
-         {"samples_per_s", progress.samples_per_second()},
-         {"world_size", world.world_size()}});
-  }
-  checkpointer.Save(state, parts);
+    return {{"val_loss", val_loss},
+            {"val_cindex", ConcordanceIndex(risk, time, event)},
+            {"val_subjects", gathered.size(0)}};
+  };
+  loop.Run<Batch>(
+      [&](int64_t epoch) {
+        if (cache) OkOrThrow(cache->BeginEpoch(epoch));
+      },
+      load_batch, train_step, validate, num_workers);
+  const double val_cindex = loop.last_metrics().value("val_cindex", 0.5);
   dw::LogMain(world, "done: step " + std::to_string(state.step) +
                          ", val C-index " + std::to_string(val_cindex));
   return 0;

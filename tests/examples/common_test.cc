@@ -1,0 +1,199 @@
+// Torch parts of examples/common and the survival building blocks.
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <torch/torch.h>
+// glog (through Torch) defines CHECK; Catch's must win in this file.
+#undef CHECK
+#include <catch2/catch.hpp>
+
+#include "examples/common/batch_loader.h"
+#include "examples/common/image_io.h"
+#include "examples/common/metrics.h"
+#include "examples/common/nifti_io.h"
+#include "examples/survival/cox_loss.h"
+#include "examples/survival/smart_cache.h"
+
+namespace ddprun::examples {
+namespace {
+
+std::string TempDir() {
+  std::string dir = "/tmp/ddprun_common_test_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+TEST_CASE("ReadNifti: round-trips a 4D volume in C,D,H,W order", "[nifti]") {
+  const std::string path = TempDir() + "/v.nii.gz";
+  torch::Tensor v =
+      torch::arange(2 * 3 * 4 * 5, torch::kFloat32).reshape({2, 3, 4, 5});
+  REQUIRE(WriteNifti(path, v).ok());
+  auto back = ReadNifti(path);
+  REQUIRE(back.ok());
+  CHECK(back->sizes() == v.sizes());
+  CHECK(torch::equal(*back, v));
+  CHECK(ReadNiftiChecked(path, 2, {3, 4, 5}).ok());
+}
+
+TEST_CASE(
+    "ReadNifti: missing, truncated, non-NIfTI and wrong-shape files name the "
+    "file",
+    "[nifti]") {
+  const std::string dir = TempDir();
+  CHECK(ReadNifti(dir + "/absent.nii").status().code() ==
+        StatusCode::kNotFound);
+
+  const std::string good = dir + "/good.nii";
+  REQUIRE(WriteNifti(good, torch::ones({8, 8, 8})).ok());
+  const std::string truncated = dir + "/truncated.nii";
+  std::filesystem::copy_file(good, truncated,
+                             std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::resize_file(truncated,
+                               std::filesystem::file_size(good) - 700);
+  auto t = ReadNifti(truncated);
+  REQUIRE_FALSE(t.ok());
+  CHECK(t.status().message().find(truncated + ": truncated") == 0);
+
+  const std::string text = dir + "/text.nii";
+  std::ofstream(text) << "not a nifti file at all";
+  auto x = ReadNifti(text);
+  REQUIRE_FALSE(x.ok());
+  CHECK(x.status().message().find(text) == 0);
+
+  auto shape = ReadNiftiChecked(good, 1, {16, 16, 16});
+  REQUIRE_FALSE(shape.ok());
+  CHECK(shape.status().message() ==
+        good + ": wrong shape 1x8x8x8 (expected 1x16x16x16, as CxDxHxW)");
+}
+
+TEST_CASE("ReadGrayImage: PNG round trip, resize, and a corrupt file",
+          "[image]") {
+  const std::string dir = TempDir();
+  torch::Tensor img = torch::zeros({16, 16});
+  img.index_put_({torch::indexing::Slice(0, 8), torch::indexing::Slice()}, 1.0);
+  REQUIRE(WriteGrayPng(dir + "/a.png", img).ok());
+  auto back = ReadGrayImage(dir + "/a.png", 0);
+  REQUIRE(back.ok());
+  CHECK(torch::allclose(back->squeeze(0), img));
+  auto small = ReadGrayImage(dir + "/a.png", 8);
+  REQUIRE(small.ok());
+  CHECK(small->sizes() == torch::IntArrayRef({1, 8, 8}));
+  std::ofstream(dir + "/bad.png") << "\x89PNG\r\n garbage";
+  auto bad = ReadGrayImage(dir + "/bad.png", 0);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find(dir + "/bad.png: cannot decode image") ==
+        0);
+}
+
+TEST_CASE("ConcordanceIndex: perfect, reversed, ties in risk and censoring",
+          "[metrics]") {
+  std::vector<double> time{1, 2, 3, 4}, event{1, 1, 1, 1};
+  CHECK(ConcordanceIndex({4, 3, 2, 1}, time, event) == 1.0);
+  CHECK(ConcordanceIndex({1, 2, 3, 4}, time, event) == 0.0);
+  CHECK(ConcordanceIndex({1, 1, 1, 1}, time, event) == 0.5);
+  // Subject 0 censored at t=1: pairs starting from it are not comparable.
+  // Comparable: (1,2),(1,3),(2,3) with risks 3>2 yes, 3>5 no, 2>5 no.
+  CHECK(ConcordanceIndex({9, 3, 2, 5}, time, {0, 1, 1, 1}) ==
+        Approx(1.0 / 3.0));
+}
+
+TEST_CASE(
+    "Auroc and MeanAuroc: ranks with ties, masked entries, single-class "
+    "columns",
+    "[metrics]") {
+  CHECK(Auroc({0.1, 0.4, 0.35, 0.8}, {0, 0, 1, 1}) == Approx(0.75));
+  CHECK(Auroc({0.5, 0.5}, {0, 1}) == Approx(0.5));
+  CHECK(std::isnan(Auroc({0.1, 0.2}, {1, 1})));
+  torch::Tensor scores =
+      torch::tensor({{0.9, 0.1}, {0.1, 0.2}, {0.8, 0.3}}, torch::kFloat64);
+  torch::Tensor labels =
+      torch::tensor({{1, 0}, {0, 0}, {1, 0}}, torch::kFloat64);
+  torch::Tensor mask = torch::ones({3, 2});
+  CHECK(MeanAuroc(scores, labels, mask) == Approx(1.0));  // column 1 skipped
+}
+
+TEST_CASE("Dice, PSNR and SSIM: known values", "[metrics]") {
+  torch::Tensor a = torch::zeros({4, 4});
+  torch::Tensor b = torch::zeros({4, 4});
+  a.index_put_({0}, 1.0);  // 4 pixels
+  b.index_put_({0}, 1.0);
+  b.index_put_({1}, 1.0);  // 8 pixels
+  auto [inter, total] = DiceSums(a, b);
+  CHECK(DiceFromSums(inter, total) == Approx(2.0 * 4 / 12));
+  CHECK(DiceFromSums(0, 0) == 1.0);
+  torch::Tensor x = torch::rand({8, 8, 8});
+  CHECK(Psnr(x, x + 0.1, 1.0) == Approx(20.0).margin(1e-6));
+  CHECK(Ssim(x, x, 1.0) == Approx(1.0));
+  CHECK(Ssim(x, torch::rand({8, 8, 8}), 1.0) < 0.3);
+}
+
+TEST_CASE("CoxPartialLikelihoodLoss: Breslow ties match a hand computation",
+          "[survival]") {
+  // times 1, 2, 2, 3 with events 1, 1, 1, 0; risks r.
+  torch::Tensor r = torch::tensor({0.5, -0.2, 0.3, 1.0});
+  torch::Tensor t = torch::tensor({1.0, 2.0, 2.0, 3.0});
+  torch::Tensor e = torch::tensor({1.0, 1.0, 1.0, 0.0});
+  auto ex = [](double v) { return std::exp(v); };
+  const double all = ex(0.5) + ex(-0.2) + ex(0.3) + ex(1.0);
+  const double from2 =
+      ex(-0.2) + ex(0.3) + ex(1.0);  // both tied at t=2 share it
+  const double expected = -((0.5 - std::log(all)) + (-0.2 - std::log(from2)) +
+                            (0.3 - std::log(from2))) /
+                          3.0;
+  CHECK(CoxPartialLikelihoodLoss(r, t, e).item<double>() ==
+        Approx(expected).epsilon(1e-5));
+  torch::Tensor w = torch::zeros({4}, torch::requires_grad());
+  torch::Tensor none = CoxPartialLikelihoodLoss(w, t, torch::zeros({4}));
+  CHECK(none.item<double>() == 0.0);
+  none.backward();
+  CHECK(w.grad().defined());
+}
+
+TEST_CASE(
+    "SmartCache: swaps replace_num items per epoch, loaded in the background",
+    "[survival]") {
+  std::atomic<int> loads{0};
+  SmartCache cache({10, 11, 12, 13, 14, 15}, /*cache_num=*/4, /*replace_num=*/2,
+                   [&](int64_t item) -> StatusOr<torch::Tensor> {
+                     ++loads;
+                     return torch::full({1}, static_cast<float>(item));
+                   });
+  REQUIRE(cache.BeginEpoch(0).ok());
+  CHECK(cache.ItemAt(0) == 10);
+  CHECK(cache.Get(3).item<float>() == 13);
+  REQUIRE(cache.BeginEpoch(1).ok());
+  CHECK(cache.ItemAt(0) == 12);
+  CHECK(cache.ItemAt(3) == 15);
+  CHECK(cache.Get(3).item<float>() == 15);
+  // 14 and 15 came from the refresh thread started by BeginEpoch(0); the
+  // one for epoch 2 may already be running.
+  CHECK(cache.background_loads() >= 2);
+  CHECK(loads.load() >= 6);
+}
+
+TEST_CASE(
+    "BatchLoader: yields batches in order with threads and reports load errors",
+    "[loader]") {
+  auto batches = MakeBatches({0, 1, 2, 3, 4, 5, 6}, 3, false);
+  REQUIRE(batches.size() == 3);
+  CHECK(batches[2] == std::vector<int64_t>{6});
+  CHECK(MakeBatches({0, 1, 2, 3, 4, 5, 6}, 3, true).size() == 2);
+  BatchLoader<int64_t> loader(
+      batches,
+      [](const std::vector<int64_t>& items) -> StatusOr<int64_t> {
+        if (items[0] == 6) return InvalidArgumentError("bad item 6");
+        return items[0];
+      },
+      /*num_workers=*/2);
+  CHECK(*loader.Next() == 0);
+  CHECK(*loader.Next() == 3);
+  auto err = loader.Next();
+  REQUIRE_FALSE(err.ok());
+  CHECK(err.status().message() == "bad item 6");
+}
+
+}  // namespace
+}  // namespace ddprun::examples

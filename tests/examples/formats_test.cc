@@ -1,0 +1,149 @@
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "examples/common/csv_table.h"
+#include "examples/common/jsonl_reader.h"
+#include "examples/common/yaml_config.h"
+
+namespace ddprun::examples {
+namespace {
+
+std::string TempFile(const std::string& name, const std::string& text) {
+  std::string path =
+      "/tmp/ddprun_formats_test_" + std::to_string(::getpid()) + "_" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST_CASE("CsvTable: parses quotes, escaped quotes, quoted newlines and CRLF",
+          "[csv]") {
+  auto table = CsvTable::Parse(
+      "image,time,event\r\n\"a,b.nii\",1.5,1\r\n\"say "
+      "\"\"hi\"\"\",2,0\n\"multi\nline\",3,1\n\n",
+      "t.csv");
+  REQUIRE(table.ok());
+  REQUIRE(table->rows().size() == 3);
+  CHECK(table->rows()[0].fields[0] == "a,b.nii");
+  CHECK(table->rows()[1].fields[0] == "say \"hi\"");
+  CHECK(table->rows()[2].fields[0] == "multi\nline");
+  CHECK(table->rows()[2].line == 4);
+  CHECK(*table->GetDouble(table->rows()[0], 1) == 1.5);
+}
+
+TEST_CASE("CsvTable: errors name the file and the line", "[csv]") {
+  auto short_row =
+      CsvTable::Parse("image,time,event\na.nii,1,1\nb.nii,2\n", "d.csv");
+  REQUIRE_FALSE(short_row.ok());
+  CHECK(short_row.status().message() ==
+        "d.csv:3: expected 3 fields (as the header), got 2");
+
+  auto open_quote = CsvTable::Parse("image,time\n\"a.nii,1\n", "q.csv");
+  REQUIRE_FALSE(open_quote.ok());
+  CHECK(open_quote.status().message() == "q.csv:2: unterminated quoted field");
+
+  auto table = CsvTable::Parse("image,time,event\na.nii,soon,1\n", "n.csv");
+  REQUIRE(table.ok());
+  auto bad = table->GetDouble(table->rows()[0], 1);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message() ==
+        "n.csv:2: column 'time': 'soon' is not a number");
+  auto missing = table->ColumnIndex("label");
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.status().message().find("missing column 'label'") !=
+        std::string::npos);
+
+  CHECK(CsvTable::Read("/nonexistent/x.csv").status().code() ==
+        StatusCode::kNotFound);
+  CHECK_FALSE(CsvTable::Parse("", "e.csv").ok());
+}
+
+TEST_CASE("CsvEscape: round-trips through the parser", "[csv]") {
+  const std::string field = "a \"b\", c\nd";
+  auto table = CsvTable::Parse("x\n" + CsvEscape(field) + "\n", "r.csv");
+  REQUIRE(table.ok());
+  CHECK(table->rows()[0].fields[0] == field);
+}
+
+TEST_CASE("ReadJsonl: reads objects and reports the bad line", "[jsonl]") {
+  std::string good = TempFile("good.jsonl",
+                              "{\"image\": \"a.png\", \"labels\": [1, 0, "
+                              "-1]}\n\n{\"image\": \"b.png\"}\n");
+  auto records = ReadJsonl(good);
+  REQUIRE(records.ok());
+  REQUIRE(records->size() == 2);
+  CHECK((*records)[1].line == 3);
+  CHECK(*JsonlString(good, (*records)[0], "image") == "a.png");
+  CHECK(JsonlNumbers(good, (*records)[0], "labels")->at(2) == -1);
+  auto no_question = JsonlString(good, (*records)[1], "question");
+  REQUIRE_FALSE(no_question.ok());
+  CHECK(no_question.status().message() ==
+        good + ":3: missing or non-string field 'question'");
+
+  std::string bad = TempFile("bad.jsonl", "{\"a\": 1}\n{\"a\": \n");
+  auto broken = ReadJsonl(bad);
+  REQUIRE_FALSE(broken.ok());
+  CHECK(broken.status().message() == bad + ":2: invalid JSON");
+  std::remove(good.c_str());
+  std::remove(bad.c_str());
+}
+
+struct Flags {
+  int batch_size = 8;
+  double lr = 0.1;
+  std::vector<int> stages{32};
+  bool amp = false;
+};
+
+int ParseWith(const std::vector<std::string>& args, Flags* f) {
+  CLI::App app;
+  AddConfigOption(&app);
+  app.add_option("--batch_size", f->batch_size);
+  app.add_option("--learning_rate", f->lr);
+  app.add_option("--stages", f->stages)->delimiter(',');
+  app.add_flag("--amp", f->amp);
+  std::vector<std::string> argv_storage{"prog"};
+  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_storage) argv.push_back(a.data());
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::ParseError& e) {
+    return e.get_exit_code();
+  }
+  return 0;
+}
+
+TEST_CASE("YamlConfig: file values apply, flags override them", "[config]") {
+  std::string yaml = TempFile(
+      "c.yaml",
+      "batch_size: 16\nlearning_rate: 0.5\nstages: [32, 48, 64]\namp: true\n");
+  Flags f;
+  REQUIRE(ParseWith({"--config", yaml, "--batch_size", "4"}, &f) == 0);
+  CHECK(f.batch_size == 4);  // flag wins
+  CHECK(f.lr == 0.5);        // from the file
+  CHECK(f.stages == std::vector<int>{32, 48, 64});
+  CHECK(f.amp);
+
+  std::string json =
+      TempFile("c.json", "{\"batch_size\": 12, \"learning_rate\": 0.25}");
+  Flags g;
+  REQUIRE(ParseWith({"--config", json}, &g) == 0);
+  CHECK(g.batch_size == 12);
+  CHECK(g.lr == 0.25);
+
+  std::string unknown = TempFile("u.yaml", "batch_sise: 3\n");
+  Flags h;
+  CHECK(ParseWith({"--config", unknown}, &h) != 0);
+  std::string nested = TempFile("n.yaml", "model:\n  depth: 3\n");
+  CHECK(ParseWith({"--config", nested}, &h) != 0);
+  CHECK(ParseWith({"--config", "/nonexistent.yaml"}, &h) != 0);
+  for (auto* p : {&yaml, &json, &unknown, &nested}) std::remove(p->c_str());
+}
+
+}  // namespace
+}  // namespace ddprun::examples
