@@ -7,7 +7,9 @@ Same setup as torchrun --rdzv_backend=c10d: a TCPStore on 127.0.0.1 and a
 C10dRendezvousBackend per agent; min_nodes = max_nodes = N so the round
 completes when the last agent arrives (no last_call wait).
 """
+import base64
 import os
+import pickle
 import sys
 import threading
 import time
@@ -67,8 +69,17 @@ def main():
     if finished == n:
         print(f"c10d N={n} seconds={max(done) - start:.3f}", flush=True)
         os._exit(0)
+    # How far the round got: participants in the rendezvous state blob.
+    joined = "?"
+    try:
+        blob = master.get("torch.rendezvous.bench")
+        state = pickle.loads(base64.b64decode(blob))
+        joined = str(len(state.participants))
+    except Exception:  # best effort diagnostics only
+        pass
     print(f"c10d N={n} did not finish in {limit:.0f} s "
-          f"({finished} of {n} agents done, {len(failed)} errors"
+          f"({finished} of {n} agents done, {joined} in the round, "
+          f"{len(failed)} errors"
           f"{': ' + failed[0] if failed else ''})", flush=True)
     os._exit(3)
 

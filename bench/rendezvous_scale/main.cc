@@ -148,9 +148,11 @@ Result RunC10d(const std::string& python, const std::string& script, int n,
     r.ok = true;
     r.seconds = std::atof(out.c_str() + at + 8);
   } else {
-    r.error = out.empty() ? "did not finish in " + std::to_string(timeout_s) +
-                                " s (no output)"
-                          : out.substr(0, out.find('\n'));
+    r.error = out.empty()
+                  ? "did not finish in " + std::to_string(timeout_s) +
+                        " s (killed after " + std::to_string(timeout_s + 60) +
+                        " s, still creating its agents)"
+                  : out.substr(0, out.find('\n'));
   }
   return r;
 }
