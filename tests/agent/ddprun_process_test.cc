@@ -467,3 +467,20 @@ TEST_CASE("ddprun: a grandchild holding stdout does not delay the exit",
   if (Exists(dir.path() + "/pid_0"))
     kill(std::atoi(ReadFile(dir.path() + "/pid_0").c_str()), SIGKILL);
 }
+
+TEST_CASE("ddprun: --signals_to_handle forwards SIGUSR1 to the workers",
+          "[agent][process]") {
+  TempDir dir;
+  std::string worker =
+      "trap 'echo got > $DDPRUN_TEST_OUT/usr1_$RANK; exit 0' USR1; "
+      "echo $$ > $DDPRUN_TEST_OUT/pid_$RANK; "
+      "while :; do sleep 0.05; done";
+  Ddprun run(dir, {"--nproc_per_node=2", "--signals_to_handle=SIGUSR1,SIGTERM",
+                   "--no_python", "sh", "-c", worker});
+  REQUIRE(WaitForFiles(PidFiles(dir, 2)));
+  kill(run.pid(), SIGUSR1);
+  REQUIRE(run.Wait(10s) == 128 + SIGUSR1);
+  CHECK(ReadFile(dir.path() + "/usr1_0") == "got\n");
+  CHECK(ReadFile(dir.path() + "/usr1_1") == "got\n");
+  CHECK(WaitDead(ReadPids(dir, 2)));
+}
