@@ -1,6 +1,7 @@
 #include "agent/worker_env.h"
 
 #include <csignal>
+#include <fstream>
 
 #include "agent/signal_names.h"
 
@@ -25,6 +26,14 @@ std::vector<std::string> SplitCommas(const std::string& s) {
     start = end + 1;
   }
   return out;
+}
+
+// True when `path` starts with the ELF magic: Python could only fail on it.
+bool IsElfFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {0, 0, 0, 0};
+  return in.read(magic, 4) && magic[0] == 0x7f && magic[1] == 'E' &&
+         magic[2] == 'L' && magic[3] == 'F';
 }
 
 const std::vector<int>& DefaultSignals() {
@@ -93,7 +102,9 @@ std::vector<std::string> BuildWorkerArgv(const LaunchOptions& options,
   std::vector<std::string> argv;
   // --run_path runs the script in-process in torchrun; here it is a plain
   // script run, which behaves the same for a script entrypoint.
-  if (options.no_python && !options.run_path) {
+  bool exec_directly =
+      options.no_python || (!options.module && IsElfFile(options.entrypoint));
+  if (exec_directly && !options.run_path) {
     argv.push_back(options.entrypoint);
   } else {
     argv.push_back(InheritedOr(parent_env, "PYTHON_EXEC", "python3"));

@@ -30,6 +30,9 @@ EnvMap BuildWorkerEnv(const LaunchOptions& options,
 // The worker command line: `$PYTHON_EXEC|python3 -u [-m] entrypoint`, or the
 // entrypoint itself with --no_python; legacy launch mode without --use_env
 // adds `--local_rank=N` before the entrypoint's own arguments (as 1.13).
+// ddprun addition: an entrypoint that is an ELF binary (e.g. a C++ trainer)
+// is executed directly even without --no_python, where torchrun would hand
+// it to Python and fail. Reads the entrypoint's first 4 bytes.
 std::vector<std::string> BuildWorkerArgv(const LaunchOptions& options,
                                          int local_rank,
                                          const EnvMap& parent_env);

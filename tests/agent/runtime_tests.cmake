@@ -11,6 +11,7 @@ add_executable(agent_runtime_test
 )
 target_link_libraries(agent_runtime_test PRIVATE
   ddprun_agent ddprun_catch_main nlohmann_json::nlohmann_json)
+target_compile_definitions(agent_runtime_test PRIVATE ${DDPRUN_TEST_DEFINES})
 catch_discover_tests(agent_runtime_test TEST_PREFIX "agent/")
 
 if(TARGET ddprun)

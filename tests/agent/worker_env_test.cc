@@ -144,3 +144,12 @@ TEST_CASE("BuildWorkerArgv: legacy launch appends --local_rank", "[agent]") {
   CHECK(BuildWorkerArgv(o, 3, {}) ==
         V{"python3", "-u", "train.py", "--lr", "1e-4"});
 }
+
+TEST_CASE("BuildWorkerArgv: an ELF entrypoint runs without Python", "[agent]") {
+  LaunchOptions o = Options();
+  o.entrypoint = "/bin/true";  // an ELF binary, no --no_python
+  using V = std::vector<std::string>;
+  CHECK(BuildWorkerArgv(o, 0, {}) == V{"/bin/true", "--lr", "1e-4"});
+  o.entrypoint = DDPRUN_SOURCE_DIR "/tests/agent/data/env_dump.sh";
+  CHECK(BuildWorkerArgv(o, 0, {})[0] == "python3");  // not ELF: Python
+}
