@@ -141,7 +141,8 @@ int main(int argc, char** argv) {
   app.add_option("--tls_cert,--tls-cert", flags.tls_cert, "server cert (PEM)");
   app.add_option("--tls_key,--tls-key", flags.tls_key, "server key (PEM)");
   app.add_option("--tls_ca,--tls-ca", flags.tls_ca,
-                 "CA (PEM): clients must present a cert it signed");
+                 "CA (PEM). Server: clients must present a cert it "
+                 "signed. --status: the CA that signed the server's cert");
   app.add_option("--join_timeout,--join-timeout", flags.join_timeout,
                  "default join_timeout, seconds")
       ->capture_default_str();

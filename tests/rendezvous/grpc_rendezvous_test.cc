@@ -390,6 +390,29 @@ TEST_CASE("GrpcRendezvous: a restarted server keeps a healthy job running",
   CHECK(done.get().ok());
 }
 
+TEST_CASE("GrpcRendezvous: a Join parked across a server restart completes",
+          "[rendezvous][grpc]") {
+  auto server = std::make_unique<RendezvousServer>();
+  auto port = server->Start("127.0.0.1", 0, ServerOptions());
+  REQUIRE(port.ok());
+  auto early = MakeClient(*port);
+  auto early_join = std::async(std::launch::async, [&] {
+    return early->Join(Request("early", 2, 2), In(seconds(15)));
+  });
+  std::this_thread::sleep_for(milliseconds(300));  // parked on server 1
+  server->Shutdown(milliseconds(100));
+  server = std::make_unique<RendezvousServer>();
+  REQUIRE(server->Start("127.0.0.1", *port, ServerOptions()).ok());
+  auto late = MakeClient(*port);
+  auto late_result = late->Join(Request("late", 2, 2), In(seconds(15)));
+  auto early_result = early_join.get();
+  REQUIRE(early_result.ok());
+  REQUIRE(late_result.ok());
+  CHECK(early_result->group_world_size == 2);
+  CHECK(early_result->master_port == late_result->master_port);
+  CHECK(early_result->group_rank != late_result->group_rank);
+}
+
 TEST_CASE("GrpcRendezvous: oversized and malformed requests are refused",
           "[rendezvous][grpc]") {
   RendezvousServer server;
