@@ -178,6 +178,7 @@ class GrpcRendezvousClient final : public agent::RendezvousClient {
   v1::Assignment last_;      // the last round this node got
   bool running_ = false;     // workers of last_ run: events are wanted
   bool event_sent_ = false;  // one event per round is enough
+  bool paused_ = false;      // the last Join failed: no heartbeats
   grpc::ClientContext* active_ = nullptr;  // in-flight Join, for Leave()
   bool stop_ = false;
   std::thread heartbeat_;
@@ -237,6 +238,7 @@ StatusOr<agent::RendezvousResult> GrpcRendezvousClient::Join(
     config_ = req.config();
     node_ = req.node();
     running_ = false;
+    paused_ = false;
   }
   StartHeartbeats();
 
@@ -263,7 +265,13 @@ StatusOr<agent::RendezvousResult> GrpcRendezvousClient::Join(
                                  "deadline (" +
                                  s.error_message() + ")");
   }
-  if (!s.ok()) return FromGrpc(s, options_.endpoint);
+  if (!s.ok()) {
+    // Refused or failed: nothing to keep alive until the next Join (and no
+    // second copy of the same error from the heartbeat thread).
+    std::lock_guard<std::mutex> lock(mu_);
+    paused_ = true;
+    return FromGrpc(s, options_.endpoint);
+  }
 
   const v1::Assignment& a = resp.assignment();
   {
@@ -413,6 +421,7 @@ void GrpcRendezvousClient::HeartbeatLoop() {
   while (!stop_) {
     cv_.wait_for(lock, options_.heartbeat_interval, [this] { return stop_; });
     if (stop_) break;
+    if (paused_) continue;
     v1::HeartbeatRequest req;
     req.set_rdzv_id(rdzv_id_);
     *req.mutable_config() = config_;
