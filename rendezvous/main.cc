@@ -63,8 +63,10 @@ int PrintStatus(const Flags& flags) {
     if (!flags.tls_key.empty()) ReadFile(flags.tls_key, &ssl.pem_private_key);
     creds = grpc::SslCredentials(ssl);
   }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(256 << 20);  // a 100k-node job's status
   auto stub = v1::Rendezvous::NewStub(
-      grpc::CreateChannel(flags.status_endpoint, creds));
+      grpc::CreateCustomChannel(flags.status_endpoint, creds, args));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   if (!flags.token.empty()) ctx.AddMetadata("x-ddprun-token", flags.token);
