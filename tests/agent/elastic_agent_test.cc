@@ -7,6 +7,7 @@
 
 #include <csignal>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -440,6 +441,25 @@ TEST_CASE("ElasticAgent: local_ranks_filter and tee prefixes", "[agent]") {
   h.loop.RunUntilIdle();
   CHECK(h.exit_code == 0);
   CHECK(h.console.out == "[trainer1]:one\n[trainer1]:partial\n");
+}
+
+TEST_CASE("ElasticAgent: per-rank redirect map writes the attempt layout",
+          "[agent]") {
+  Harness h(2);
+  h.config.options.redirects.is_map = true;
+  h.config.options.redirects.per_rank = {{0, StdStreams::kOut}};
+  h.Start();
+  h.launcher.Exit(0, 0, "to file\n");
+  h.launcher.Exit(1, 0, "to console\n");
+  h.loop.RunUntilIdle();
+  CHECK(h.exit_code == 0);
+  CHECK(h.console.out == "[default1]:to console\n");
+  std::ifstream in(h.log_dir + "/attempt_0/0/stdout.log");
+  std::string line;
+  REQUIRE(std::getline(in, line));
+  CHECK(line == "to file");
+  // Rank 1 is not redirected: no file, as torchrun.
+  CHECK_FALSE(std::ifstream(h.log_dir + "/attempt_0/1/stdout.log").good());
 }
 
 }  // namespace ddprun::agent
