@@ -1,0 +1,57 @@
+"""One rank of the DDP step benchmark, Python side: the same model, batch,
+optimizer and timing as ddp_step_bench.cc, with
+torch.nn.parallel.DistributedDataParallel over Gloo (env:// init)."""
+import json
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+
+def main():
+    warmup, steps, batch = (int(a) for a in sys.argv[1:4])
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(),
+                        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
+                        nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                        nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
+    ddp = nn.parallel.DistributedDataParallel(net)
+    sgd = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    x = torch.randn(batch, 3, 32, 32)
+    y = torch.randint(0, 10, (batch,))
+
+    def step():
+        sgd.zero_grad()
+        nn.functional.cross_entropy(ddp(x), y).backward()
+        sgd.step()
+
+    def timed(sync):
+        ms = []
+        for i in range(warmup + steps):
+            dist.barrier()
+            t0 = time.perf_counter()
+            if sync:
+                step()
+            else:
+                with ddp.no_sync():
+                    step()
+            t1 = time.perf_counter()
+            if i >= warmup:
+                ms.append((t1 - t0) * 1000)
+        ms.sort()
+        return ms[len(ms) // 2]
+
+    sync_ms = timed(True)
+    nosync_ms = timed(False)
+    if dist.get_rank() == 0:
+        print(json.dumps({"impl": "python", "world": dist.get_world_size(),
+                          "step_ms": round(sync_ms, 3),
+                          "nosync_ms": round(nosync_ms, 3)}))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
