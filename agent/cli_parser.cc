@@ -133,7 +133,11 @@ void AddSchedulerDefaults(const std::map<std::string, std::string>& env,
     }
   };
   auto standalone = values->find("standalone");
-  if (standalone != values->end() && standalone->second.text != "0") return;
+  if (standalone != values->end()) {
+    auto on =
+        ParseBoolValue(standalone->second.source, standalone->second.text);
+    if (!on.ok() || *on) return;  // a bad value is reported later
+  }
   const std::string nnodes = get("SLURM_NNODES");
   if (!get("SLURM_STEP_ID").empty() && !nnodes.empty() &&
       get("SLURM_NTASKS") == nnodes) {

@@ -357,6 +357,11 @@ TEST_CASE("CliParser: SLURM and Kubernetes defaults sit below PET_*", "[cli]") {
   batch.erase("SLURM_STEP_ID");
   CHECK(ParseOk({Script()}, batch).max_nodes == 1);
   CHECK(ParseOk(With({"--standalone"}), srun).max_nodes == 1);
+  Env standalone_env = srun;
+  standalone_env["PET_STANDALONE"] = "true";
+  CHECK(ParseOk({Script()}, standalone_env).max_nodes == 1);
+  standalone_env["PET_STANDALONE"] = "false";
+  CHECK(ParseOk({Script()}, standalone_env).max_nodes == 2);
   o = ParseOk(With({"--nnodes", "4"}), {{"JOB_COMPLETION_INDEX", "3"}});
   CHECK(o.node_rank == 3);
   CHECK(o.node_rank_given);
