@@ -17,6 +17,7 @@
 
 #include "common/logging.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
+#include "rendezvous/endpoint.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -38,19 +39,6 @@ std::chrono::system_clock::time_point ToSystem(Clock::TimePoint deadline) {
              deadline - SteadyClock::now());
 }
 
-// Splits "host:port" / "[v6]:port".
-bool SplitHostPort(const std::string& endpoint, std::string* host,
-                   std::string* port) {
-  const size_t colon = endpoint.rfind(':');
-  if (colon == std::string::npos || colon + 1 == endpoint.size()) return false;
-  *host = endpoint.substr(0, colon);
-  *port = endpoint.substr(colon + 1);
-  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
-    *host = host->substr(1, host->size() - 2);
-  }
-  return !host->empty();
-}
-
 std::string SockaddrIp(const sockaddr_storage& ss) {
   char buf[NI_MAXHOST];
   if (getnameinfo(reinterpret_cast<const sockaddr*>(&ss), sizeof(ss), buf,
@@ -63,12 +51,15 @@ std::string SockaddrIp(const sockaddr_storage& ss) {
 // The local IP this host uses to reach `endpoint`: routable by construction
 // (never an FQDN that may not resolve). Empty if it cannot be determined.
 std::string RouteSourceIp(const std::string& endpoint) {
-  std::string host, port;
-  if (!SplitHostPort(endpoint, &host, &port)) return "";
+  StatusOr<Endpoint> e = ParseEndpoint(endpoint);
+  if (!e.ok()) return "";
   addrinfo hints{};
   hints.ai_socktype = SOCK_DGRAM;
   addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0) return "";
+  if (getaddrinfo(e->host.c_str(), std::to_string(e->port).c_str(), &hints,
+                  &res) != 0) {
+    return "";
+  }
   std::string ip;
   for (addrinfo* ai = res; ai != nullptr && ip.empty(); ai = ai->ai_next) {
     const int fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -529,11 +520,8 @@ Status ApplyRdzvConf(const std::map<std::string, std::string>& conf,
 
 StatusOr<std::unique_ptr<agent::RendezvousClient>> CreateGrpcRendezvousClient(
     const GrpcClientOptions& options) {
-  std::string host, port;
-  if (!SplitHostPort(options.endpoint, &host, &port)) {
-    return InvalidArgumentError("rendezvous endpoint '" + options.endpoint +
-                                "' is not HOST:PORT");
-  }
+  StatusOr<Endpoint> endpoint = ParseEndpoint(options.endpoint);
+  if (!endpoint.ok()) return endpoint.status();
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (!options.tls_ca_pem.empty()) {
     grpc::SslCredentialsOptions ssl;
@@ -549,7 +537,7 @@ StatusOr<std::unique_ptr<agent::RendezvousClient>> CreateGrpcRendezvousClient(
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  auto channel = grpc::CreateCustomChannel(options.endpoint, creds, args);
+  auto channel = grpc::CreateCustomChannel(endpoint->ToString(), creds, args);
   return std::unique_ptr<agent::RendezvousClient>(
       new GrpcRendezvousClient(options, std::move(channel)));
 }

@@ -14,7 +14,8 @@ namespace ddprun::rendezvous {
 // How an agent reaches the rendezvous server, and the job timeouts it asks
 // for (sent in every Join/Heartbeat; the job's creator's values apply).
 struct GrpcClientOptions {
-  // "host:port" of the server (--rdzv_endpoint). Required.
+  // "host[:port]" or "[v6]:port" of the server (--rdzv_endpoint); the port
+  // defaults to 29400. Required.
   std::string endpoint;
   // Value for the x-ddprun-token metadata; empty = none.
   std::string token;
