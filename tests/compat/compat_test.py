@@ -9,6 +9,8 @@ Cases:
   env_standalone   worker env + argv, torchrun vs ddprun, --standalone
   env_static       the same with the static backend, --nnodes=1
   env_legacy       torch.distributed.launch vs ddprun-launch (--local_rank)
+  env_restart      --standalone --max_restarts=1, rank 0 fails attempt 0:
+                   both attempts compared (TORCHELASTIC_RESTART_COUNT, ...)
   failure_plain    a worker raises: same exit code and failure summary as
                    torchrun (time, host, pid, log dir masked)
   failure_record   the same through torch's @record (error file traceback)
@@ -113,17 +115,20 @@ def torchrun_cmd(tmp, shared, env, legacy=False):
     return [PYTHON, "-m", module, "--monitor_interval", "0.1"]
 
 
-def collect(out_dir, expected):
+def collect(out_dir, expected, attempt):
+    """{rank: {"env": ..., "argv": ...}} of one attempt."""
     runs = {}
     for name in os.listdir(out_dir):
-        if name.startswith("env_") and name.endswith(".json"):
+        if name.startswith("env_%d_" % attempt) and name.endswith(".json"):
             with open(os.path.join(out_dir, name)) as f:
                 d = json.load(f)
             rank = int(d["env"]["RANK"])
-            check(rank not in runs, "rank %d started twice" % rank)
+            check(rank not in runs,
+                  "rank %d started twice in attempt %d" % (rank, attempt))
             runs[rank] = d
     check(sorted(runs) == list(range(expected)),
-          "expected ranks 0..%d, got %s" % (expected - 1, sorted(runs)))
+          "attempt %d: expected ranks 0..%d, got %s" %
+          (attempt, expected - 1, sorted(runs)))
     return runs
 
 
@@ -133,10 +138,17 @@ def launcher_set(worker_env, parent_env):
             if parent_env.get(k) != v} - INTERPRETER_SET
 
 
-def side_by_side(args, flags, legacy=False, static=False):
+def side_by_side(args, flags, legacy=False, static=False, restart=False):
+    """Runs env_dump.py under torchrun and ddprun and compares the workers.
+    With restart, attempt 0 fails once (--max_restarts=1) and both attempts
+    are compared."""
     tmp = tempfile.mkdtemp(prefix="ddprun_compat_")
     try:
         script_args = ["a", "--b", "c d", "--help", "-m"]
+        if restart:
+            flags = flags + ["--max_restarts=1"]
+            script_args.append("--fail-first-attempt")
+        attempts = [0, 1] if restart else [0]
         results = {}
         for name in ("torchrun", "ddprun"):
             out = os.path.join(tmp, name)
@@ -157,74 +169,86 @@ def side_by_side(args, flags, legacy=False, static=False):
             cmd = prefix + run_flags + [os.path.join(HERE, "env_dump.py")] \
                 + script_args
             run(cmd, env, name)
-            results[name] = (collect(out, 2), env)
+            results[name] = ([collect(out, 2, a) for a in attempts], env)
 
-        (t_runs, t_parent), (d_runs, d_parent) = (results["torchrun"],
-                                                  results["ddprun"])
-        for rank in (0, 1):
-            t, d = t_runs[rank], d_runs[rank]
-            t_env, d_env = t["env"], d["env"]
-            # 1. Same variable names.
-            t_set = launcher_set(t_env, t_parent)
-            d_set = launcher_set(d_env, d_parent)
-            missing = sorted(t_set - d_set)
-            extra = sorted(d_set - t_set - NEWER_TORCHRUN)
-            check(not missing, "rank %d: ddprun does not set %s" %
-                  (rank, missing))
-            check(not extra, "rank %d: ddprun sets %s, torchrun 1.13 does "
-                  "not" % (rank, extra))
-            # 2. Same rank layout and constants.
-            backend = "c10d" if "--standalone" in flags else "static"
-            for key in LAYOUT:
-                expected = EXPECTED_DIFFERENCES.get((backend, key))
-                if expected is not None:
-                    check(d_env.get(key) == expected,
-                          "rank %d: %s is %r under ddprun, expected %r" %
-                          (rank, key, d_env.get(key), expected))
-                    continue
-                check(t_env.get(key) == d_env.get(key),
-                      "rank %d: %s is %r under torchrun, %r under ddprun" %
-                      (rank, key, t_env.get(key), d_env.get(key)))
-            # 3. Values that vary, checked for shape.
-            for label, e in (("torchrun", t_env), ("ddprun", d_env)):
-                port = int(e["MASTER_PORT"])
-                check(0 < port < 65536, "%s MASTER_PORT %r" % (label, port))
-                lr = e["LOCAL_RANK"]
-                check(e["TORCHELASTIC_ERROR_FILE"].endswith(
-                    "attempt_0/%s/error.json" % lr),
-                    "%s rank %d error file %r" %
-                    (label, rank, e["TORCHELASTIC_ERROR_FILE"]))
-            if "--standalone" in flags:
-                for label, e in (("torchrun", t_env), ("ddprun", d_env)):
-                    check(e["MASTER_ADDR"] in LOOPBACK,
-                          "%s MASTER_ADDR %r" % (label, e["MASTER_ADDR"]))
-                    check(UUID_RE.match(e["TORCHELASTIC_RUN_ID"]),
-                          "%s run id %r is not a uuid4" %
-                          (label, e["TORCHELASTIC_RUN_ID"]))
-            else:
-                for key in ("MASTER_ADDR", "TORCHELASTIC_RUN_ID"):
-                    check(t_env[key] == d_env[key],
-                          "rank %d: %s is %r under torchrun, %r under ddprun"
-                          % (rank, key, t_env[key], d_env[key]))
-            # Both ranks of one launch share the master and run id.
-            for label, runs in (("torchrun", t_runs), ("ddprun", d_runs)):
+        (t_attempts, t_parent), (d_attempts, d_parent) = (
+            results["torchrun"], results["ddprun"])
+        for attempt in attempts:
+            for rank in (0, 1):
+                names = compare_rank(t_attempts[attempt][rank], t_parent,
+                                     d_attempts[attempt][rank], d_parent,
+                                     attempt, flags)
+                check_argv(t_attempts[attempt][rank], d_attempts[attempt][rank],
+                           script_args, legacy)
+            # Both ranks of one attempt share the master and run id.
+            for label, runs in (("torchrun", t_attempts[attempt]),
+                                ("ddprun", d_attempts[attempt])):
                 for key in ("MASTER_PORT", "TORCHELASTIC_RUN_ID"):
                     check(runs[0]["env"][key] == runs[1]["env"][key],
                           "%s ranks disagree on %s" % (label, key))
-            # 4. Script arguments passed through untouched (legacy mode
-            # prepends --local_rank=N in both).
-            check(t["argv"] == d["argv"],
-                  "rank %d argv: torchrun %r, ddprun %r" %
-                  (rank, t["argv"], d["argv"]))
-            if legacy:
-                check(d["argv"][0] == "--local_rank=%s" % d_env["LOCAL_RANK"],
-                      "legacy argv %r" % d["argv"])
-            else:
-                check(d["argv"] == script_args, "argv %r" % d["argv"])
-        print("OK: %d launcher variables identical per rank: %s" %
-              (len(t_set), " ".join(sorted(t_set))))
+        print("OK: %d attempt(s); %d launcher variables identical per rank: "
+              "%s" % (len(attempts), len(names), " ".join(sorted(names))))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def compare_rank(t, t_parent, d, d_parent, attempt, flags):
+    """Asserts one rank's environment matches; returns torchrun's names."""
+    t_env, d_env = t["env"], d["env"]
+    where = "attempt %d rank %s" % (attempt, t_env["RANK"])
+    # 1. Same variable names.
+    t_set = launcher_set(t_env, t_parent)
+    d_set = launcher_set(d_env, d_parent)
+    missing = sorted(t_set - d_set)
+    extra = sorted(d_set - t_set - NEWER_TORCHRUN)
+    check(not missing, "%s: ddprun does not set %s" % (where, missing))
+    check(not extra, "%s: ddprun sets %s, torchrun 1.13 does not" %
+          (where, extra))
+    # 2. Same rank layout and constants.
+    backend = "c10d" if "--standalone" in flags else "static"
+    for key in LAYOUT:
+        expected = EXPECTED_DIFFERENCES.get((backend, key))
+        if expected is not None:
+            check(d_env.get(key) == expected,
+                  "%s: %s is %r under ddprun, expected %r" %
+                  (where, key, d_env.get(key), expected))
+            continue
+        check(t_env.get(key) == d_env.get(key),
+              "%s: %s is %r under torchrun, %r under ddprun" %
+              (where, key, t_env.get(key), d_env.get(key)))
+    # 3. Values that vary, checked for shape.
+    for label, e in (("torchrun", t_env), ("ddprun", d_env)):
+        port = int(e["MASTER_PORT"])
+        check(0 < port < 65536, "%s MASTER_PORT %r" % (label, port))
+        check(e["TORCHELASTIC_ERROR_FILE"].endswith(
+            "attempt_%d/%s/error.json" % (attempt, e["LOCAL_RANK"])),
+            "%s %s: error file %r" % (label, where,
+                                      e["TORCHELASTIC_ERROR_FILE"]))
+    if "--standalone" in flags:
+        for label, e in (("torchrun", t_env), ("ddprun", d_env)):
+            check(e["MASTER_ADDR"] in LOOPBACK,
+                  "%s MASTER_ADDR %r" % (label, e["MASTER_ADDR"]))
+            check(UUID_RE.match(e["TORCHELASTIC_RUN_ID"]),
+                  "%s run id %r is not a uuid4" %
+                  (label, e["TORCHELASTIC_RUN_ID"]))
+    else:
+        for key in ("MASTER_ADDR", "TORCHELASTIC_RUN_ID"):
+            check(t_env[key] == d_env[key],
+                  "%s: %s is %r under torchrun, %r under ddprun" %
+                  (where, key, t_env[key], d_env[key]))
+    return t_set
+
+
+def check_argv(t, d, script_args, legacy):
+    """Script arguments pass through untouched; legacy mode prepends
+    --local_rank=N under both launchers."""
+    check(t["argv"] == d["argv"],
+          "argv: torchrun %r, ddprun %r" % (t["argv"], d["argv"]))
+    if legacy:
+        check(d["argv"] == ["--local_rank=%s" % d["env"]["LOCAL_RANK"]] +
+              script_args, "legacy argv %r" % d["argv"])
+    else:
+        check(d["argv"] == script_args, "argv %r" % d["argv"])
 
 
 def free_port():
@@ -325,7 +349,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("case", choices=["ddp_standalone", "ddp_static",
                                          "env_standalone", "env_static",
-                                         "env_legacy", "failure_plain",
+                                         "env_legacy", "env_restart",
+                                         "failure_plain",
                                          "failure_record"])
     parser.add_argument("--ddprun", required=True)
     parser.add_argument("--shared", required=True)
@@ -345,6 +370,9 @@ def main():
         elif args.case == "env_static":
             side_by_side(args, ["--nnodes=1", "--nproc_per_node=2"],
                          static=True)
+        elif args.case == "env_restart":
+            side_by_side(args, ["--standalone", "--nproc_per_node=2"],
+                         restart=True)
         elif args.case == "env_legacy":
             side_by_side(args, ["--nproc_per_node=2"], legacy=True)
         else:
