@@ -11,6 +11,7 @@ Cases:
   env_legacy       torch.distributed.launch vs ddprun-launch (--local_rank)
   env_restart      --standalone --max_restarts=1, rank 0 fails attempt 0:
                    both attempts compared (TORCHELASTIC_RESTART_COUNT, ...)
+  signal_forward   SIGTERM to the launcher reaches both workers
   failure_plain    a worker raises: same exit code and failure summary as
                    torchrun (time, host, pid, log dir masked)
   failure_record   the same through torch's @record (error file traceback)
@@ -23,9 +24,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 PYTHON = "/usr/bin/python3"  # Debian's torch lives here
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -345,12 +348,61 @@ def failure_report(args, record):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def signal_forward(args):
+    """SIGTERM to the launcher reaches every worker under both launchers.
+    Exit codes differ on purpose: torchrun 1.13 dies of an uncaught
+    SignalException (1); ddprun exits 128+15 like a shell."""
+    tmp = tempfile.mkdtemp(prefix="ddprun_compat_sig_")
+    try:
+        codes = {}
+        for name in ("torchrun", "ddprun"):
+            out = os.path.join(tmp, name)
+            os.makedirs(out)
+            env = base_env(out)
+            prefix = (torchrun_cmd(tmp, args.shared, env)
+                      if name == "torchrun" else [args.ddprun])
+            p = subprocess.Popen(
+                prefix + ["--standalone", "--nproc_per_node=2",
+                          os.path.join(HERE, "signal_worker.py")],
+                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            try:
+                deadline = time.monotonic() + LAUNCH_TIMEOUT_S
+                while not all(os.path.exists(os.path.join(out, "up_%d" % r))
+                              for r in (0, 1)):
+                    check(p.poll() is None and time.monotonic() < deadline,
+                          "%s: workers did not start" % name)
+                    time.sleep(0.05)
+                p.send_signal(signal.SIGTERM)
+                output = p.communicate(timeout=LAUNCH_TIMEOUT_S)[0]
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            for r in (0, 1):
+                path = os.path.join(out, "sig_%d" % r)
+                check(os.path.exists(path),
+                      "%s: rank %d got no SIGTERM; output:\n%s" %
+                      (name, r, output.decode(errors="replace")[-2000:]))
+                with open(path) as f:
+                    check(f.read() == str(int(signal.SIGTERM)),
+                          "%s: rank %d got another signal" % (name, r))
+            codes[name] = p.returncode
+        check(codes["torchrun"] != 0, "torchrun exited 0 after SIGTERM")
+        check(codes["ddprun"] == 128 + signal.SIGTERM,
+              "ddprun exited %d after SIGTERM, expected 143" % codes["ddprun"])
+        print("OK: SIGTERM forwarded to both ranks by both launchers "
+              "(exit: torchrun %d, ddprun %d)" % (codes["torchrun"],
+                                                   codes["ddprun"]))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("case", choices=["ddp_standalone", "ddp_static",
                                          "env_standalone", "env_static",
                                          "env_legacy", "env_restart",
-                                         "failure_plain",
+                                         "signal_forward", "failure_plain",
                                          "failure_record"])
     parser.add_argument("--ddprun", required=True)
     parser.add_argument("--shared", required=True)
@@ -373,6 +425,8 @@ def main():
         elif args.case == "env_restart":
             side_by_side(args, ["--standalone", "--nproc_per_node=2"],
                          restart=True)
+        elif args.case == "signal_forward":
+            signal_forward(args)
         elif args.case == "env_legacy":
             side_by_side(args, ["--nproc_per_node=2"], legacy=True)
         else:
