@@ -1,0 +1,104 @@
+#include "tests/examples/trainer_run.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+namespace ddprun::examples::testing {
+
+CommandResult RunCommand(const std::string& command, int timeout_s) {
+  CommandResult result;
+  const std::string wrapped = "timeout -k 5 " + std::to_string(timeout_s) +
+                              " /bin/sh -c '" + command + "' 2>&1";
+  FILE* pipe = ::popen(wrapped.c_str(), "r");
+  if (!pipe) return result;
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) {
+    result.output.append(buffer.data(), n);
+  }
+  const int status = ::pclose(pipe);
+  result.exit_code =
+      WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+std::string FreshDir(const std::string& tag) {
+  const std::string dir =
+      "/tmp/ddprun_examples_test_" + std::to_string(::getpid()) + "_" + tag;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::string Bin(const std::string& name) {
+  return std::string(DDPRUN_BIN_DIR) + "/" + name;
+}
+
+std::vector<nlohmann::json> ReadMetrics(const std::string& output_dir) {
+  std::vector<nlohmann::json> records;
+  std::ifstream in(output_dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) records.push_back(nlohmann::json::parse(line));
+  }
+  return records;
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+}  // namespace ddprun::examples::testing
+
+namespace ddprun::examples::testing {
+namespace {
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+int FindWorkerPid(const std::string& marker, int rank) {
+  const std::string want = std::string("RANK=") + std::to_string(rank);
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string cmdline = ReadAll(entry.path() / "cmdline");
+    if (cmdline.find(marker) == std::string::npos) continue;
+    if (cmdline.find("_trainer") == std::string::npos) continue;
+    const std::string environ = ReadAll(entry.path() / "environ");
+    size_t pos = 0;
+    while (pos < environ.size()) {
+      size_t end = environ.find('\0', pos);
+      if (end == std::string::npos) end = environ.size();
+      if (environ.compare(pos, end - pos, want) == 0) return std::stoi(name);
+      pos = end + 1;
+    }
+  }
+  return -1;
+}
+
+long long NewestCheckpointStep(const std::string& dir) {
+  long long best = -1;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename();
+    if (name.rfind("ckpt-", 0) != 0 || name.size() < 8 ||
+        name.substr(name.size() - 3) != ".pt") {
+      continue;
+    }
+    best = std::max(best, std::stoll(name.substr(5, name.size() - 8)));
+  }
+  return best;
+}
+
+}  // namespace ddprun::examples::testing
