@@ -1,6 +1,7 @@
 #include "agent/cli_parser.h"
 
 #include <cctype>
+#include <limits>
 #include <sstream>
 
 #include "agent/cli_entrypoint.h"
@@ -180,6 +181,7 @@ class Values {
     if (n < min_value) {
       return OutOfRange(*v, "at least " + std::to_string(min_value));
     }
+    if (n > std::numeric_limits<int>::max()) return OutOfRange(*v, "smaller");
     return n;
   }
   // A finite number >= min_value (> min_value when strict), or `def`.

@@ -505,6 +505,9 @@ TEST_CASE("CliParser: numeric flags reject bad values", "[cli]") {
   CHECK(Contains(ParseErr(With({"--exit_barrier_timeout", "x"})),
                  "--exit_barrier_timeout"));
   CHECK(Contains(ParseErr(With({"--node_rank", "-1"})), "--node_rank"));
+  CHECK(Contains(ParseErr(With({"--max_restarts", "99999999999"})),
+                 "--max_restarts: invalid value '99999999999' (must be "
+                 "smaller)"));
   CHECK(Contains(ParseErr(With({"--start_method", "thread"})),
                  "choose from spawn, fork, forkserver"));
   CHECK(Contains(ParseErr(With({"--role", ""})), "--role"));
