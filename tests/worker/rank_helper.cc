@@ -79,7 +79,8 @@ int Collectives() {
   for (int k = 0; k < n; ++k) num += k * (k + 1.0), den += k + 1.0;
   CHECK_OR_THROW(std::abs(wm - num / den) < 1e-12, "weighted mean");
   world.Barrier();
-  std::printf("rank %d of %d ok backend %s\n", r, n, world.backend().c_str());
+  std::printf("rank %d of %d ok backend %s agent_store %d\n", r, n,
+              world.backend().c_str(), world.env().use_agent_store ? 1 : 0);
   return 0;
 }
 

@@ -66,8 +66,10 @@ TEST_CASE("World: all-reduce, broadcast and variable all-gather on 3 ranks",
           "[worker][process]") {
   auto results = wt::RunRanks({Helper(), "collectives"}, 3);
   RequireAllOk(results);
-  for (auto& r : results)
-    REQUIRE(r.output.find("ok backend gloo") != std::string::npos);
+  for (auto& r : results) {
+    REQUIRE(r.output.find("ok backend gloo agent_store 0") !=
+            std::string::npos);
+  }
 }
 
 TEST_CASE("World: with no launcher env a trainer runs as a single process",
@@ -183,6 +185,29 @@ TEST_CASE(
       {1000, 4, 42, 5, true, false}, {5, 4, 1, 1, false, false},
       {2, 4, 3, 0, true, false},     {3, 4, 3, 0, true, true},
       {30000, 2, 9, 1, true, false}};
+  // One Python run prints every case (importing torch costs seconds).
+  std::string script =
+      "from torch.utils.data import DistributedSampler\n"
+      "def run(n, world, seed, epoch, shuffle, drop_last):\n"
+      "  for r in range(world):\n"
+      "    s = DistributedSampler(range(n), num_replicas=world, rank=r,\n"
+      "                           shuffle=shuffle, seed=seed, "
+      "drop_last=drop_last)\n"
+      "    s.set_epoch(epoch)\n"
+      "    print(''.join(str(i) + ' ' for i in s))\n"
+      "  print('--')\n";
+  for (const Case& c : cases) {
+    script += "run(" + std::to_string(c.n) + ", " + std::to_string(c.world) +
+              ", " + std::to_string(c.seed) + ", " + std::to_string(c.epoch) +
+              ", " + (c.shuffle ? "True" : "False") + ", " +
+              (c.drop_last ? "True" : "False") + ")\n";
+  }
+  std::string py = TempDir() + "/s.py";
+  std::ofstream(py) << script;
+  REQUIRE(std::system(
+              ("/usr/bin/python3 " + py + " > " + py + ".out").c_str()) == 0);
+  std::string expected = ReadText(py + ".out");
+  size_t pos = 0;
   for (const Case& c : cases) {
     CAPTURE(c.n, c.world, c.seed, c.epoch, c.shuffle, c.drop_last);
     wt::RankProcess p({Helper(), "sampler", std::to_string(c.n),
@@ -191,28 +216,45 @@ TEST_CASE(
                       {{"SAMPLER_WORLD", std::to_string(c.world)}});
     REQUIRE(p.Wait(std::chrono::seconds(30)));
     REQUIRE(p.exit_code() == 0);
-    std::string script =
-        "import torch\n"
-        "from torch.utils.data import DistributedSampler\n"
-        "for r in range(" +
-        std::to_string(c.world) +
-        "):\n"
-        "  s = DistributedSampler(range(" +
-        std::to_string(c.n) + "), num_replicas=" + std::to_string(c.world) +
-        ", rank=r, shuffle=" + (c.shuffle ? "True" : "False") +
-        ", seed=" + std::to_string(c.seed) +
-        ", drop_last=" + (c.drop_last ? "True" : "False") +
-        ")\n"
-        "  s.set_epoch(" +
-        std::to_string(c.epoch) +
-        ")\n"
-        "  print(''.join(str(i) + ' ' for i in s))\n";
-    std::string py = TempDir() + "/s.py";
-    std::ofstream(py) << script;
-    std::string out_path = py + ".out";
-    REQUIRE(std::system(
-                ("/usr/bin/python3 " + py + " > " + out_path).c_str()) == 0);
-    REQUIRE(p.Output() == ReadText(out_path));
+    size_t end = expected.find("--\n", pos);
+    REQUIRE(end != std::string::npos);
+    REQUIRE(p.Output() == expected.substr(pos, end - pos));
+    pos = end + 3;
+  }
+}
+
+TEST_CASE("World: ranks under Debian's torchrun use its agent store",
+          "[worker][process][torchrun]") {
+  // torchrun's static rendezvous sets TORCHELASTIC_USE_AGENT_STORE=True: the
+  // agent hosts the TCPStore and workers use the /worker/attempt_N prefix.
+  std::string dir = TempDir();
+  std::string fix =
+      std::string(DDPRUN_SHARED_DIR) + "/reference/torchrun_py311_fix.py";
+  REQUIRE(std::system(
+              ("cp " + fix + " " + dir + "/sitecustomize.py").c_str()) == 0);
+  std::string cmd = "cd " + dir + " && PYTHONPATH=" + dir +
+                    " OMP_NUM_THREADS=1 timeout 120 /usr/bin/python3 -m "
+                    "torch.distributed.run --nnodes=1 --node_rank=0 "
+                    "--master_addr=127.0.0.1 --master_port=" +
+                    std::to_string(wt::FreePort()) +
+                    " --nproc_per_node=2 --no_python " + Helper() + " ";
+  SECTION("collectives succeed") {
+    REQUIRE(std::system((cmd + "collectives > out.txt 2>&1").c_str()) == 0);
+    std::string out = ReadText(dir + "/out.txt");
+    INFO(out);
+    REQUIRE(out.find("rank 0 of 2 ok backend gloo agent_store 1") !=
+            std::string::npos);
+    REQUIRE(out.find("rank 1 of 2 ok backend gloo agent_store 1") !=
+            std::string::npos);
+  }
+  SECTION("torchrun reports our error file as the root cause") {
+    REQUIRE(std::system((cmd + "throw runtime > out.txt 2>&1").c_str()) != 0);
+    std::string out = ReadText(dir + "/out.txt");
+    INFO(out);
+    REQUIRE(out.find("Root Cause (first observed failure)") !=
+            std::string::npos);
+    REQUIRE(out.find("std::runtime_error: loss is NaN at step 7") !=
+            std::string::npos);
   }
 }
 

@@ -1,0 +1,204 @@
+// Torch-free unit tests of the worker runtime: env contract, error file,
+// hardware table.
+#include <map>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "ddprun/worker/env.h"
+#include "ddprun/worker/hardware.h"
+#include "ddprun/worker/run_main.h"
+
+namespace w = ddprun::worker;
+
+namespace {
+
+ddprun::StatusOr<w::WorkerEnv> Parse(
+    const std::map<std::string, std::string>& vars) {
+  return w::ParseWorkerEnv([&](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  });
+}
+
+}  // namespace
+
+TEST_CASE("ParseWorkerEnv: no launcher variables means a standalone process",
+          "[worker][env]") {
+  auto env = Parse({});
+  REQUIRE(env.ok());
+  REQUIRE(env->standalone);
+  REQUIRE(env->world_size == 1);
+  REQUIRE(env->rank == 0);
+}
+
+TEST_CASE("ParseWorkerEnv: reads torchrun's contract", "[worker][env]") {
+  auto env = Parse({{"RANK", "5"},
+                    {"WORLD_SIZE", "8"},
+                    {"LOCAL_RANK", "1"},
+                    {"LOCAL_WORLD_SIZE", "4"},
+                    {"GROUP_RANK", "1"},
+                    {"MASTER_ADDR", "10.0.0.1"},
+                    {"MASTER_PORT", "29500"},
+                    {"TORCHELASTIC_RESTART_COUNT", "2"},
+                    {"TORCHELASTIC_MAX_RESTARTS", "3"},
+                    {"TORCHELASTIC_RUN_ID", "job7"},
+                    {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                    {"TORCHELASTIC_ERROR_FILE", "/tmp/e.json"}});
+  REQUIRE(env.ok());
+  REQUIRE_FALSE(env->standalone);
+  REQUIRE(env->rank == 5);
+  REQUIRE(env->world_size == 8);
+  REQUIRE(env->local_rank == 1);
+  REQUIRE(env->local_world_size == 4);
+  REQUIRE(env->group_rank == 1);
+  REQUIRE(env->master_addr == "10.0.0.1");
+  REQUIRE(env->master_port == 29500);
+  REQUIRE(env->restart_count == 2);
+  REQUIRE(env->max_restarts == 3);
+  REQUIRE(env->run_id == "job7");
+  REQUIRE(env->use_agent_store);
+  REQUIRE(env->error_file == "/tmp/e.json");
+}
+
+TEST_CASE("ParseWorkerEnv: agent store only for the exact string True",
+          "[worker][env]") {
+  auto env = Parse({{"RANK", "0"},
+                    {"WORLD_SIZE", "1"},
+                    {"TORCHELASTIC_USE_AGENT_STORE", "true"}});
+  REQUIRE(env.ok());
+  REQUIRE_FALSE(env->use_agent_store);
+}
+
+TEST_CASE("ParseWorkerEnv: bad values are one-line errors naming the variable",
+          "[worker][env]") {
+  auto expect_error = [](std::map<std::string, std::string> vars,
+                         const std::string& fragment) {
+    auto env = Parse(vars);
+    REQUIRE_FALSE(env.ok());
+    INFO(env.status().message());
+    REQUIRE(env.status().message().find(fragment) != std::string::npos);
+    REQUIRE(env.status().message().find('\n') == std::string::npos);
+  };
+  expect_error({{"RANK", "x"}, {"WORLD_SIZE", "2"}},
+               "RANK='x' is not an integer");
+  expect_error({{"RANK", "2"},
+                {"WORLD_SIZE", "2"},
+                {"MASTER_ADDR", "a"},
+                {"MASTER_PORT", "1"}},
+               "RANK=2 is not below WORLD_SIZE=2");
+  expect_error({{"RANK", "0"}}, "RANK is set but WORLD_SIZE is not");
+  expect_error({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "5"}},
+               "missing MASTER_ADDR");
+  expect_error({{"RANK", "0"},
+                {"WORLD_SIZE", "2"},
+                {"MASTER_ADDR", "h"},
+                {"MASTER_PORT", "70000"}},
+               "MASTER_PORT=70000 is out of range");
+  expect_error({{"RANK", "0"},
+                {"WORLD_SIZE", "2"},
+                {"LOCAL_RANK", "3"},
+                {"LOCAL_WORLD_SIZE", "2"},
+                {"MASTER_ADDR", "h"},
+                {"MASTER_PORT", "5"}},
+               "LOCAL_RANK=3 is not below LOCAL_WORLD_SIZE=2");
+}
+
+TEST_CASE("ErrorFileJson: torchrun's schema with escaping", "[worker][error]") {
+  w::ErrorReport r;
+  r.type = "std::runtime_error";
+  r.message = "bad \"quote\"\nline2";
+  r.context = "rank 0\tpid 7";
+  std::string json = w::ErrorFileJson(r, 1700000000);
+  REQUIRE(json ==
+          "{\"message\": {\"message\": \"std::runtime_error: bad "
+          "\\\"quote\\\"\\nline2\", \"extraInfo\": {\"py_callstack\": \"rank "
+          "0\\tpid 7\", \"timestamp\": \"1700000000\"}}}\n");
+}
+
+TEST_CASE("DescribeException: worker error classes map to exit codes",
+          "[worker][error]") {
+  auto describe = [](auto ex) {
+    try {
+      throw ex;
+    } catch (...) {
+      return w::DescribeException(std::current_exception());
+    }
+  };
+  REQUIRE(describe(w::ConfigError("x")).exit_code == w::kExitUsage);
+  REQUIRE(describe(w::CollectiveError("x")).exit_code == w::kExitCollective);
+  REQUIRE(describe(w::CollectiveError("x")).type == "CollectiveError");
+  auto gloo = describe(std::runtime_error(
+      "[../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed "
+      "by peer [127.0.0.1]:1234"));
+  REQUIRE(gloo.exit_code == w::kExitCollective);
+  REQUIRE(gloo.type == "std::runtime_error");
+  REQUIRE(describe(std::logic_error("bug")).exit_code == w::kExitFailure);
+  REQUIRE(describe(42).type == "UnknownException");
+}
+
+TEST_CASE("RecommendForGpuMemory: the MIMIC-CXR table on 4 GPUs",
+          "[worker][hardware]") {
+  struct Row {
+    double gb;
+    int batch, accum;
+  };
+  for (Row r : {Row{24, 16, 4}, Row{80, 16, 4}, Row{16, 12, 5}, Row{12, 8, 8},
+                Row{8, 4, 16}, Row{4, 2, 32}}) {
+    CAPTURE(r.gb);
+    auto s = w::RecommendForGpuMemory(r.gb, 4, 256);
+    REQUIRE(s.per_device_batch == r.batch);
+    REQUIRE(s.grad_accum_steps == r.accum);
+    REQUIRE(s.device == "cuda");
+  }
+}
+
+TEST_CASE("RecommendForGpuMemory: generalises to world size and target",
+          "[worker][hardware]") {
+  auto s = w::RecommendForGpuMemory(24, 8, 256);  // 16 x 2 x 8 = 256
+  REQUIRE(s.grad_accum_steps == 2);
+  REQUIRE(s.effective_batch == 256);
+  s = w::RecommendForGpuMemory(24, 1, 64);  // 16 x 4 x 1
+  REQUIRE(s.grad_accum_steps == 4);
+  s = w::RecommendForGpuMemory(24, 64, 256);  // never below 1
+  REQUIRE(s.grad_accum_steps == 1);
+  REQUIRE(s.effective_batch == 16 * 64);
+}
+
+TEST_CASE("RecommendSettings: CPU-only machines get CPU settings",
+          "[worker][hardware]") {
+  w::HardwareInfo hw;
+  hw.cpu_cores = 16;
+  hw.ram_total_bytes = 64LL << 30;
+  auto s = w::RecommendSettings(hw, 2, 2, 256);
+  REQUIRE(s.device == "cpu");
+  REQUIRE(s.per_device_batch == 8);
+  REQUIRE(s.grad_accum_steps == 16);
+  REQUIRE(s.cpu_threads == 8);
+  REQUIRE_FALSE(s.mixed_precision);
+  hw.ram_total_bytes = 8LL << 30;
+  REQUIRE(w::RecommendSettings(hw, 1, 1, 256).per_device_batch == 4);
+  // GPUs seen only by nvidia-smi cannot be used by a CPU Torch.
+  hw.gpus.push_back({0, "H200", 140LL << 30, 9, 0});
+  REQUIRE(w::RecommendSettings(hw, 1, 1, 256).device == "cpu");
+  hw.torch_cuda = true;
+  REQUIRE(w::RecommendSettings(hw, 1, 1, 256).device == "cuda");
+}
+
+TEST_CASE("ParseMemInfo: total and available bytes", "[worker][hardware]") {
+  auto m = w::ParseMemInfo(
+      "MemTotal:       24576000 kB\nMemFree:  100 kB\nMemAvailable:   "
+      "20480000 kB\n");
+  REQUIRE(m.ok());
+  REQUIRE(m->first == 24576000LL * 1024);
+  REQUIRE(m->second == 20480000LL * 1024);
+  REQUIRE_FALSE(w::ParseMemInfo("garbage").ok());
+}
+
+TEST_CASE("DetectHardware: this machine has cores and RAM",
+          "[worker][hardware]") {
+  w::HardwareInfo hw = w::DetectHardware();
+  REQUIRE(hw.cpu_cores >= 1);
+  REQUIRE(hw.ram_total_bytes > (256LL << 20));
+  REQUIRE(hw.ram_available_bytes <= hw.ram_total_bytes);
+}
