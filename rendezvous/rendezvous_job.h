@@ -58,6 +58,12 @@ class RendezvousJob {
   bool finished() const {
     return phase_ == Phase::kSucceeded || phase_ == Phase::kFailed;
   }
+  bool HasNode(const std::string& node_id) const {
+    return nodes_.count(node_id) != 0;
+  }
+  // True when the job has no node at all and never finished: nobody waits
+  // for it, so the server may forget it.
+  bool abandoned() const { return !finished() && nodes_.empty(); }
   // When the job finished; meaningful only if finished().
   Clock::TimePoint finished_at() const { return finished_at_; }
 

@@ -123,16 +123,30 @@ Status RendezvousState::Join(const v1::JoinRequest& request, WaiterId waiter) {
   DDP_RETURN_IF_ERROR(CheckRdzvId(request.rdzv_id()));
   DDP_RETURN_IF_ERROR(CheckConfig(request.config()));
   DDP_RETURN_IF_ERROR(CheckNode(request.node()));
+  // A fresh agent (no previous round, not a node of the job) that reuses the
+  // rdzv_id of a finished job starts a new job: re-running a command must
+  // not hit a closed rendezvous (torchrun's RendezvousClosedError). Nodes of
+  // the finished job still get the clear "closed" error.
+  std::unique_ptr<RendezvousJob> finished;
+  if (auto it = jobs_.find(request.rdzv_id());
+      it != jobs_.end() && it->second->finished() &&
+      request.previous().round() == 0 &&
+      !it->second->HasNode(request.node().node_id())) {
+    finished = std::move(it->second);
+    jobs_.erase(it);
+  }
   bool created = false;
-  DDP_ASSIGN_OR_RETURN(
-      RendezvousJob * job,
-      GetOrCreate(request.rdzv_id(), request.config(), &created));
   const size_t before = outcomes_.size();
-  Status s = job->Join(request, waiter, &outcomes_);
+  StatusOr<RendezvousJob*> found =
+      GetOrCreate(request.rdzv_id(), request.config(), &created);
+  Status s =
+      found.ok() ? (*found)->Join(request, waiter, &outcomes_) : found.status();
   if (!s.ok()) {
     if (created) jobs_.erase(request.rdzv_id());
+    if (finished) jobs_[request.rdzv_id()] = std::move(finished);
     return s;
   }
+  RendezvousJob* job = *found;
   // Parked unless the job answered it right away.
   bool answered = false;
   for (size_t i = before; i < outcomes_.size(); ++i) {
@@ -244,8 +258,11 @@ void RendezvousState::Tick() {
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     RendezvousJob& job = *it->second;
     job.Tick(&outcomes_);
-    if (job.finished() &&
-        now - job.finished_at() >= defaults_.finished_job_ttl) {
+    // Forget finished jobs after their TTL, and jobs nobody is in any more
+    // (every agent left): a later launch with the same id starts afresh
+    // instead of hitting a join_timeout failure of an empty job.
+    if (job.abandoned() || (job.finished() && now - job.finished_at() >=
+                                                  defaults_.finished_job_ttl)) {
       it = jobs_.erase(it);
     } else {
       ++it;

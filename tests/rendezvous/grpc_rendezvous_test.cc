@@ -266,9 +266,9 @@ TEST_CASE("GrpcRendezvous: Leave during a parked Join cancels it",
   CHECK(Steady::now() - t0 < seconds(3));
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().code() == StatusCode::kCancelled);
+  // No ghost participant left behind (the empty job may already be gone).
   auto st = ServerStatus(*port);
-  REQUIRE(st.jobs_size() == 1);
-  CHECK(st.jobs(0).nodes_size() == 0);  // no ghost participant left behind
+  for (const auto& job : st.jobs()) CHECK(job.nodes_size() == 0);
 }
 
 TEST_CASE(

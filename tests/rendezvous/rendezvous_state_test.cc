@@ -199,8 +199,8 @@ TEST_CASE("RendezvousState: past the join deadline the job fails",
   CHECK_THAT(h.Answer("a").status.message(),
              Catch::Contains("did not reach min_nodes=3"));
   CHECK(h.Job().state() == v1::JobStatus::STATE_FAILED);
-  // A late node gets a clear error instead of hanging.
-  Status late = h.Join("b");
+  // Its node retrying gets a clear error instead of hanging.
+  Status late = h.Join("a");
   CHECK(late.code() == StatusCode::kFailedPrecondition);
 }
 
@@ -216,10 +216,50 @@ TEST_CASE("RendezvousState: closed job refuses joins", "[rendezvous]") {
   h.Advance(Clock::Duration::zero());  // collects the answers
   REQUIRE(h.Answered("a"));
   CHECK(h.Answer("a").status.code() == StatusCode::kAborted);
-  Status s = h.Join("b");
+  Status s = h.Join("a");
   CHECK(s.code() == StatusCode::kFailedPrecondition);
   CHECK_THAT(s.message(), Catch::Contains("closed"));
   CHECK(h.Heartbeat("a").action() == Action::ACTION_JOB_FAILED);
+  // A straggler that ran a round of the job is refused too.
+  v1::JoinRequest straggler = h.Request("c");
+  straggler.mutable_previous()->set_round(1);
+  CHECK(h.Join(straggler).code() == StatusCode::kFailedPrecondition);
+  CHECK(h.Job().state() == v1::JobStatus::STATE_FAILED);
+}
+
+TEST_CASE(
+    "RendezvousState: a fresh launch reusing a finished rdzv_id starts "
+    "a new job",
+    "[rendezvous]") {
+  Harness h(1, 1);
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Succeed("a").ok());
+  REQUIRE(h.Job().state() == v1::JobStatus::STATE_SUCCEEDED);
+  v1::JoinRequest fresh = h.Request("b");
+  fresh.mutable_config()->set_max_nodes(2);  // a new job may differ
+  REQUIRE(h.Join(fresh).ok());
+  CHECK(h.Job().state() == v1::JobStatus::STATE_OPEN);
+  CHECK(h.Job().round() == 1);
+  CHECK(h.Job().config().max_nodes() == 2);
+  // A refused fresh join leaves the finished job in place.
+  Harness k(1, 1);
+  REQUIRE(k.Join("a").ok());
+  REQUIRE(k.Succeed("a").ok());
+  v1::JoinRequest bad = k.Request("b");
+  bad.mutable_node()->set_local_world_size(0);
+  CHECK(k.Join(bad).code() == StatusCode::kInvalidArgument);
+  CHECK(k.Job().state() == v1::JobStatus::STATE_SUCCEEDED);
+}
+
+TEST_CASE("RendezvousState: a job every agent left is forgotten",
+          "[rendezvous]") {
+  Harness h(2, 2);
+  REQUIRE(h.Join("a").ok());  // waiter 1
+  h.state_.CancelWaiter(1);   // the agent went away
+  h.Advance(seconds(1));
+  CHECK(h.state_.job_count() == 0);
+  REQUIRE(h.Join("b").ok());  // a later launch starts afresh
+  CHECK(h.Job().nodes_size() == 1);
 }
 
 TEST_CASE("RendezvousState: complete and participant gets its assignment",
@@ -572,7 +612,7 @@ TEST_CASE("RendezvousState: finished jobs are forgotten after their TTL",
   REQUIRE(h.Succeed("a").ok());
   h.Advance(std::chrono::minutes(59));
   CHECK(h.state_.job_count() == 1);
-  CHECK(h.Join("b").code() == StatusCode::kFailedPrecondition);
+  CHECK(h.Join("a").code() == StatusCode::kFailedPrecondition);
   h.Advance(std::chrono::minutes(1));
   CHECK(h.state_.job_count() == 0);
 }
