@@ -147,12 +147,6 @@ TEST_CASE("survival_trainer: --help documents every option with its default",
 }  // namespace ddprun::examples::testing
 
 #ifdef DDPRUN_LAUNCHER_BIN
-#include <signal.h>
-
-#include <chrono>
-#include <future>
-#include <thread>
-
 namespace ddprun::examples::testing {
 namespace {
 
@@ -202,30 +196,13 @@ TEST_CASE(
       ReadMetrics(clean).back()["val_cindex"].get<double>();
 
   const std::string out = FreshDir("survival_fault");
-  auto run = std::async(std::launch::async, [&] {
-    return RunCommand(Launch("--max_restarts=1") + Trainer(out) + flags, 240);
-  });
-  long long saved = -1;
-  int victim = -1;
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (std::chrono::steady_clock::now() < deadline) {
-    saved = NewestCheckpointStep(out + "/checkpoints");
-    if (saved >= 10) {
-      victim = FindWorkerPid(out, /*rank=*/1);
-      if (victim > 0) break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  REQUIRE(victim > 0);
-  REQUIRE(::kill(victim, SIGKILL) == 0);
-  CommandResult r = run.get();
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  const size_t at = r.output.find("resumed from checkpoint at step ");
-  REQUIRE(at != std::string::npos);
-  const long long resumed = std::stoll(r.output.substr(at + 32));
-  CHECK(resumed >= saved);
+  FaultRun fault =
+      RunAndKillRank1(Launch("--max_restarts=1") + Trainer(out) + flags, out,
+                      /*min_step=*/10, 240);
+  INFO(fault.result.output);
+  REQUIRE(fault.killed);
+  REQUIRE(fault.result.exit_code == 0);
+  CHECK(fault.resumed_step >= fault.saved_step);
   auto metrics = ReadMetrics(out);
   REQUIRE(!metrics.empty());
   CHECK(metrics.back()["epoch"] == 6);

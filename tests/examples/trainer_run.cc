@@ -3,11 +3,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <signal.h>
+
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iterator>
+#include <thread>
 
 namespace ddprun::examples::testing {
 
@@ -99,6 +104,36 @@ long long NewestCheckpointStep(const std::string& dir) {
     best = std::max(best, std::stoll(name.substr(5, name.size() - 8)));
   }
   return best;
+}
+
+FaultRun RunAndKillRank1(const std::string& command,
+                         const std::string& output_dir, long long min_step,
+                         int timeout_s) {
+  FaultRun fault;
+  auto run = std::async(std::launch::async,
+                        [&] { return RunCommand(command, timeout_s); });
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline &&
+         run.wait_for(std::chrono::milliseconds(20)) !=
+             std::future_status::ready) {
+    const long long saved = NewestCheckpointStep(output_dir + "/checkpoints");
+    if (saved < min_step) continue;
+    const int victim = FindWorkerPid(output_dir, /*rank=*/1);
+    if (victim > 0 && ::kill(victim, SIGKILL) == 0) {
+      fault.saved_step = saved;
+      fault.killed = true;
+      break;
+    }
+  }
+  fault.result = run.get();
+  const std::string marker = "resumed from checkpoint at step ";
+  const size_t at = fault.result.output.find(marker);
+  if (at != std::string::npos) {
+    fault.resumed_step =
+        std::stoll(fault.result.output.substr(at + marker.size()));
+  }
+  return fault;
 }
 
 }  // namespace ddprun::examples::testing

@@ -39,4 +39,29 @@ int FindWorkerPid(const std::string& marker, int rank);
 // Largest step among <dir>/ckpt-<step>.pt files, or -1 when none.
 long long NewestCheckpointStep(const std::string& dir);
 
+// Runs `command` (a ddprun job whose trainer writes to `output_dir`) and,
+// once a checkpoint of step >= `min_step` exists, kill -9s the worker of
+// rank 1. Reports the run and the newest step saved before the kill.
+struct FaultRun {
+  CommandResult result;
+  long long saved_step = -1;
+  bool killed = false;
+  // Step from the "resumed from checkpoint at step N" log line, or -1.
+  long long resumed_step = -1;
+};
+FaultRun RunAndKillRank1(const std::string& command,
+                         const std::string& output_dir, long long min_step,
+                         int timeout_s);
+
 }  // namespace ddprun::examples::testing
+
+#ifdef DDPRUN_LAUNCHER_BIN
+namespace ddprun::examples::testing {
+// "ddprun --standalone --nproc_per_node=2 <flags> --no_python " (the
+// trainer command follows).
+inline std::string Launch(const std::string& flags) {
+  return std::string(DDPRUN_LAUNCHER_BIN) +
+         " --standalone --nproc_per_node=2 " + flags + " --no_python ";
+}
+}  // namespace ddprun::examples::testing
+#endif

@@ -1,0 +1,154 @@
+// segmentation_trainer as a user runs it: synthetic PNG + JSONL data, a short
+// run that must beat chance, bad files, LR scaling, 2 ranks, kill -9.
+#include <filesystem>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "tests/examples/trainer_run.h"
+
+namespace ddprun::examples::testing {
+namespace {
+
+const std::string& SyntheticJsonl() {
+  static const std::string jsonl = [] {
+    const std::string dir = FreshDir("seg_data");
+    CommandResult r =
+        RunCommand(Bin("segmentation_trainer") + " --make_synthetic " + dir +
+                       " --n 128 --seed 5",
+                   120);
+    REQUIRE(r.exit_code == 0);
+    return dir + "/prompts.jsonl";
+  }();
+  return jsonl;
+}
+
+std::string Trainer(const std::string& out) {
+  return Bin("segmentation_trainer") + " --data_path " + SyntheticJsonl() +
+         " --output_dir " + out + " --progress_interval 1";
+}
+
+// Predicting nothing scores Dice 0 and predicting everything about 0.1; both
+// lesions together about 0.67, so > 0.5 means the lesions were found.
+TEST_CASE(
+    "segmentation_trainer: a short run alone segments the lesions (Dice > 0.5)",
+    "[segmentation][train]") {
+  const std::string out = FreshDir("seg_alone");
+  CommandResult r = RunCommand(Trainer(out) + " --epochs 4 --image_size 48", 300);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.output.find("lr 0.001000") !=
+        std::string::npos);  // world 1: unscaled
+  auto metrics = ReadMetrics(out);
+  REQUIRE(metrics.size() == 4);
+  CHECK(metrics.back()["val_images"] == 26);
+  CHECK(metrics.back()["val_dice"].get<double>() > 0.5);
+  CHECK(metrics.back()["val_loss"].get<double>() <
+        metrics.front()["val_loss"].get<double>());
+}
+
+TEST_CASE(
+    "segmentation_trainer: bad JSONL lines and image files fail naming them",
+    "[segmentation][errors]") {
+  const std::string dir = FreshDir("seg_bad");
+  const std::string data =
+      std::filesystem::path(SyntheticJsonl()).parent_path();
+  auto run = [&](const std::string& text) {
+    WriteText(dir + "/p.jsonl", text);
+    return RunCommand(Bin("segmentation_trainer") + " --data_path " + dir +
+                          "/p.jsonl --debug --output_dir " + dir + "/out",
+                      60);
+  };
+  const std::string good =
+      "{\"image\": \"" + data + "/images/0000.png\", \"mask\": \"" + data +
+      "/masks/0000.png\", \"prompt\": \"lesion in the upper left\"}\n";
+  CommandResult broken = run(good + "{\"image\": \n");
+  CHECK(broken.exit_code == 2);
+  CHECK(broken.output.find(dir + "/p.jsonl:2: invalid JSON") !=
+        std::string::npos);
+
+  CommandResult no_prompt =
+      run(good + "{\"image\": \"a.png\", \"mask\": \"b.png\"}\n");
+  CHECK(no_prompt.exit_code == 2);
+  CHECK(no_prompt.output.find(
+            "p.jsonl:2: missing or non-string field 'prompt'") !=
+        std::string::npos);
+
+  std::string many;
+  for (int i = 0; i < 6; ++i) many += good;
+  CommandResult missing =
+      run(many + "{\"image\": \"" + data +
+          "/images/0001.png\", \"mask\": \"nomask.png\", \"prompt\": \"x\"}\n");
+  CHECK(missing.exit_code == 2);
+  CHECK(missing.output.find("image file not found: " + dir + "/nomask.png") !=
+        std::string::npos);
+
+  WriteText(dir + "/corrupt.png", "\x89PNG\r\n\x1a\n truncated");
+  CommandResult corrupt =
+      run(many + "{\"image\": \"corrupt.png\", \"mask\": \"" + data +
+          "/masks/0001.png\", \"prompt\": \"x\"}\n");
+  CHECK(corrupt.exit_code == 2);
+  CHECK(corrupt.output.find(dir + "/corrupt.png: cannot decode image") !=
+        std::string::npos);
+}
+
+TEST_CASE("segmentation_trainer: --help documents the options with defaults",
+          "[segmentation]") {
+  CommandResult r = RunCommand(Bin("segmentation_trainer") + " --help", 30);
+  REQUIRE(r.exit_code == 0);
+  for (const char* text :
+       {"--data_path", "--batch_size", "PER RANK", "--learning_rate",
+        "--no_lr_scaling", "--image_size", "64", "--config", "--resume_from"}) {
+    CHECK(r.output.find(text) != std::string::npos);
+  }
+}
+
+#ifdef DDPRUN_LAUNCHER_BIN
+TEST_CASE("segmentation_trainer: 2 ranks scale the LR and aggregate validation",
+          "[segmentation][ddprun]") {
+  const std::string out = FreshDir("seg_2ranks");
+  CommandResult r = RunCommand(Launch("") + Trainer(out) + " --epochs 2", 240);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.output.find("lr 0.002000") != std::string::npos);
+  auto metrics = ReadMetrics(out);
+  REQUIRE(metrics.size() == 2);
+  CHECK(metrics.back()["val_images"] == 26);  // 13 per rank, summed
+  CHECK(metrics.back()["world_size"] == 2);
+
+  const std::string fixed = FreshDir("seg_2ranks_fixed");
+  CommandResult f = RunCommand(
+      Launch("") + Trainer(fixed) + " --epochs 1 --no_lr_scaling", 240);
+  CHECK(f.output.find("lr 0.001000") != std::string::npos);
+}
+
+// Tolerance 0.15 Dice: the restarted group redoes the steps after the
+// checkpoint on new processes, which is not bit-exact.
+TEST_CASE(
+    "segmentation_trainer: survives kill -9 of a worker and resumes from its "
+    "checkpoint",
+    "[segmentation][ddprun][fault]") {
+  const std::string flags = " --epochs 6 --checkpoint_every 5";
+  const std::string clean = FreshDir("seg_clean");
+  CommandResult base = RunCommand(Launch("") + Trainer(clean) + flags, 300);
+  REQUIRE(base.exit_code == 0);
+  const double clean_dice = ReadMetrics(clean).back()["val_dice"].get<double>();
+
+  const std::string out = FreshDir("seg_fault");
+  FaultRun fault = RunAndKillRank1(
+      Launch("--max_restarts=1") + Trainer(out) + flags, out, 10, 300);
+  INFO(fault.result.output);
+  REQUIRE(fault.killed);
+  REQUIRE(fault.result.exit_code == 0);
+  CHECK(fault.resumed_step >= fault.saved_step);
+  auto metrics = ReadMetrics(out);
+  REQUIRE(!metrics.empty());
+  CHECK(metrics.back()["epoch"] == 6);
+  CHECK(metrics.back()["step"] == 42);
+  CHECK(metrics.back()["val_dice"].get<double>() ==
+        Approx(clean_dice).margin(0.15));
+}
+#endif  // DDPRUN_LAUNCHER_BIN
+
+}  // namespace
+}  // namespace ddprun::examples::testing
