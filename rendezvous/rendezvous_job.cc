@@ -203,6 +203,8 @@ Status RendezvousJob::JoinOpenRound(const v1::JoinRequest& request,
 
 void RendezvousJob::CompleteIfReady(std::vector<Outcome>* out) {
   if (phase_ != Phase::kOpen) return;
+  // With the budget spent, no new round before the failure is settled.
+  if (pending_failure_ && !pending_failure_->charged) return;
   const int joining = CountNodes(NodeState::kJoining);
   const int min = static_cast<int>(config_.min_nodes());
   const int max = static_cast<int>(config_.max_nodes());
@@ -281,6 +283,9 @@ void RendezvousJob::Complete(std::vector<Outcome>* out) {
       ++it;
     }
   }
+  // Every node of the failed round that is still around is back: the
+  // failure stands as a worker failure.
+  pending_failure_.reset();
   phase_ = Phase::kRunning;
   reformed_ = false;
   last_call_deadline_.reset();
@@ -330,6 +335,10 @@ void RendezvousJob::Fail(const std::string& reason, std::vector<Outcome>* out) {
   phase_ = Phase::kFailed;
   finished_at_ = clock_->Now();
   reason_ = reason;
+  if (pending_failure_) {
+    for (WaiterId w : pending_failure_->waiters) AnswerFailure(w, false, out);
+    pending_failure_.reset();
+  }
   for (auto& [id, node] : nodes_) {
     for (WaiterId* w : {&node.join_waiter, &node.success_waiter}) {
       if (*w != 0) {
@@ -422,14 +431,22 @@ StatusOr<v1::HeartbeatResponse> RendezvousJob::Heartbeat(
   return reply;
 }
 
-StatusOr<v1::ReportFailureResponse> RendezvousJob::ReportFailure(
-    const v1::ReportFailureRequest& req, std::vector<Outcome>* out) {
-  v1::ReportFailureResponse reply;
+void RendezvousJob::AnswerFailure(WaiterId waiter, bool will_restart,
+                                  std::vector<Outcome>* out) {
+  Outcome o;
+  o.waiter = waiter;
+  o.failure.set_will_restart(will_restart);
+  o.failure.set_restart_count(restart_count_);
+  out->push_back(std::move(o));
+}
+
+Status RendezvousJob::ReportFailure(const v1::ReportFailureRequest& req,
+                                    WaiterId waiter,
+                                    std::vector<Outcome>* out) {
   if (phase_ == Phase::kSucceeded) return FailedPreconditionError(Closed());
   if (phase_ == Phase::kFailed) {
-    reply.set_will_restart(false);
-    reply.set_restart_count(restart_count_);
-    return reply;
+    AnswerFailure(waiter, false, out);
+    return Status::Ok();
   }
   if (FindNode(req.node_id(), req.instance()) == nullptr &&
       req.round() >= round_) {
@@ -437,10 +454,14 @@ StatusOr<v1::ReportFailureResponse> RendezvousJob::ReportFailure(
                          "' is not part of rendezvous '" + id_ + "'");
   }
   if (req.round() < round_) {
-    // That round already ended; the job re-forms anyway, no budget spent.
-    reply.set_will_restart(true);
-    reply.set_restart_count(restart_count_);
-    return reply;
+    // That round already ended; no second budget unit for it.
+    if (pending_failure_ && pending_failure_->round == req.round() &&
+        !pending_failure_->charged) {
+      pending_failure_->waiters.push_back(waiter);
+    } else {
+      AnswerFailure(waiter, true, out);
+    }
+    return Status::Ok();
   }
   if (phase_ != Phase::kRunning || req.round() != round_) {
     return FailedPreconditionError("round " + std::to_string(req.round()) +
@@ -451,18 +472,34 @@ StatusOr<v1::ReportFailureResponse> RendezvousJob::ReportFailure(
                            "' reported a worker failure in round " +
                            std::to_string(round_) +
                            (req.reason().empty() ? "" : ": " + req.reason());
-  if (restart_count_ >= static_cast<int>(config_.max_restarts())) {
-    Fail("restart budget exhausted (max_restarts=" +
-             std::to_string(config_.max_restarts()) + "); " + what,
-         out);
-    reply.set_will_restart(false);
-  } else {
+  PendingFailure pending;
+  pending.round = round_;
+  pending.decide_at =
+      clock_->Now() + heartbeat_timeout_ + std::chrono::milliseconds(500);
+  pending.reason = what;
+  pending.charged = restart_count_ < static_cast<int>(config_.max_restarts());
+  if (pending.charged) {
     ++restart_count_;
-    Invalidate(Action::ACTION_RESTART, what, out);
-    reply.set_will_restart(true);
+    AnswerFailure(waiter, true, out);
+  } else {
+    pending.waiters.push_back(waiter);
   }
-  reply.set_restart_count(restart_count_);
-  return reply;
+  pending_failure_ = std::move(pending);
+  deadline_moved_ = true;
+  Invalidate(Action::ACTION_RESTART, what, out);
+  return Status::Ok();
+}
+
+void RendezvousJob::OnNodeLost(int64_t round, const std::string& node_id,
+                               std::vector<Outcome>* out) {
+  if (!pending_failure_ || pending_failure_->round != round) return;
+  DDP_LOG(INFO) << "rendezvous '" << id_ << "': the worker failure in round "
+                << round << " follows the loss of node '" << node_id
+                << "': no restart budget spent";
+  if (pending_failure_->charged) --restart_count_;
+  for (WaiterId w : pending_failure_->waiters) AnswerFailure(w, true, out);
+  pending_failure_.reset();
+  last_action_ = Action::ACTION_REJOIN;
 }
 
 Status RendezvousJob::ReportSuccess(const v1::ReportSuccessRequest& req,
@@ -570,6 +607,9 @@ void RendezvousJob::Tick(std::vector<Outcome>* out) {
                : "") +
           " lost: no heartbeat for " + Seconds(now - node.last_seen));
       DDP_LOG(WARNING) << "rendezvous '" << id_ << "': " << lost.back();
+      if (node.state == NodeState::kExpected) {
+        OnNodeLost(node.assignment.round(), it->first, out);
+      }
       RemoveNode(it++, UnavailableError(lost.back()), out);
     } else {
       ++it;
@@ -586,6 +626,17 @@ void RendezvousJob::Tick(std::vector<Outcome>* out) {
                    std::to_string(have) + " of " +
                    std::to_string(rebuild_expected_) + " nodes re-registered",
                out);
+  }
+  if (pending_failure_ && now >= pending_failure_->decide_at) {
+    if (pending_failure_->charged) {
+      pending_failure_.reset();  // no node was lost: the charge stands
+    } else {
+      Fail("restart budget exhausted (max_restarts=" +
+               std::to_string(config_.max_restarts()) + "); " +
+               pending_failure_->reason,
+           out);
+      return;
+    }
   }
   if (phase_ == Phase::kOpen) {
     CompleteIfReady(out);
@@ -617,6 +668,7 @@ std::optional<Clock::TimePoint> RendezvousJob::NextDeadline() const {
     if (last_call_deadline_) consider(*last_call_deadline_);
   }
   if (rebuild_deadline_) consider(*rebuild_deadline_);
+  if (pending_failure_) consider(pending_failure_->decide_at);
   for (const auto& [id, node] : nodes_) {
     if (Expirable(node)) {
       // Strictly after the timeout, so Tick() sees the node as expired.

@@ -19,11 +19,13 @@ namespace v1 = ::ddprun::rendezvous::v1;
 // answer can be delivered later. Chosen by the caller; 0 means "none".
 using WaiterId = uint64_t;
 
-// The answer to a parked call: `status`, and for a Join the assignment.
+// The answer to a parked call: `status`, and for a Join the assignment, for
+// a ReportFailure its reply.
 struct Outcome {
   WaiterId waiter = 0;
   Status status;
   v1::Assignment assignment;
+  v1::ReportFailureResponse failure;
 };
 
 // Defaults for JobConfig fields left 0.
@@ -75,8 +77,14 @@ class RendezvousJob {
               std::vector<Outcome>* out);
   StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& req,
                                             std::vector<Outcome>* out);
-  StatusOr<v1::ReportFailureResponse> ReportFailure(
-      const v1::ReportFailureRequest& request, std::vector<Outcome>* out);
+  // Worker failure: the round ends at once (every node restarts), but the
+  // budget decision waits up to heartbeat_timeout + 0.5 s: if a node of the
+  // round is lost meanwhile, the failure was the node loss (collectives
+  // break as soon as a peer dies, before heartbeats can tell) and no budget
+  // is spent. With budget left the answer (will_restart) comes at once and
+  // is refunded on a node loss; with the budget spent the answer waits.
+  Status ReportFailure(const v1::ReportFailureRequest& request, WaiterId waiter,
+                       std::vector<Outcome>* out);
   Status ReportSuccess(const v1::ReportSuccessRequest& request, WaiterId waiter,
                        std::vector<Outcome>* out);
   Status Leave(const v1::LeaveRequest& request, std::vector<Outcome>* out);
@@ -132,6 +140,11 @@ class RendezvousJob {
   void Invalidate(v1::HeartbeatResponse::Action action,
                   const std::string& reason, std::vector<Outcome>* out);
   void CompleteIfReady(std::vector<Outcome>* out);
+  void AnswerFailure(WaiterId waiter, bool will_restart,
+                     std::vector<Outcome>* out);
+  // A node of round `round` was lost: settles a pending failure of it.
+  void OnNodeLost(int64_t round, const std::string& node_id,
+                  std::vector<Outcome>* out);
   void Complete(std::vector<Outcome>* out);
   void Fail(const std::string& reason, std::vector<Outcome>* out);
   void Succeed(const std::string& reason, std::vector<Outcome>* out);
@@ -177,6 +190,15 @@ class RendezvousJob {
   // may re-register.
   int rebuild_expected_ = 0;
   std::optional<Clock::TimePoint> rebuild_deadline_;
+  // A worker failure whose budget decision waits for a possible node loss.
+  struct PendingFailure {
+    int64_t round = 0;
+    Clock::TimePoint decide_at;
+    bool charged = false;  // the budget unit is already spent (refundable)
+    std::string reason;
+    std::vector<WaiterId> waiters;  // reports waiting for the decision
+  };
+  std::optional<PendingFailure> pending_failure_;
   uint64_t next_join_seq_ = 0;
   bool deadline_moved_ = true;
   std::map<std::string, Node> nodes_;

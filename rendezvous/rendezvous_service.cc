@@ -36,12 +36,15 @@ bool ConstantTimeEquals(const std::string& a, const grpc::string_ref& b) {
 class ParkedCall : public grpc::ServerUnaryReactor {
  public:
   ParkedCall(RendezvousService* service, WaiterId id,
-             v1::JoinResponse* join_response)
-      : service_(service), id_(id), join_response_(join_response) {}
+             RendezvousService::Replies replies)
+      : service_(service), id_(id), replies_(replies) {}
 
   void Deliver(const Outcome& outcome) {
-    if (join_response_ != nullptr && outcome.status.ok()) {
-      *join_response_->mutable_assignment() = outcome.assignment;
+    if (outcome.status.ok() && replies_.join != nullptr) {
+      *replies_.join->mutable_assignment() = outcome.assignment;
+    }
+    if (outcome.status.ok() && replies_.failure != nullptr) {
+      *replies_.failure = outcome.failure;
     }
     Finish(ToGrpcStatus(outcome.status));
   }
@@ -53,7 +56,7 @@ class ParkedCall : public grpc::ServerUnaryReactor {
  private:
   RendezvousService* const service_;
   const WaiterId id_;
-  v1::JoinResponse* const join_response_;  // null for ReportSuccess
+  const RendezvousService::Replies replies_;
 };
 
 RendezvousService::RendezvousService(Clock* clock, JobDefaults defaults,
@@ -137,8 +140,7 @@ void RendezvousService::OnParkedCancelled(WaiterId id, ParkedCall* call) {
 
 template <typename Fn>
 grpc::ServerUnaryReactor* RendezvousService::Park(
-    grpc::CallbackServerContext* ctx, v1::JoinResponse* join_response,
-    Fn&& fn) {
+    grpc::CallbackServerContext* ctx, Replies replies, Fn&& fn) {
   grpc::Status admitted = Admit(ctx);
   if (!admitted.ok()) {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
@@ -150,7 +152,7 @@ grpc::ServerUnaryReactor* RendezvousService::Park(
   ::ddprun::Status status;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    call = new ParkedCall(this, next_waiter_++, join_response);
+    call = new ParkedCall(this, next_waiter_++, replies);
     parked_[call->id()] = call;
     status = fn(call->id());
     if (!status.ok()) parked_.erase(call->id());
@@ -164,14 +166,14 @@ grpc::ServerUnaryReactor* RendezvousService::Park(
 grpc::ServerUnaryReactor* RendezvousService::Join(
     grpc::CallbackServerContext* ctx, const v1::JoinRequest* request,
     v1::JoinResponse* response) {
-  return Park(ctx, response,
+  return Park(ctx, Replies{response, nullptr},
               [&](WaiterId id) { return state_.Join(*request, id); });
 }
 
 grpc::ServerUnaryReactor* RendezvousService::ReportSuccess(
     grpc::CallbackServerContext* ctx, const v1::ReportSuccessRequest* request,
     v1::ReportSuccessResponse* response) {
-  return Park(ctx, nullptr,
+  return Park(ctx, Replies{},
               [&](WaiterId id) { return state_.ReportSuccess(*request, id); });
 }
 
@@ -208,10 +210,8 @@ grpc::ServerUnaryReactor* RendezvousService::Heartbeat(
 grpc::ServerUnaryReactor* RendezvousService::ReportFailure(
     grpc::CallbackServerContext* ctx, const v1::ReportFailureRequest* request,
     v1::ReportFailureResponse* response) {
-  return Unary(ctx, [&]() -> ::ddprun::Status {
-    DDP_ASSIGN_OR_RETURN(*response, state_.ReportFailure(*request));
-    return ::ddprun::Status::Ok();
-  });
+  return Park(ctx, Replies{nullptr, response},
+              [&](WaiterId id) { return state_.ReportFailure(*request, id); });
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Leave(

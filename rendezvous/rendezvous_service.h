@@ -40,6 +40,12 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // Stops and joins the timer thread. Idempotent.
   void StopTimer();
 
+  // Where a parked call's answer goes (null: not that kind of call).
+  struct Replies {
+    v1::JoinResponse* join = nullptr;
+    v1::ReportFailureResponse* failure = nullptr;
+  };
+
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx,
                                  const v1::JoinRequest* request,
                                  v1::JoinResponse* response) override;
@@ -76,7 +82,7 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // when the state delivers that waiter's Outcome (or at once on error).
   template <typename Fn>
   grpc::ServerUnaryReactor* Park(grpc::CallbackServerContext* ctx,
-                                 v1::JoinResponse* join_response, Fn&& fn);
+                                 Replies replies, Fn&& fn);
   // Under mu_: pairs the state's outcomes with their parked reactors and
   // wakes the timer if needed. Deliver() then finishes them outside mu_.
   std::vector<Delivery> CollectLocked();

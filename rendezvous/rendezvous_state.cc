@@ -147,13 +147,7 @@ Status RendezvousState::Join(const v1::JoinRequest& request, WaiterId waiter) {
     return s;
   }
   RendezvousJob* job = *found;
-  // Parked unless the job answered it right away.
-  bool answered = false;
-  for (size_t i = before; i < outcomes_.size(); ++i) {
-    answered |= outcomes_[i].waiter == waiter;
-    waiter_job_.erase(outcomes_[i].waiter);
-  }
-  if (!answered) waiter_job_[waiter] = request.rdzv_id();
+  TrackWaiter(request.rdzv_id(), waiter, before);
   deadline_changed_ |= job->TakeDeadlineMoved();
   return Status::Ok();
 }
@@ -189,16 +183,19 @@ StatusOr<v1::HeartbeatResponse> RendezvousState::Heartbeat(
   return reply;
 }
 
-StatusOr<v1::ReportFailureResponse> RendezvousState::ReportFailure(
-    const v1::ReportFailureRequest& request) {
+Status RendezvousState::ReportFailure(const v1::ReportFailureRequest& request,
+                                      WaiterId waiter) {
   DDP_RETURN_IF_ERROR(CheckRdzvId(request.rdzv_id()));
   DDP_RETURN_IF_ERROR(CheckNodeId(request.node_id(), request.instance()));
   if (request.reason().size() > 4096) {
     return InvalidArgumentError("reason is longer than 4096 bytes");
   }
   DDP_ASSIGN_OR_RETURN(RendezvousJob * job, FindJob(request.rdzv_id()));
-  deadline_changed_ = true;
-  return job->ReportFailure(request, &outcomes_);
+  const size_t before = outcomes_.size();
+  DDP_RETURN_IF_ERROR(job->ReportFailure(request, waiter, &outcomes_));
+  TrackWaiter(request.rdzv_id(), waiter, before);
+  deadline_changed_ |= job->TakeDeadlineMoved();
+  return Status::Ok();
 }
 
 Status RendezvousState::ReportSuccess(const v1::ReportSuccessRequest& request,
@@ -208,12 +205,7 @@ Status RendezvousState::ReportSuccess(const v1::ReportSuccessRequest& request,
   DDP_ASSIGN_OR_RETURN(RendezvousJob * job, FindJob(request.rdzv_id()));
   const size_t before = outcomes_.size();
   DDP_RETURN_IF_ERROR(job->ReportSuccess(request, waiter, &outcomes_));
-  bool answered = false;
-  for (size_t i = before; i < outcomes_.size(); ++i) {
-    answered |= outcomes_[i].waiter == waiter;
-    waiter_job_.erase(outcomes_[i].waiter);
-  }
-  if (!answered) waiter_job_[waiter] = request.rdzv_id();
+  TrackWaiter(request.rdzv_id(), waiter, before);
   return Status::Ok();
 }
 
@@ -242,6 +234,16 @@ StatusOr<v1::StatusResponse> RendezvousState::GetStatus(
   }
   for (const auto& [id, job] : jobs_) *reply.add_jobs() = job->GetStatus();
   return reply;
+}
+
+void RendezvousState::TrackWaiter(const std::string& rdzv_id, WaiterId waiter,
+                                  size_t first_new_outcome) {
+  bool answered = false;
+  for (size_t i = first_new_outcome; i < outcomes_.size(); ++i) {
+    answered |= outcomes_[i].waiter == waiter;
+    waiter_job_.erase(outcomes_[i].waiter);
+  }
+  if (!answered) waiter_job_[waiter] = rdzv_id;
 }
 
 void RendezvousState::CancelWaiter(WaiterId waiter) {

@@ -31,8 +31,9 @@ class RendezvousState {
   // answers at once (also through TakeOutcomes()).
   Status Join(const v1::JoinRequest& request, WaiterId waiter);
   StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& req);
-  StatusOr<v1::ReportFailureResponse> ReportFailure(
-      const v1::ReportFailureRequest& request);
+  // Parks `waiter`; the reply comes in Outcome::failure.
+  Status ReportFailure(const v1::ReportFailureRequest& request,
+                       WaiterId waiter);
   Status ReportSuccess(const v1::ReportSuccessRequest& request,
                        WaiterId waiter);
   Status Leave(const v1::LeaveRequest& request);
@@ -60,6 +61,11 @@ class RendezvousState {
   StatusOr<RendezvousJob*> GetOrCreate(const std::string& rdzv_id,
                                        const v1::JobConfig& config,
                                        bool* created);
+
+  // Remembers which job parks `waiter`, unless one of the outcomes since
+  // index `first_new_outcome` already answered it.
+  void TrackWaiter(const std::string& rdzv_id, WaiterId waiter,
+                   size_t first_new_outcome);
 
   Clock* const clock_;
   const JobDefaults defaults_;

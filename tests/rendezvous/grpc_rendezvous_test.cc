@@ -272,6 +272,48 @@ TEST_CASE("GrpcRendezvous: Leave during a parked Join cancels it",
 }
 
 TEST_CASE(
+    "GrpcRendezvous: workers failing because a node died spend no "
+    "budget",
+    "[rendezvous][grpc]") {
+  RendezvousServer server;
+  auto port = server.Start("127.0.0.1", 0, ServerOptions());
+  REQUIRE(port.ok());
+  std::vector<std::unique_ptr<RendezvousClient>> clients;
+  for (int i = 0; i < 3; ++i) clients.push_back(MakeClient(*port));
+  std::vector<std::future<StatusOr<RendezvousResult>>> joins;
+  for (int i = 0; i < 3; ++i) {
+    joins.push_back(std::async(std::launch::async, [&, i] {
+      JoinRequest r = Request("node" + std::to_string(i), 2, 3);
+      r.max_restarts = 0;  // any spent restart would fail the job
+      return clients[i]->Join(r, In(seconds(15)));
+    }));
+  }
+  std::vector<StatusOr<RendezvousResult>> first;
+  for (auto& j : joins) first.push_back(j.get());
+  for (auto& r : first) REQUIRE(r.ok());
+  clients[2].reset();  // node2 dies...
+  // ...and node0's collectives fail right away.
+  auto restart = clients[0]->ReportFailure(first[0]->round, "gloo: reset");
+  REQUIRE(restart.ok());
+  CHECK(*restart);  // the node loss explains it: the job goes on
+  clients.pop_back();
+  std::vector<std::future<StatusOr<RendezvousResult>>> again;
+  for (int i = 0; i < 2; ++i) {
+    again.push_back(std::async(std::launch::async, [&, i] {
+      JoinRequest r = Request("node" + std::to_string(i), 2, 3);
+      r.max_restarts = 0;
+      return clients[i]->Join(r, In(seconds(15)));
+    }));
+  }
+  for (auto& j : again) {
+    auto r = j.get();
+    REQUIRE(r.ok());
+    CHECK(r->group_world_size == 2);
+    CHECK(r->restart_count == 0);
+  }
+}
+
+TEST_CASE(
     "GrpcRendezvous: worker failure restarts every node with one "
     "global count",
     "[rendezvous][grpc]") {

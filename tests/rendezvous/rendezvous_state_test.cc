@@ -69,16 +69,19 @@ class Harness {
     return *reply;
   }
 
-  StatusOr<v1::ReportFailureResponse> Fail(const std::string& node) {
+  // The reply lands in Answer(node + "/failure").failure.
+  Status Fail(const std::string& node) {
     v1::ReportFailureRequest r;
     r.set_rdzv_id("job");
     r.set_node_id(node);
     r.set_instance(Instance(node));
     r.set_round(assignments_[node].round());
     r.set_reason("exit code 1");
-    auto reply = state_.ReportFailure(r);
+    const WaiterId w = next_waiter_++;
+    waiter_node_[w] = node + "/failure";
+    Status s = state_.ReportFailure(r, w);
     Collect();
-    return reply;
+    return s;
   }
 
   Status Succeed(const std::string& node) {
@@ -358,27 +361,81 @@ TEST_CASE("RendezvousState: restart budget is job-global", "[rendezvous]") {
   Harness h(2, 2, /*max_restarts=*/1);
   REQUIRE(h.Join("a").ok());
   REQUIRE(h.Join("b").ok());
-  auto first = h.Fail("a");
-  REQUIRE(first.ok());
-  CHECK(first->will_restart());
-  CHECK(first->restart_count() == 1);
+  REQUIRE(h.Fail("a").ok());
+  REQUIRE(h.Answered("a/failure"));  // budget left: answered at once
+  CHECK(h.Answer("a/failure").failure.will_restart());
+  CHECK(h.Answer("a/failure").failure.restart_count() == 1);
   // b's workers fail in the same round: the budget is not spent twice.
-  auto same_round = h.Fail("b");
-  REQUIRE(same_round.ok());
-  CHECK(same_round->will_restart());
-  CHECK(same_round->restart_count() == 1);
+  REQUIRE(h.Fail("b").ok());
+  REQUIRE(h.Answered("b/failure"));
+  CHECK(h.Answer("b/failure").failure.will_restart());
+  CHECK(h.Answer("b/failure").failure.restart_count() == 1);
   CHECK(h.Heartbeat("b").action() == Action::ACTION_RESTART);
   REQUIRE(h.Join("a").ok());
   REQUIRE(h.Join("b").ok());
   // TORCHELASTIC_RESTART_COUNT is the same on every node.
   CHECK(h.Of("a").restart_count() == 1);
   CHECK(h.Of("b").restart_count() == 1);
-  auto exhausted = h.Fail("b");
-  REQUIRE(exhausted.ok());
-  CHECK_FALSE(exhausted->will_restart());
+  h.ForgetAnswers();
+  REQUIRE(h.Fail("b").ok());
+  // Budget spent: the answer waits for a possible node loss...
+  CHECK_FALSE(h.Answered("b/failure"));
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Join("b").ok());
+  CHECK_FALSE(h.Answered("a"));  // ...and no new round starts meanwhile
+  h.Advance(seconds(3));
+  CHECK_FALSE(h.Answered("b/failure"));
+  h.Advance(milliseconds(500));  // heartbeat_timeout + 0.5 s: nobody lost
+  REQUIRE(h.Answered("b/failure"));
+  CHECK_FALSE(h.Answer("b/failure").failure.will_restart());
+  REQUIRE(h.Answered("a"));
+  CHECK(h.Answer("a").status.code() == StatusCode::kAborted);
   auto hb = h.Heartbeat("a");
   CHECK(hb.action() == Action::ACTION_JOB_FAILED);
   CHECK_THAT(hb.reason(), Catch::Contains("restart budget exhausted"));
+}
+
+TEST_CASE("RendezvousState: a failure caused by a node loss spends no budget",
+          "[rendezvous]") {
+  Harness h(2, 3, /*max_restarts=*/0);
+  for (const char* n : {"a", "b", "c"}) REQUIRE(h.Join(n).ok());
+  h.Advance(seconds(1));
+  h.Heartbeat("a");
+  h.Heartbeat("b");
+  // c dies; a's collectives break at once, before c's heartbeats are missed.
+  REQUIRE(h.Fail("a").ok());
+  CHECK_FALSE(h.Answered("a/failure"));
+  CHECK(h.Heartbeat("b").action() == Action::ACTION_RESTART);
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Join("b").ok());
+  h.Advance(seconds(1));
+  CHECK_FALSE(h.Answered("a/failure"));
+  h.Advance(milliseconds(1001));  // c silent for 3.001 s: lost
+  REQUIRE(h.Answered("a/failure"));
+  CHECK(h.Answer("a/failure").failure.will_restart());
+  REQUIRE(h.Answered("b"));
+  CHECK(h.Of("b").round() == 2);
+  CHECK(h.Of("b").group_world_size() == 2);
+  CHECK(h.Of("b").restart_count() == 0);
+  CHECK(h.Job().state() == v1::JobStatus::STATE_RUNNING);
+}
+
+TEST_CASE("RendezvousState: a node loss refunds a spent restart",
+          "[rendezvous]") {
+  Harness h(2, 3, /*max_restarts=*/1);
+  for (const char* n : {"a", "b", "c"}) REQUIRE(h.Join(n).ok());
+  h.Advance(seconds(2));
+  h.Heartbeat("a");
+  h.Heartbeat("b");
+  REQUIRE(h.Fail("b").ok());
+  REQUIRE(h.Answered("b/failure"));
+  CHECK(h.Answer("b/failure").failure.restart_count() == 1);
+  h.Advance(milliseconds(1001));  // c lost
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Join("b").ok());
+  CHECK(h.Of("a").round() == 2);
+  CHECK(h.Of("a").restart_count() == 0);
+  CHECK(h.Job().restart_count() == 0);
 }
 
 TEST_CASE("RendezvousState: exit barrier waits for every node",
@@ -508,7 +565,8 @@ TEST_CASE(
   Harness h(2, 2, /*max_restarts=*/3);
   REQUIRE(h.Join("a").ok());
   REQUIRE(h.Join("b").ok());
-  REQUIRE(h.Fail("a")->will_restart());
+  REQUIRE(h.Fail("a").ok());
+  REQUIRE(h.Answer("a/failure").failure.will_restart());
   REQUIRE(h.Join("a").ok());
   REQUIRE(h.Join("b").ok());
   REQUIRE(h.Of("a").round() == 2);
@@ -536,9 +594,11 @@ TEST_CASE(
   fail.set_node_id("b");
   fail.set_instance(h.Request("b").node().instance());
   fail.set_round(2);
-  auto r = fresh.state_.ReportFailure(fail);
-  REQUIRE(r.ok());
-  CHECK(r->restart_count() == 2);
+  REQUIRE(fresh.state_.ReportFailure(fail, /*waiter=*/77).ok());
+  std::vector<Outcome> outcomes = fresh.state_.TakeOutcomes();
+  REQUIRE(outcomes.size() == 1);
+  CHECK(outcomes[0].waiter == 77);
+  CHECK(outcomes[0].failure.restart_count() == 2);
 }
 
 TEST_CASE("RendezvousState: rebuild with a missing node re-forms the round",
