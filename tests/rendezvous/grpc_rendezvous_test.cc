@@ -46,7 +46,8 @@ std::unique_ptr<RendezvousClient> MakeClient(int port,
   return std::move(c).value();
 }
 
-JoinRequest Request(const std::string& node, int min, int max, int nproc = 2) {
+JoinRequest Request(const std::string& node, int min, int max, int nproc = 2,
+                    int max_restarts = 1) {
   JoinRequest r;
   r.run_id = "job";
   r.node_id = node;
@@ -54,7 +55,7 @@ JoinRequest Request(const std::string& node, int min, int max, int nproc = 2) {
   r.local_addr = "127.0.0.1";
   r.min_nodes = min;
   r.max_nodes = max;
-  r.max_restarts = 1;
+  r.max_restarts = max_restarts;
   return r;
 }
 
@@ -92,13 +93,13 @@ Clock::TimePoint In(Clock::Duration d) { return Steady::now() + d; }
 // Joins `clients` concurrently (one thread each) and returns the results.
 std::vector<StatusOr<RendezvousResult>> JoinAll(
     std::vector<std::unique_ptr<RendezvousClient>>& clients, int min, int max,
-    std::vector<int> nprocs = {}) {
+    std::vector<int> nprocs = {}, int max_restarts = 1) {
   std::vector<std::future<StatusOr<RendezvousResult>>> futures;
   for (size_t i = 0; i < clients.size(); ++i) {
     const int nproc = i < nprocs.size() ? nprocs[i] : 2;
     futures.push_back(std::async(std::launch::async, [&, i, nproc] {
       return clients[i]->Join(
-          Request("node" + std::to_string(i), min, max, nproc),
+          Request("node" + std::to_string(i), min, max, nproc, max_restarts),
           In(seconds(15)));
     }));
   }
@@ -280,16 +281,8 @@ TEST_CASE(
   REQUIRE(port.ok());
   std::vector<std::unique_ptr<RendezvousClient>> clients;
   for (int i = 0; i < 3; ++i) clients.push_back(MakeClient(*port));
-  std::vector<std::future<StatusOr<RendezvousResult>>> joins;
-  for (int i = 0; i < 3; ++i) {
-    joins.push_back(std::async(std::launch::async, [&, i] {
-      JoinRequest r = Request("node" + std::to_string(i), 2, 3);
-      r.max_restarts = 0;  // any spent restart would fail the job
-      return clients[i]->Join(r, In(seconds(15)));
-    }));
-  }
-  std::vector<StatusOr<RendezvousResult>> first;
-  for (auto& j : joins) first.push_back(j.get());
+  // max_restarts 0: any spent restart would fail the job.
+  auto first = JoinAll(clients, 2, 3, {}, /*max_restarts=*/0);
   for (auto& r : first) REQUIRE(r.ok());
   clients[2].reset();  // node2 dies...
   // ...and node0's collectives fail right away.
@@ -297,16 +290,7 @@ TEST_CASE(
   REQUIRE(restart.ok());
   CHECK(*restart);  // the node loss explains it: the job goes on
   clients.pop_back();
-  std::vector<std::future<StatusOr<RendezvousResult>>> again;
-  for (int i = 0; i < 2; ++i) {
-    again.push_back(std::async(std::launch::async, [&, i] {
-      JoinRequest r = Request("node" + std::to_string(i), 2, 3);
-      r.max_restarts = 0;
-      return clients[i]->Join(r, In(seconds(15)));
-    }));
-  }
-  for (auto& j : again) {
-    auto r = j.get();
+  for (auto& r : JoinAll(clients, 2, 3, {}, /*max_restarts=*/0)) {
     REQUIRE(r.ok());
     CHECK(r->group_world_size == 2);
     CHECK(r->restart_count == 0);
