@@ -1,11 +1,51 @@
 #include "rendezvous/rendezvous_server.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <grpcpp/grpcpp.h>
 
 #include "common/logging.h"
 #include "rendezvous/rendezvous_service.h"
 
 namespace ddprun::rendezvous {
+
+namespace {
+
+// Binds host:port once without SO_REUSEPORT: a busy port gets our one-line
+// error instead of gRPC's multi-line one. (gRPC's own bind below still
+// decides; this is only the common case.)
+Status CheckPortFree(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  if (getaddrinfo(host.c_str(), service.c_str(), &hints, &res) != 0) {
+    return Status::Ok();  // let gRPC report unresolvable hosts
+  }
+  Status status;
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    const int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 && errno == EADDRINUSE) {
+      status = UnavailableError("cannot listen on " + host + ":" + service +
+                                ": address already in use");
+    }
+    close(fd);
+    if (!status.ok()) break;
+  }
+  freeaddrinfo(res);
+  return status;
+}
+
+}  // namespace
 
 RendezvousServer::RendezvousServer() = default;
 
@@ -30,6 +70,7 @@ StatusOr<int> RendezvousServer::Start(const std::string& host, int port,
   } else {
     creds = grpc::InsecureServerCredentials();
   }
+  if (port != 0) DDP_RETURN_IF_ERROR(CheckPortFree(host, port));
   auto service = std::make_unique<RendezvousService>(
       options.clock, options.defaults, options.token);
   const std::string address =
