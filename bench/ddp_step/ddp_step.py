@@ -29,9 +29,10 @@ def main():
         sgd.step()
 
     def timed(sync):
-        ms = []
+        ms, cpu = [], []
         for i in range(warmup + steps):
             dist.barrier()
+            c0 = time.process_time()
             t0 = time.perf_counter()
             if sync:
                 step()
@@ -39,17 +40,23 @@ def main():
                 with ddp.no_sync():
                     step()
             t1 = time.perf_counter()
+            c1 = time.process_time()
             if i >= warmup:
+                cpu.append((c1 - c0) * 1000)
                 ms.append((t1 - t0) * 1000)
         ms.sort()
-        return ms[len(ms) // 2]
+        cpu.sort()
+        return ms[len(ms) // 2], cpu[len(cpu) // 2]
 
-    sync_ms = timed(True)
-    nosync_ms = timed(False)
+    sync_ms, sync_cpu = timed(True)
+    nosync_ms, nosync_cpu = timed(False)
     if dist.get_rank() == 0:
         print(json.dumps({"impl": "python", "world": dist.get_world_size(),
                           "step_ms": round(sync_ms, 3),
-                          "nosync_ms": round(nosync_ms, 3)}))
+                          "nosync_ms": round(nosync_ms, 3),
+                          "step_cpu_ms": round(sync_cpu, 3),
+                          "nosync_cpu_ms": round(nosync_cpu, 3),
+                          "threads": torch.get_num_threads()}))
     dist.destroy_process_group()
 
 

@@ -2,6 +2,8 @@
 // SGD, Gloo. Measures the median step time with gradient synchronisation
 // and inside NoSync (no communication), prints one JSON line on rank 0.
 //   ddp_step_bench WARMUP STEPS BATCH
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -26,6 +28,12 @@ namespace nn = torch::nn;
 
 namespace {
 
+double CpuMs() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
 double MedianMs(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -48,10 +56,13 @@ int Bench(int warmup, int steps, int batch) {
     ddp.Backward(nn::functional::cross_entropy(net->forward(x), y));
     sgd.step();
   };
-  auto timed = [&](bool sync) {
-    std::vector<double> ms;
+  // Wall time per step, and process CPU time per step (all threads: compute
+  // and Gloo), which a loaded machine distorts much less.
+  auto timed = [&](bool sync, double* cpu_median) {
+    std::vector<double> ms, cpu;
     for (int i = 0; i < warmup + steps; ++i) {
       world.Barrier();  // same start on all ranks, as the Python side
+      double c0 = CpuMs();
       auto t0 = std::chrono::steady_clock::now();
       if (sync) {
         step();
@@ -60,20 +71,26 @@ int Bench(int warmup, int steps, int batch) {
         step();
       }
       auto t1 = std::chrono::steady_clock::now();
+      double c1 = CpuMs();
       if (i >= warmup) {
+        cpu.push_back(c1 - c0);
         ms.push_back(
             std::chrono::duration<double, std::milli>(t1 - t0).count());
       }
     }
+    *cpu_median = MedianMs(cpu);
     return MedianMs(ms);
   };
-  double sync_ms = timed(true);
-  double nosync_ms = timed(false);
+  double sync_cpu = 0, nosync_cpu = 0;
+  double sync_ms = timed(true, &sync_cpu);
+  double nosync_ms = timed(false, &nosync_cpu);
   if (world.is_main()) {
     std::printf(
         "{\"impl\": \"cpp\", \"world\": %d, \"step_ms\": %.3f, "
-        "\"nosync_ms\": %.3f}\n",
-        world.world_size(), sync_ms, nosync_ms);
+        "\"nosync_ms\": %.3f, \"step_cpu_ms\": %.3f, "
+        "\"nosync_cpu_ms\": %.3f, \"threads\": %d}\n",
+        world.world_size(), sync_ms, nosync_ms, sync_cpu, nosync_cpu,
+        at::get_num_threads());
   }
   return 0;
 }
