@@ -1,12 +1,15 @@
 // Torch-free unit tests of the worker runtime: env contract, error file,
 // hardware table.
+#include <chrono>
 #include <map>
 #include <string>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
 #include "ddprun/worker/env.h"
 #include "ddprun/worker/hardware.h"
+#include "ddprun/worker/metrics.h"
 #include "ddprun/worker/run_main.h"
 
 namespace w = ddprun::worker;
@@ -201,4 +204,23 @@ TEST_CASE("DetectHardware: this machine has cores and RAM",
   REQUIRE(hw.cpu_cores >= 1);
   REQUIRE(hw.ram_total_bytes > (256LL << 20));
   REQUIRE(hw.ram_available_bytes <= hw.ram_total_bytes);
+}
+
+TEST_CASE("ProgressMeter: epoch, step, loss, throughput and ETA",
+          "[worker][metrics]") {
+  w::World world;  // standalone
+  w::ProgressMeter meter(world, 2, 10, std::chrono::hours(1));
+  meter.Update(0, 1, 0.9, 32);  // first step: start of the clock
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  meter.Update(0, 3, 0.5, 32);
+  meter.Update(1, 6, 0.25, 32);
+  std::string line = meter.Line();
+  INFO(line);
+  REQUIRE(line.rfind("epoch 2/2 step 6/10 loss 0.2500 samples/s ", 0) == 0);
+  // 64 samples in >= 50 ms.
+  REQUIRE(meter.samples_per_second() > 0);
+  REQUIRE(meter.samples_per_second() < 64 / 0.05 + 1);
+  REQUIRE(line.find("eta 00:00:") != std::string::npos);
+  REQUIRE(w::AllReduceMean(world, 2.5) == 2.5);
+  REQUIRE(w::AllReduceWeightedMean(world, 2.5, 0) == 0);
 }
