@@ -15,6 +15,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "ddprun/worker/errors.h"
 #include "tests/worker/rank_process.h"
 
 namespace wt = ddprun::worker::testing;
@@ -101,6 +102,11 @@ void RunKillResume(bool sharded) {
     Job job = Start(args(dir), 2, {{"CRASH_AT_SAVE_STEP", "10"}});
     REQUIRE(Finish(job, std::chrono::seconds(60)) == 128 + 9);
     REQUIRE(LastLoggedStep(dir + "/log") == 10);
+    // The survivor sees its peer vanish: a restartable collective failure.
+    INFO(job.ranks[1]->Output());
+    REQUIRE(job.ranks[1]->exit_code() == ddprun::worker::kExitCollective);
+    REQUIRE(job.ranks[1]->Output().find("CollectiveError") !=
+            std::string::npos);
   }
   // 2. Resume (must be 5: the torn 10 is never loaded), then SIGKILL both
   // ranks at random moments, including in the middle of writes.

@@ -306,3 +306,20 @@ TEST_CASE("AutocastScope: CPU bf16 autocast, gradient clipping, LR scaling",
   INFO(p.Output());
   REQUIRE(p.exit_code() == 0);
 }
+
+TEST_CASE("ddp_demo: 2 ranks all-reduce and fit with identical replicas",
+          "[worker][process][demo]") {
+  auto results = wt::RunRanks({wt::BinPath("ddp_demo"), "--steps", "20"}, 2);
+  RequireAllOk(results);
+  for (int r = 0; r < 2; ++r) {
+    const std::string& out = results[r].output;
+    REQUIRE(out.find("rank " + std::to_string(r) +
+                     " all_reduce(sum of rank+1) = 3 (expected 3)") !=
+            std::string::npos);
+    REQUIRE(out.find("(target 3, -1) OK") != std::string::npos);
+  }
+  REQUIRE(results[0].output.find("[ddp_demo] step 20 loss") !=
+          std::string::npos);
+  REQUIRE(results[1].output.find("[ddp_demo] step 20 loss") ==
+          std::string::npos);
+}
