@@ -5,23 +5,29 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
-
-#include <boost/asio/signal_set.hpp>
 
 #include "agent/asio_event_loop.h"
 #include "agent/boost_process_launcher.h"
 #include "agent/cli_parser.h"
 #include "agent/console.h"
 #include "agent/elastic_agent.h"
-#include "agent/local_rendezvous_client.h"
+#include "agent/interruptible_rendezvous.h"
 #include "agent/log_dir.h"
+#include "agent/rendezvous_factory.h"
+#include "agent/signal_watcher.h"
 #include "agent/worker_env.h"
 #include "common/logging.h"
+#include "rendezvous/rendezvous_server.h"
 
 namespace ddprun::agent {
 namespace {
@@ -37,44 +43,11 @@ std::string NodeId(const std::string& host) {
          std::to_string(rd() & 0xffff);
 }
 
-// The rendezvous for this launch. One node (--standalone, or --nnodes=1 with
-// any backend) uses the local rendezvous: MASTER_ADDR is --local_addr or
-// 127.0.0.1 under --standalone and --master_addr otherwise; MASTER_PORT is
-// --master_port when given (static), else a verified-free port.
-// Errors: kUnimplemented for several nodes (the grpc rendezvous plugs in
-// here).
-StatusOr<std::unique_ptr<RendezvousClient>> MakeRendezvousClient(
-    const LaunchOptions& options) {
-  if (options.max_nodes > 1) {
-    return Status(StatusCode::kUnimplemented,
-                  "--nnodes=" + std::to_string(options.min_nodes) + ":" +
-                      std::to_string(options.max_nodes) +
-                      " is not yet supported in this build: multi-node needs "
-                      "the grpc rendezvous");
-  }
-  LocalRendezvousClient::Options rdzv;
-  if (options.standalone) {
-    rdzv.backend = "standalone";
-    rdzv.master_addr =
-        options.local_addr.empty() ? "127.0.0.1" : options.local_addr;
-  } else {
-    rdzv.backend = options.rdzv_backend;
-    rdzv.master_addr = options.master_addr;
-    if (options.master_port.has_value() && *options.master_port != 0) {
-      rdzv.master_port = options.master_port;
-    }
-  }
-  return std::unique_ptr<RendezvousClient>(new LocalRendezvousClient(rdzv));
-}
-
-// Re-arms after every delivery so that a second signal is seen too.
-void WaitForSignals(boost::asio::signal_set* signals, ElasticAgent* agent) {
-  signals->async_wait(
-      [signals, agent](const boost::system::error_code& ec, int sig) {
-        if (ec) return;
-        agent->OnSignal(sig);
-        WaitForSignals(signals, agent);
-      });
+// Exits at once, from any thread (the signal watcher): no destructors, which
+// could wait for the loop thread blocked in a rendezvous call.
+void ExitNow(int exit_code) {
+  std::fflush(nullptr);
+  ::_exit(exit_code);
 }
 
 int Run(int argc, char** argv) {
@@ -93,12 +66,34 @@ int Run(int argc, char** argv) {
     return 0;
   }
   LaunchOptions options = std::move(cl->options);
-  StatusOr<std::unique_ptr<RendezvousClient>> rendezvous =
-      MakeRendezvousClient(options);
-  if (!rendezvous.ok()) {
-    std::cerr << prog << ": error: " << rendezvous.status().message() << "\n";
+
+  // Signals go to a watcher thread, not to the loop: the loop thread may sit
+  // in a blocking rendezvous call (Join, exit barrier) for minutes. Started
+  // before any other thread (gRPC's) so that every thread inherits the mask.
+  std::vector<int> handled = options.signals_to_handle;
+  if (handled.empty()) handled = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+  AsioEventLoop loop;
+  std::atomic<InterruptibleRendezvous*> interruptible{nullptr};
+  std::atomic<ElasticAgent*> running_agent{nullptr};
+  SignalWatcher watcher;
+  Status watching = watcher.Start(handled, [&](int sig) {
+    ElasticAgent* agent = running_agent.load();
+    if (agent == nullptr) ExitNow(128 + sig);  // nothing started yet
+    InterruptibleRendezvous* rdzv = interruptible.load();
+    if (rdzv != nullptr && rdzv->Interrupt(sig)) return;  // not reached
+    loop.Post([agent, sig] { agent->OnSignal(sig); });
+  });
+  if (!watching.ok()) DDP_LOG(WARNING) << watching.message();
+
+  StatusOr<RendezvousSetup> setup = MakeRendezvous(options, env);
+  if (!setup.ok()) {
+    std::cerr << prog << ": error: " << setup.status().message() << "\n";
     return 2;
   }
+  if (!setup->local_addr.empty()) options.local_addr = setup->local_addr;
+  if (setup->force_node_rank_hint) options.node_rank_given = true;
+  InterruptibleRendezvous rendezvous(setup->client.get(), ExitNow);
+  interruptible = &rendezvous;
 
   if (NeedsOmpDefault(options, env)) {
     FdConsole().Write(Console::Stream::kErr, OmpWarningBanner());
@@ -117,8 +112,9 @@ int Run(int argc, char** argv) {
   }
   auto join_timeout = options.rdzv_conf.find("join_timeout");
   if (join_timeout != options.rdzv_conf.end()) {
-    config.join_timeout = std::chrono::seconds(
-        std::max(1L, std::strtol(join_timeout->second.c_str(), nullptr, 10)));
+    double seconds = std::strtod(join_timeout->second.c_str(), nullptr);
+    config.join_timeout = std::chrono::duration_cast<Clock::Duration>(
+        std::chrono::duration<double>(std::max(0.1, seconds)));
   }
   StatusOr<std::string> run_dir = MakeRunLogDir(options.log_dir, config.run_id);
   if (!run_dir.ok()) {
@@ -133,28 +129,27 @@ int Run(int argc, char** argv) {
   config.parent_env = std::move(env);
   config.options = std::move(options);
 
-  AsioEventLoop loop;
   BoostProcessLauncher launcher(loop.io_context());
   FdConsole console;
-  std::vector<int> handled = config.options.signals_to_handle;
-  if (handled.empty()) handled = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
-  boost::asio::signal_set signals(loop.io_context());
-  for (int sig : handled) {
-    boost::system::error_code ec;
-    signals.add(sig, ec);
-    if (ec)
-      DDP_LOG(WARNING) << "cannot handle signal " << sig << ": "
-                       << ec.message();
-  }
-  ElasticAgent agent(std::move(config), &loop, &launcher, rendezvous->get(),
+  ElasticAgent agent(std::move(config), &loop, &launcher, &rendezvous,
                      &console);
-  WaitForSignals(&signals, &agent);
+  running_agent = &agent;
   int exit_code = 1;
   agent.Start([&](int code) {
     exit_code = code;
     loop.Stop();
   });
   loop.Run();
+  watcher.Stop();
+  if (setup->server != nullptr) {
+    if (exit_code != 0) {
+      // The other agents learn that the job failed (or that this node left)
+      // at their next heartbeat (1 s): keep serving briefly so that they do
+      // not wait connection_lost_timeout for a server that is gone.
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+    }
+    setup->server->Shutdown(std::chrono::seconds(1));
+  }
   return exit_code;
 }
 

@@ -1,7 +1,8 @@
 # ddprun_agent: worker environment, supervision (Boost.Process + Asio), logs,
 # failure reports, the elastic loop and the single-node rendezvous; and the
 # `ddprun` executable with its `ddprun-launch` (torch.distributed.launch)
-# alias. No LibTorch.
+# alias, which links the gRPC rendezvous (client and embeddable server). No
+# LibTorch.
 find_package(Boost REQUIRED COMPONENTS filesystem)
 find_package(nlohmann_json REQUIRED)
 
@@ -11,10 +12,12 @@ add_library(ddprun_agent STATIC
   ${CMAKE_CURRENT_LIST_DIR}/console.cc
   ${CMAKE_CURRENT_LIST_DIR}/elastic_agent.cc
   ${CMAKE_CURRENT_LIST_DIR}/failure_report.cc
+  ${CMAKE_CURRENT_LIST_DIR}/interruptible_rendezvous.cc
   ${CMAKE_CURRENT_LIST_DIR}/line_splitter.cc
   ${CMAKE_CURRENT_LIST_DIR}/local_rendezvous_client.cc
   ${CMAKE_CURRENT_LIST_DIR}/log_dir.cc
   ${CMAKE_CURRENT_LIST_DIR}/signal_names.cc
+  ${CMAKE_CURRENT_LIST_DIR}/signal_watcher.cc
   ${CMAKE_CURRENT_LIST_DIR}/worker_env.cc
   ${CMAKE_CURRENT_LIST_DIR}/worker_output.cc
 )
@@ -24,8 +27,15 @@ target_link_libraries(ddprun_agent
 set_target_properties(ddprun_agent PROPERTIES POSITION_INDEPENDENT_CODE ON)
 
 if(TARGET ddprun_agent_cli)
+  # The multi-node rendezvous (gRPC client, and the server an agent hosts
+  # with is_host and static --node_rank 0). Still no LibTorch.
+  add_library(ddprun_agent_rendezvous STATIC
+    ${CMAKE_CURRENT_LIST_DIR}/rendezvous_factory.cc)
+  target_link_libraries(ddprun_agent_rendezvous
+    PUBLIC ddprun_agent ddprun_rendezvous_client ddprun_rendezvous_server)
   add_executable(ddprun ${CMAKE_CURRENT_LIST_DIR}/main.cc)
-  target_link_libraries(ddprun PRIVATE ddprun_agent ddprun_agent_cli)
+  target_link_libraries(ddprun PRIVATE ddprun_agent ddprun_agent_cli
+    ddprun_agent_rendezvous)
   # main() checks argv[0]: invoked as ddprun-launch it is the legacy
   # torch.distributed.launch.
   add_custom_command(TARGET ddprun POST_BUILD

@@ -4,9 +4,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -443,14 +446,54 @@ TEST_CASE("ddprun: a bad flag is one line and exit 2", "[agent][process]") {
   CHECK(std::count(err.begin(), err.end(), '\n') == 1);
 }
 
-TEST_CASE("ddprun: multi-node is refused clearly until the grpc rendezvous",
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int FreeLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+TEST_CASE("ddprun: a static node whose peers never come fails at join_timeout",
           "[agent][process]") {
   TempDir dir;
-  Ddprun run(dir, {"--nnodes=2", "--node_rank=0", "--master_port=29517",
+  const int port = FreeLoopbackPort();
+  auto start = Clock::now();
+  // Node 1 of 2, and nobody hosts the rendezvous at the master port.
+  Ddprun run(dir, {"--nnodes=2", "--node_rank=1", "--master_addr=127.0.0.1",
+                   "--master_port=" + std::to_string(port),
+                   "--rdzv_conf=join_timeout=1", "--no_python", "true"});
+  REQUIRE(run.Wait(10s) == 1);
+  CHECK(Clock::now() - start < 5s);
+  CHECK(run.Stderr().find("did not complete before the deadline") !=
+        std::string::npos);
+}
+
+TEST_CASE("ddprun: SIGTERM while waiting in the rendezvous exits 143 at once",
+          "[agent][process]") {
+  TempDir dir;
+  const int port = FreeLoopbackPort();
+  // Hosts the rendezvous and waits for a second node that never comes.
+  Ddprun run(dir, {"--nnodes=2", "--rdzv_backend=grpc",
+                   "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
                    "--no_python", "true"});
-  REQUIRE(run.Wait() == 2);
-  CHECK(run.Stderr().find("not yet supported in this build: multi-node needs "
-                          "the grpc rendezvous") != std::string::npos);
+  auto deadline = Clock::now() + 10s;
+  while (run.Stderr().find("created") == std::string::npos &&
+         Clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  REQUIRE(run.Stderr().find("created") != std::string::npos);
+  auto start = Clock::now();
+  kill(run.pid(), SIGTERM);
+  REQUIRE(run.Wait(10s) == 143);
+  CHECK(Clock::now() - start < 3s);
+  CHECK(run.Stderr().find("received SIGTERM while waiting for the "
+                          "rendezvous") != std::string::npos);
 }
 
 TEST_CASE("ddprun: a grandchild holding stdout does not delay the exit",

@@ -1,0 +1,53 @@
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "agent/launch_options.h"
+#include "agent/rendezvous_client.h"
+#include "agent/worker_env.h"
+#include "common/status_or.h"
+
+namespace ddprun::rendezvous {
+class RendezvousServer;
+}
+
+namespace ddprun::agent {
+
+// The rendezvous of one ddprun launch: the client the agent uses and, when
+// this agent hosts it, the in-process server. Destroys the client before the
+// server.
+struct RendezvousSetup {
+  RendezvousSetup();
+  RendezvousSetup(RendezvousSetup&&) noexcept;
+  RendezvousSetup& operator=(RendezvousSetup&&) noexcept;
+  ~RendezvousSetup();
+
+  std::unique_ptr<rendezvous::RendezvousServer> server;  // null: none here
+  std::unique_ptr<RendezvousClient> client;
+  // Address to announce as this node's MASTER_ADDR candidate instead of
+  // --local_addr ("" = keep it). Static mode: node 0 announces --master_addr.
+  std::string local_addr;
+  // Always send this --node_rank as a hint (static mode).
+  bool force_node_rank_hint = false;
+};
+
+// Picks and builds the rendezvous for `options`:
+// - --standalone, and the static backend with --nnodes=1: the single-node
+//   LocalRendezvousClient (see the .cc for why standalone does not embed the
+//   gRPC server);
+// - --rdzv_backend=grpc|c10d with --rdzv_endpoint HOST[:PORT]: the gRPC
+//   client; this agent also hosts the server on PORT when HOST is this host
+//   (or rdzv_conf is_host=true; is_host=false never hosts). An auto-detected
+//   host whose port is taken (another agent on this host hosts it) joins as
+//   a plain client;
+// - the static backend with --nnodes=N>1: the gRPC rendezvous at
+//   --master_addr:--master_port, hosted by --node_rank 0, min=max=N, node
+//   ranks as hints (group rank = node rank).
+// The token is rdzv_conf token=/token_file=, else $DDPRUN_RDZV_TOKEN; the
+// embedded server requires the same token. Blocks only to bind a server.
+// Errors (INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE) carry one clear line.
+StatusOr<RendezvousSetup> MakeRendezvous(const LaunchOptions& options,
+                                         const EnvMap& env);
+
+}  // namespace ddprun::agent
