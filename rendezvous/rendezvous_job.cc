@@ -15,13 +15,6 @@ Clock::Duration MsOr(uint32_t ms, Clock::Duration fallback) {
   return ms == 0 ? fallback : std::chrono::milliseconds(ms);
 }
 
-std::string Seconds(Clock::Duration d) {
-  char buf[32];
-  snprintf(buf, sizeof(buf), "%.1f s",
-           std::chrono::duration<double>(d).count());
-  return buf;
-}
-
 }  // namespace
 
 RendezvousJob::RendezvousJob(std::string rdzv_id, const v1::JobConfig& config,
@@ -115,10 +108,9 @@ bool RendezvousJob::Expirable(const Node& node) const {
 void RendezvousJob::ReplaceJoinWaiter(Node* node, WaiterId waiter,
                                       std::vector<Outcome>* out) {
   if (node->join_waiter != 0 && node->join_waiter != waiter) {
-    out->push_back({node->join_waiter,
-                    AbortedError("superseded by a newer Join of node '" +
-                                 node->info.node_id() + "'"),
-                    {}});
+    out->push_back(Outcome::Of(
+        node->join_waiter, AbortedError("superseded by a newer Join of node '" +
+                                        node->info.node_id() + "'")));
   }
   node->join_waiter = waiter;
 }
@@ -144,7 +136,7 @@ Status RendezvousJob::Join(const v1::JoinRequest& request, WaiterId waiter,
                              it->second.state == NodeState::kSucceeded);
   if (participant && seen < round_) {
     // A retried Join whose answer was lost: the same assignment again.
-    out->push_back({waiter, Status::Ok(), it->second.assignment});
+    out->push_back(Outcome::Joined(waiter, it->second.assignment));
     return Status::Ok();
   }
   if (participant) {
@@ -272,7 +264,7 @@ void RendezvousJob::Complete(std::vector<Outcome>* out) {
     SetState(n, NodeState::kRunning);
     n->previous_rank = placed[i].group_rank;
     n->last_seen = now;
-    out->push_back({n->join_waiter, Status::Ok(), a});
+    out->push_back(Outcome::Joined(n->join_waiter, a));
     n->join_waiter = 0;
   }
   // Nodes of the previous round that did not make it must re-join.
@@ -312,11 +304,10 @@ void RendezvousJob::Invalidate(v1::HeartbeatResponse::Action action,
   deadline_moved_ = true;
   for (auto& [id, node] : nodes_) {
     if (node.success_waiter != 0) {
-      out->push_back(
-          {node.success_waiter,
-           AbortedError("round " + std::to_string(round_ - 1) +
-                        " ended before every node succeeded: " + reason),
-           {}});
+      out->push_back(Outcome::Of(
+          node.success_waiter,
+          AbortedError("round " + std::to_string(round_ - 1) +
+                       " ended before every node succeeded: " + reason)));
       node.success_waiter = 0;
     }
     if (node.state == NodeState::kRunning ||
@@ -342,7 +333,7 @@ void RendezvousJob::Fail(const std::string& reason, std::vector<Outcome>* out) {
   for (auto& [id, node] : nodes_) {
     for (WaiterId* w : {&node.join_waiter, &node.success_waiter}) {
       if (*w != 0) {
-        out->push_back({*w, AbortedError("job failed: " + reason), {}});
+        out->push_back(Outcome::Of(*w, AbortedError("job failed: " + reason)));
         *w = 0;
       }
     }
@@ -357,11 +348,12 @@ void RendezvousJob::Succeed(const std::string& reason,
   reason_ = reason;
   for (auto& [id, node] : nodes_) {
     if (node.success_waiter != 0) {
-      out->push_back({node.success_waiter, Status::Ok(), {}});
+      out->push_back(Outcome::Of(node.success_waiter, Status::Ok()));
       node.success_waiter = 0;
     }
     if (node.join_waiter != 0) {
-      out->push_back({node.join_waiter, FailedPreconditionError(Closed()), {}});
+      out->push_back(
+          Outcome::Of(node.join_waiter, FailedPreconditionError(Closed())));
       node.join_waiter = 0;
     }
   }
@@ -371,7 +363,7 @@ void RendezvousJob::RemoveNode(std::map<std::string, Node>::iterator it,
                                Status why, std::vector<Outcome>* out) {
   Node& node = it->second;
   for (WaiterId w : {node.join_waiter, node.success_waiter}) {
-    if (w != 0) out->push_back({w, why, {}});
+    if (w != 0) out->push_back(Outcome::Of(w, why));
   }
   EraseNode(it);
 }
@@ -506,7 +498,7 @@ Status RendezvousJob::ReportSuccess(const v1::ReportSuccessRequest& req,
                                     WaiterId waiter,
                                     std::vector<Outcome>* out) {
   if (phase_ == Phase::kSucceeded) {
-    out->push_back({waiter, Status::Ok(), {}});
+    out->push_back(Outcome::Of(waiter, Status::Ok()));
     return Status::Ok();
   }
   if (phase_ == Phase::kFailed) return AbortedError(Closed());
@@ -524,9 +516,9 @@ Status RendezvousJob::ReportSuccess(const v1::ReportSuccessRequest& req,
   }
   SetState(node, NodeState::kSucceeded);
   if (node->success_waiter != 0 && node->success_waiter != waiter) {
-    out->push_back({node->success_waiter,
-                    AbortedError("superseded by a newer ReportSuccess"),
-                    {}});
+    out->push_back(
+        Outcome::Of(node->success_waiter,
+                    AbortedError("superseded by a newer ReportSuccess")));
   }
   node->success_waiter = waiter;
   if (CountNodes(NodeState::kRunning) == 0) {
@@ -589,96 +581,6 @@ bool RendezvousJob::CancelWaiter(WaiterId waiter, std::vector<Outcome>* out) {
   return false;
 }
 
-void RendezvousJob::Tick(std::vector<Outcome>* out) {
-  if (finished()) return;
-  const Clock::TimePoint now = clock_->Now();
-  // Heartbeat expiry first, so that a dead node cannot complete a round.
-  std::vector<std::string> lost;
-  bool lost_running = false;
-  for (auto it = nodes_.begin(); it != nodes_.end();) {
-    Node& node = it->second;
-    if (Expirable(node) && now - node.last_seen > heartbeat_timeout_) {
-      lost_running |= node.state == NodeState::kRunning;
-      lost.push_back(
-          "node '" + it->first + "'" +
-          (node.state == NodeState::kRunning
-               ? " (group rank " +
-                     std::to_string(node.assignment.group_rank()) + ")"
-               : "") +
-          " lost: no heartbeat for " + Seconds(now - node.last_seen));
-      DDP_LOG(WARNING) << "rendezvous '" << id_ << "': " << lost.back();
-      if (node.state == NodeState::kExpected) {
-        OnNodeLost(node.assignment.round(), it->first, out);
-      }
-      RemoveNode(it++, UnavailableError(lost.back()), out);
-    } else {
-      ++it;
-    }
-  }
-  if (phase_ == Phase::kRunning && lost_running) {
-    Invalidate(Action::ACTION_REJOIN, lost.front(), out);
-  } else if (phase_ == Phase::kRunning && rebuild_deadline_ &&
-             now >= *rebuild_deadline_) {
-    const int have = RunningCount();
-    rebuild_deadline_.reset();
-    Invalidate(Action::ACTION_REJOIN,
-               "after a rendezvous server restart only " +
-                   std::to_string(have) + " of " +
-                   std::to_string(rebuild_expected_) + " nodes re-registered",
-               out);
-  }
-  if (pending_failure_ && now >= pending_failure_->decide_at) {
-    if (pending_failure_->charged) {
-      pending_failure_.reset();  // no node was lost: the charge stands
-    } else {
-      Fail("restart budget exhausted (max_restarts=" +
-               std::to_string(config_.max_restarts()) + "); " +
-               pending_failure_->reason,
-           out);
-      return;
-    }
-  }
-  if (phase_ == Phase::kOpen) {
-    CompleteIfReady(out);
-    if (phase_ == Phase::kOpen && now - open_since_ >= join_timeout_) {
-      const std::string reason =
-          "rendezvous '" + id_ +
-          "' did not reach min_nodes=" + std::to_string(config_.min_nodes()) +
-          " within join_timeout " + Seconds(join_timeout_) + " (" +
-          std::to_string(CountNodes(NodeState::kJoining)) + " joined)";
-      for (auto& [id, node] : nodes_) {
-        if (node.join_waiter != 0) {
-          out->push_back({node.join_waiter, DeadlineExceededError(reason), {}});
-          node.join_waiter = 0;
-        }
-      }
-      Fail(reason, out);
-    }
-  }
-}
-
-std::optional<Clock::TimePoint> RendezvousJob::NextDeadline() const {
-  if (finished()) return std::nullopt;
-  std::optional<Clock::TimePoint> next;
-  auto consider = [&next](Clock::TimePoint t) {
-    if (!next || t < *next) next = t;
-  };
-  if (phase_ == Phase::kOpen) {
-    consider(open_since_ + join_timeout_);
-    if (last_call_deadline_) consider(*last_call_deadline_);
-  }
-  if (rebuild_deadline_) consider(*rebuild_deadline_);
-  if (pending_failure_) consider(pending_failure_->decide_at);
-  for (const auto& [id, node] : nodes_) {
-    if (Expirable(node)) {
-      // Strictly after the timeout, so Tick() sees the node as expired.
-      consider(node.last_seen + heartbeat_timeout_ +
-               std::chrono::milliseconds(1));
-    }
-  }
-  return next;
-}
-
 void RendezvousJob::AdoptRunningRound(const v1::Assignment& current) {
   round_ = current.round();
   restart_count_ = current.restart_count();
@@ -687,63 +589,6 @@ void RendezvousJob::AdoptRunningRound(const v1::Assignment& current) {
   rebuild_deadline_ = clock_->Now() + heartbeat_timeout_;
   deadline_moved_ = true;
   reason_ = "rebuilt after a rendezvous server restart";
-}
-
-v1::JobStatus RendezvousJob::GetStatus() const {
-  v1::JobStatus s;
-  s.set_rdzv_id(id_);
-  *s.mutable_config() = config_;
-  switch (phase_) {
-    case Phase::kOpen:
-      s.set_state(v1::JobStatus::STATE_OPEN);
-      break;
-    case Phase::kRunning:
-      s.set_state(v1::JobStatus::STATE_RUNNING);
-      break;
-    case Phase::kSucceeded:
-      s.set_state(v1::JobStatus::STATE_SUCCEEDED);
-      break;
-    case Phase::kFailed:
-      s.set_state(v1::JobStatus::STATE_FAILED);
-      break;
-  }
-  s.set_round(round_);
-  s.set_restart_count(restart_count_);
-  s.set_reason(reason_);
-  const Clock::TimePoint now = clock_->Now();
-  for (const auto& [id, node] : nodes_) {
-    v1::NodeStatus* n = s.add_nodes();
-    n->set_node_id(id);
-    n->set_addr(node.info.addr());
-    n->set_role(node.info.role());
-    n->set_local_world_size(node.info.local_world_size());
-    const bool in_round = node.state == NodeState::kRunning ||
-                          node.state == NodeState::kSucceeded;
-    n->set_group_rank(in_round ? node.assignment.group_rank() : -1);
-    n->set_rank_offset(in_round ? node.assignment.rank_offset() : -1);
-    n->set_heartbeat_age_ms(
-        std::chrono::duration_cast<std::chrono::milliseconds>(now -
-                                                              node.last_seen)
-            .count());
-    switch (node.state) {
-      case NodeState::kJoining:
-        n->set_state(v1::NodeStatus::STATE_JOINING);
-        break;
-      case NodeState::kWaiting:
-        n->set_state(v1::NodeStatus::STATE_WAITING);
-        break;
-      case NodeState::kRunning:
-        n->set_state(v1::NodeStatus::STATE_RUNNING);
-        break;
-      case NodeState::kExpected:
-        n->set_state(v1::NodeStatus::STATE_EXPECTED);
-        break;
-      case NodeState::kSucceeded:
-        n->set_state(v1::NodeStatus::STATE_SUCCEEDED);
-        break;
-    }
-  }
-  return s;
 }
 
 }  // namespace ddprun::rendezvous

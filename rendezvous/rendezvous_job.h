@@ -26,6 +26,21 @@ struct Outcome {
   Status status;
   v1::Assignment assignment;
   v1::ReportFailureResponse failure;
+
+  // An answer that is only a status (errors, exit barrier).
+  static Outcome Of(WaiterId waiter, Status status) {
+    Outcome o;
+    o.waiter = waiter;
+    o.status = std::move(status);
+    return o;
+  }
+  // A completed Join.
+  static Outcome Joined(WaiterId waiter, const v1::Assignment& assignment) {
+    Outcome o;
+    o.waiter = waiter;
+    o.assignment = assignment;
+    return o;
+  }
 };
 
 // Defaults for JobConfig fields left 0.

@@ -1,0 +1,116 @@
+#include "rendezvous/rendezvous_job.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "common/logging.h"
+
+// RendezvousJob's time-driven rules (heartbeat expiry, last call, join
+// timeout, rebuild and failure-decision deadlines). Split from
+// rendezvous_job.cc to keep files small.
+namespace ddprun::rendezvous {
+namespace {
+
+using Action = v1::HeartbeatResponse;
+
+std::string Seconds(Clock::Duration d) {
+  char buf[32];
+  snprintf(buf, sizeof(buf), "%.1f s",
+           std::chrono::duration<double>(d).count());
+  return buf;
+}
+
+}  // namespace
+
+void RendezvousJob::Tick(std::vector<Outcome>* out) {
+  if (finished()) return;
+  const Clock::TimePoint now = clock_->Now();
+  // Heartbeat expiry first, so that a dead node cannot complete a round.
+  std::vector<std::string> lost;
+  bool lost_running = false;
+  for (auto it = nodes_.begin(); it != nodes_.end();) {
+    Node& node = it->second;
+    if (Expirable(node) && now - node.last_seen > heartbeat_timeout_) {
+      lost_running |= node.state == NodeState::kRunning;
+      lost.push_back(
+          "node '" + it->first + "'" +
+          (node.state == NodeState::kRunning
+               ? " (group rank " +
+                     std::to_string(node.assignment.group_rank()) + ")"
+               : "") +
+          " lost: no heartbeat for " + Seconds(now - node.last_seen));
+      DDP_LOG(WARNING) << "rendezvous '" << id_ << "': " << lost.back();
+      if (node.state == NodeState::kExpected) {
+        OnNodeLost(node.assignment.round(), it->first, out);
+      }
+      RemoveNode(it++, UnavailableError(lost.back()), out);
+    } else {
+      ++it;
+    }
+  }
+  if (phase_ == Phase::kRunning && lost_running) {
+    Invalidate(Action::ACTION_REJOIN, lost.front(), out);
+  } else if (phase_ == Phase::kRunning && rebuild_deadline_ &&
+             now >= *rebuild_deadline_) {
+    const int have = RunningCount();
+    rebuild_deadline_.reset();
+    Invalidate(Action::ACTION_REJOIN,
+               "after a rendezvous server restart only " +
+                   std::to_string(have) + " of " +
+                   std::to_string(rebuild_expected_) + " nodes re-registered",
+               out);
+  }
+  if (pending_failure_ && now >= pending_failure_->decide_at) {
+    if (pending_failure_->charged) {
+      pending_failure_.reset();  // no node was lost: the charge stands
+    } else {
+      Fail("restart budget exhausted (max_restarts=" +
+               std::to_string(config_.max_restarts()) + "); " +
+               pending_failure_->reason,
+           out);
+      return;
+    }
+  }
+  if (phase_ == Phase::kOpen) {
+    CompleteIfReady(out);
+    if (phase_ == Phase::kOpen && now - open_since_ >= join_timeout_) {
+      const std::string reason =
+          "rendezvous '" + id_ +
+          "' did not reach min_nodes=" + std::to_string(config_.min_nodes()) +
+          " within join_timeout " + Seconds(join_timeout_) + " (" +
+          std::to_string(CountNodes(NodeState::kJoining)) + " joined)";
+      for (auto& [id, node] : nodes_) {
+        if (node.join_waiter != 0) {
+          out->push_back(
+              Outcome::Of(node.join_waiter, DeadlineExceededError(reason)));
+          node.join_waiter = 0;
+        }
+      }
+      Fail(reason, out);
+    }
+  }
+}
+
+std::optional<Clock::TimePoint> RendezvousJob::NextDeadline() const {
+  if (finished()) return std::nullopt;
+  std::optional<Clock::TimePoint> next;
+  auto consider = [&next](Clock::TimePoint t) {
+    if (!next || t < *next) next = t;
+  };
+  if (phase_ == Phase::kOpen) {
+    consider(open_since_ + join_timeout_);
+    if (last_call_deadline_) consider(*last_call_deadline_);
+  }
+  if (rebuild_deadline_) consider(*rebuild_deadline_);
+  if (pending_failure_) consider(pending_failure_->decide_at);
+  for (const auto& [id, node] : nodes_) {
+    if (Expirable(node)) {
+      // Strictly after the timeout, so Tick() sees the node as expired.
+      consider(node.last_seen + heartbeat_timeout_ +
+               std::chrono::milliseconds(1));
+    }
+  }
+  return next;
+}
+
+}  // namespace ddprun::rendezvous
