@@ -34,7 +34,8 @@ TEST_CASE(
     "segmentation_trainer: a short run alone segments the lesions (Dice > 0.5)",
     "[segmentation][train]") {
   const std::string out = FreshDir("seg_alone");
-  CommandResult r = RunCommand(Trainer(out) + " --epochs 4 --image_size 48", 300);
+  CommandResult r =
+      RunCommand(Trainer(out) + " --epochs 4 --image_size 48", 300);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK(r.output.find("lr 0.001000") !=

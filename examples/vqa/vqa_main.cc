@@ -1,0 +1,294 @@
+// vqa_trainer: chest X-ray visual question answering (MIMIC-CXR VQA style)
+// with a 14-label CheXpert head, data parallel, optional ZeRO sharding.
+#include <torch/torch.h>
+
+#include "ddprun/worker/worker.h"
+#include "examples/common/image_io.h"
+#include "examples/common/metrics.h"
+#include "examples/common/train_loop.h"
+#include "examples/common/trainer_support.h"
+#include "examples/common/vocabulary.h"
+#include "examples/vqa/vqa_data.h"
+#include "examples/vqa/vqa_model.h"
+
+namespace ddprun::examples {
+namespace {
+
+namespace dw = ddprun::worker;
+
+struct VqaOptions {
+  std::string data_path;
+  double val_fraction = 0.2;
+  int64_t image_size = 64;
+  int64_t width = 16;
+  int64_t batch_size = 16;  // per rank, per micro-batch
+  int64_t gradient_accumulation_steps = 1;
+  bool auto_optimize = false;
+  int64_t target_batch = 32;
+  int zero = 0;
+  double learning_rate = 2e-3;
+  double label_weight = 1.0;
+  std::string uncertain_policy = "ignore";
+  int64_t question_length = 12;
+};
+
+struct MicroBatch {
+  torch::Tensor images, tokens, answers, labels, mask;
+};
+using Batch = std::vector<MicroBatch>;
+
+int Train(int argc, char** argv) {
+  CLI::App app{
+      "vqa_trainer: chest X-ray VQA (CNN image encoder + GRU question encoder, "
+      "closed "
+      "answer vocabulary) with a 14-label CheXpert head, on PNG/JPEG images + "
+      "JSONL "
+      "{image, question, answer, labels}."};
+  CommonOptions common;
+  common.output_dir = "runs/vqa";
+  common.epochs = 6;
+  common.synthetic_n = 320;
+  VqaOptions opt;
+  AddCommonOptions(&app, &common);
+  app.add_option("--data_path", opt.data_path,
+                 "JSONL: {image, question, answer, labels[14]}");
+  app.add_option("--val_fraction", opt.val_fraction,
+                 "Validation fraction (seeded split)")
+      ->check(CLI::Range(0.01, 0.9));
+  app.add_option("--image_size", opt.image_size,
+                 "Images are resized to this square size");
+  app.add_option("--width", opt.width,
+                 "Image encoder channels of the first stage");
+  app.add_option("--batch_size", opt.batch_size, "Micro-batch per rank")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--gradient_accumulation_steps",
+                 opt.gradient_accumulation_steps,
+                 "Micro-batches per optimizer step")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--auto_optimize", opt.auto_optimize,
+               "Pick batch, accumulation, loader threads and precision from "
+               "the hardware "
+               "table (overrides those flags)");
+  app.add_option("--target_batch", opt.target_batch,
+                 "Effective batch --auto_optimize aims for (batch x "
+                 "accumulation x world)");
+  app.add_option("--zero", opt.zero,
+                 "Optimizer sharding: 0 = Adam + DDP, 1 = DDP + sharded Adam "
+                 "state, 2 = "
+                 "sharded Adam that also reduces gradients (no DDP)")
+      ->check(CLI::Range(0, 2));
+  app.add_option("--learning_rate", opt.learning_rate, "Adam learning rate");
+  app.add_option("--label_weight", opt.label_weight,
+                 "Weight of the CheXpert BCE term");
+  app.add_option("--uncertain_policy", opt.uncertain_policy,
+                 "CheXpert -1 labels: ignore (masked out of loss and AUROC), "
+                 "zeros or ones")
+      ->check(CLI::IsMember({"ignore", "zeros", "ones"}));
+  app.add_option("--question_length", opt.question_length,
+                 "Question tokens kept");
+  if (auto code = ParseFlags(&app, argc, argv)) return *code;
+
+  if (!common.make_synthetic.empty()) {
+    OkOrThrow(WriteSyntheticVqa(common.make_synthetic, common.synthetic_n,
+                                opt.image_size, common.seed));
+    std::printf("wrote %lld questions to %s/vqa.jsonl\n",
+                static_cast<long long>(common.synthetic_n),
+                common.make_synthetic.c_str());
+    return 0;
+  }
+  if (opt.data_path.empty()) {
+    throw dw::ConfigError("--data_path is required (or --make_synthetic DIR)");
+  }
+
+  dw::World world = InitTrainerWorld(common);
+  if (opt.auto_optimize) {
+    dw::AutoSettings s = dw::RecommendSettings(
+        dw::DetectHardware(), world.world_size(), world.local_world_size(),
+        static_cast<int>(opt.target_batch));
+    opt.batch_size = s.per_device_batch;
+    opt.gradient_accumulation_steps = s.grad_accum_steps;
+    common.amp = common.amp || s.mixed_precision;
+    torch::set_num_threads(std::max(1, s.cpu_threads));
+    dw::LogMain(world, "auto_optimize: " + s.reason);
+  }
+  const UncertainPolicy policy =
+      opt.uncertain_policy == "zeros"  ? UncertainPolicy::kZeros
+      : opt.uncertain_policy == "ones" ? UncertainPolicy::kOnes
+                                       : UncertainPolicy::kIgnore;
+  const std::vector<VqaRecord> records =
+      ValueOrThrow(ReadVqaJsonl(opt.data_path, policy));
+  std::vector<int64_t> train, val;
+  std::tie(train, val) =
+      SplitTrainVal(records.size(), opt.val_fraction, common.seed);
+  if (common.debug) {
+    train.resize(std::min<size_t>(train.size(), 32));
+    val.resize(std::min<size_t>(val.size(), 16));
+    common.epochs = 1;
+  }
+  std::vector<std::string> questions, answers;
+  for (int64_t i : train) {
+    questions.push_back(records[i].question);
+    answers.push_back(records[i].answer);
+  }
+  const Vocabulary vocab = Vocabulary::Build(questions);
+  const LabelSet answer_set = LabelSet::Build(answers);
+  const int64_t accum = opt.gradient_accumulation_steps;
+  const int num_workers =
+      AutoNumWorkers(common.num_workers, world.local_world_size());
+  dw::LogMain(world,
+              "vqa: " + std::to_string(train.size()) + " train / " +
+                  std::to_string(val.size()) + " val questions, " +
+                  std::to_string(answer_set.size()) + " answers, batch " +
+                  std::to_string(opt.batch_size) + " x accumulation " +
+                  std::to_string(accum) + " x world " +
+                  std::to_string(world.world_size()) + " = effective " +
+                  std::to_string(opt.batch_size * accum * world.world_size()) +
+                  ", zero " + std::to_string(opt.zero));
+
+  VqaModelOptions model_options;
+  model_options.vocab_size = vocab.size();
+  model_options.num_answers = answer_set.size();
+  model_options.width = opt.width;
+  VqaModel model(model_options);
+  std::unique_ptr<torch::optim::Adam> adam;
+  std::unique_ptr<dw::ShardedAdam> sharded;
+  dw::CheckpointParts parts;
+  parts.model = model.ptr().get();
+  if (opt.zero == 0) {
+    adam = std::make_unique<torch::optim::Adam>(
+        model->parameters(), torch::optim::AdamOptions(opt.learning_rate));
+    parts.optimizer = adam.get();
+  } else {
+    dw::ShardedAdamOptions so;
+    so.lr = opt.learning_rate;
+    so.reduce_gradients = opt.zero == 2;
+    sharded = std::make_unique<dw::ShardedAdam>(world, model->parameters(), so);
+    parts.sharded_optimizer = sharded.get();
+  }
+  dw::Checkpointer checkpointer(
+      world, {common.output_dir + "/checkpoints", common.checkpoint_every, 2});
+  dw::TrainState state =
+      ResumeOrStart(world, &checkpointer, parts, common.resume_from);
+  std::unique_ptr<dw::DistributedDataParallel> ddp;
+  if (opt.zero < 2)
+    ddp = std::make_unique<dw::DistributedDataParallel>(world, model.ptr());
+
+  auto load_micro =
+      [&](const std::vector<int64_t>& items) -> StatusOr<MicroBatch> {
+    std::vector<torch::Tensor> images, tokens, labels, mask;
+    std::vector<int64_t> answer_ids;
+    for (int64_t item : items) {
+      const VqaRecord& r = records[item];
+      DDP_ASSIGN_OR_RETURN(torch::Tensor image,
+                           ReadGrayImage(r.image, opt.image_size));
+      images.push_back(image);
+      tokens.push_back(
+          torch::tensor(vocab.Encode(r.question, opt.question_length)));
+      answer_ids.push_back(answer_set.Index(r.answer));  // -1: unseen, ignored
+      labels.push_back(torch::tensor(r.labels));
+      mask.push_back(torch::tensor(r.mask));
+    }
+    return MicroBatch{torch::stack(images), torch::stack(tokens),
+                      torch::tensor(answer_ids), torch::stack(labels),
+                      torch::stack(mask)};
+  };
+  auto losses = [&](const MicroBatch& b, torch::Tensor* answer_logits,
+                    torch::Tensor* label_logits) {
+    {
+      dw::AutocastScope autocast(common.amp);
+      std::tie(*answer_logits, *label_logits) =
+          model->forward(b.images, b.tokens);
+    }
+    torch::Tensor ce = torch::nn::functional::cross_entropy(
+        answer_logits->to(torch::kFloat32), b.answers,
+        torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-1));
+    torch::Tensor bce = torch::binary_cross_entropy_with_logits(
+        label_logits->to(torch::kFloat32), b.labels, b.mask, {},
+        at::Reduction::Sum);
+    return ce + opt.label_weight * bce / b.mask.sum().clamp_min(1.0);
+  };
+
+  TrainLoop::Config loop_config;
+  loop_config.dataset_size = static_cast<int64_t>(train.size());
+  loop_config.batch_per_rank = opt.batch_size * accum;
+  loop_config.samples_per_step = opt.batch_size * accum * world.world_size();
+  TrainLoop loop(world, common, loop_config, &checkpointer, parts, &state);
+
+  auto load = [&](const std::vector<int64_t>& positions) -> StatusOr<Batch> {
+    Batch batch;
+    std::vector<int64_t> items;
+    for (int64_t p : positions) items.push_back(train[p]);
+    for (const auto& micro : MakeBatches(items, opt.batch_size, false)) {
+      DDP_ASSIGN_OR_RETURN(MicroBatch m, load_micro(micro));
+      batch.push_back(std::move(m));
+    }
+    return batch;
+  };
+  auto step = [&](Batch& batch) {
+    model->train();
+    if (adam) adam->zero_grad();
+    if (sharded) sharded->ZeroGrad();
+    double total = 0;
+    for (size_t m = 0; m < batch.size(); ++m) {
+      torch::Tensor a, l;
+      torch::Tensor loss =
+          losses(batch[m], &a, &l) / static_cast<double>(batch.size());
+      total += loss.item<double>();
+      const bool last = m + 1 == batch.size();
+      if (!ddp) {
+        loss.backward();
+      } else if (last) {
+        ddp->Backward(loss);
+      } else {
+        auto no_sync = ddp->NoSync();
+        ddp->Backward(loss);
+      }
+    }
+    if (adam) adam->step();
+    if (sharded) sharded->Step();
+    return total;
+  };
+  auto validate = [&](int64_t) -> nlohmann::json {
+    torch::NoGradGuard no_grad;
+    model->eval();
+    std::vector<torch::Tensor> rows;
+    for (const auto& items :
+         MakeBatches(RankShare(world, val), opt.batch_size, false)) {
+      MicroBatch b = ValueOrThrow(load_micro(items));
+      torch::Tensor a, l;
+      losses(b, &a, &l);
+      torch::Tensor correct =
+          a.argmax(1).eq(b.answers).to(torch::kFloat32).unsqueeze(1);
+      rows.push_back(torch::cat(
+          {correct, torch::sigmoid(l.to(torch::kFloat32)), b.labels, b.mask},
+          1));
+    }
+    torch::Tensor local = rows.empty()
+                              ? torch::zeros({0, 1 + 3 * kCheXpertLabels})
+                              : torch::cat(rows);
+    torch::Tensor all = world.AllGatherVariable(local);
+    const int64_t k = kCheXpertLabels;
+    return {{"val_answer_accuracy",
+             all.size(0) ? all.select(1, 0).mean().item<double>() : 0.0},
+            {"val_mean_auroc",
+             MeanAuroc(all.narrow(1, 1, k), all.narrow(1, 1 + k, k),
+                       all.narrow(1, 1 + 2 * k, k))},
+            {"val_questions", all.size(0)}};
+  };
+  loop.Run<Batch>(nullptr, load, step, validate, num_workers);
+  const auto& last = loop.last_metrics();
+  dw::LogMain(
+      world, "done: step " + std::to_string(state.step) + ", answer accuracy " +
+                 std::to_string(last.value("val_answer_accuracy", 0.0)) +
+                 ", mean AUROC " +
+                 std::to_string(last.value("val_mean_auroc", 0.0)));
+  return 0;
+}
+
+}  // namespace
+}  // namespace ddprun::examples
+
+int main(int argc, char** argv) {
+  return ddprun::worker::RunMain(
+      [&] { return ddprun::examples::Train(argc, argv); });
+}

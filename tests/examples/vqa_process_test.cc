@@ -1,0 +1,137 @@
+// vqa_trainer as a user runs it: synthetic PNG + JSONL data, a short run that
+// must beat chance, label errors, ZeRO 1/2 and auto-optimize under ddprun,
+// kill -9.
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "tests/examples/trainer_run.h"
+
+namespace ddprun::examples::testing {
+namespace {
+
+const std::string& SyntheticJsonl() {
+  static const std::string jsonl = [] {
+    const std::string dir = FreshDir("vqa_data");
+    CommandResult r = RunCommand(
+        Bin("vqa_trainer") + " --make_synthetic " + dir + " --n 320 --seed 7",
+        120);
+    REQUIRE(r.exit_code == 0);
+    return dir + "/vqa.jsonl";
+  }();
+  return jsonl;
+}
+
+std::string Trainer(const std::string& out) {
+  return Bin("vqa_trainer") + " --data_path " + SyntheticJsonl() +
+         " --output_dir " + out + " --progress_interval 1";
+}
+
+// Chance: mean AUROC 0.5; always answering the most common answer scores
+// about 0.35-0.4.
+TEST_CASE(
+    "vqa_trainer: a short run alone beats chance (AUROC > 0.7, accuracy > "
+    "0.45)",
+    "[vqa][train]") {
+  const std::string out = FreshDir("vqa_alone");
+  CommandResult r = RunCommand(Trainer(out), 300);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.output.find("= effective 16, zero 0") != std::string::npos);
+  auto metrics = ReadMetrics(out);
+  REQUIRE(metrics.size() == 6);
+  CHECK(metrics.back()["val_questions"] == 64);
+  CHECK(metrics.back()["val_mean_auroc"].get<double>() > 0.7);
+  CHECK(metrics.back()["val_answer_accuracy"].get<double>() > 0.45);
+}
+
+TEST_CASE("vqa_trainer: bad labels fail naming the file and line",
+          "[vqa][errors]") {
+  const std::string dir = FreshDir("vqa_bad");
+  WriteText(dir + "/q.jsonl",
+            "{\"image\": \"a.png\", \"question\": \"q?\", \"answer\": \"yes\", "
+            "\"labels\": [1]}\n");
+  CommandResult few =
+      RunCommand(Bin("vqa_trainer") + " --data_path " + dir + "/q.jsonl", 60);
+  CHECK(few.exit_code == 2);
+  CHECK(few.output.find(dir +
+                        "/q.jsonl:1: 'labels' must be a list of 14 values") !=
+        std::string::npos);
+  WriteText(dir + "/r.jsonl",
+            "\n{\"image\": \"a.png\", \"question\": \"q?\", \"answer\": "
+            "\"yes\", \"labels\": "
+            "[1,0,0,0,0,0,0,0,0,0,0,0,0,2]}\n");
+  CommandResult two =
+      RunCommand(Bin("vqa_trainer") + " --data_path " + dir + "/r.jsonl", 60);
+  CHECK(two.exit_code == 2);
+  CHECK(
+      two.output.find("r.jsonl:2: label 13 must be 1, 0, -1 or null, got 2") !=
+      std::string::npos);
+}
+
+#ifdef DDPRUN_LAUNCHER_BIN
+TEST_CASE("vqa_trainer: ZeRO-1 and ZeRO-2 train under 2 ranks",
+          "[vqa][ddprun]") {
+  for (const char* zero : {"1", "2"}) {
+    const std::string out = FreshDir(std::string("vqa_zero") + zero);
+    CommandResult r =
+        RunCommand(Launch("") + Trainer(out) + " --zero " + zero, 300);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.output.find(std::string("= effective 32, zero ") + zero) !=
+          std::string::npos);
+    auto metrics = ReadMetrics(out);
+    REQUIRE(metrics.size() == 6);
+    CHECK(metrics.back()["val_questions"] == 64);
+    CHECK(metrics.back()["val_mean_auroc"].get<double>() > 0.7);
+  }
+}
+
+TEST_CASE(
+    "vqa_trainer: --auto_optimize takes batch and accumulation from the "
+    "hardware table",
+    "[vqa][ddprun]") {
+  const std::string out = FreshDir("vqa_auto");
+  CommandResult r =
+      RunCommand(Launch("") + Trainer(out) +
+                     " --auto_optimize --target_batch 32 --epochs 1",
+                 300);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.output.find("auto_optimize: ") != std::string::npos);
+  // CPU row: per-device batch 8 (4 below 16 GB RAM); 32 / (batch x 2 ranks).
+  const bool row8 =
+      r.output.find("batch 8 x accumulation 2 x world 2 = effective 32") !=
+      std::string::npos;
+  const bool row4 =
+      r.output.find("batch 4 x accumulation 4 x world 2 = effective 32") !=
+      std::string::npos;
+  CHECK((row8 || row4));
+}
+
+TEST_CASE(
+    "vqa_trainer: survives kill -9 of a worker and resumes from its checkpoint",
+    "[vqa][ddprun][fault]") {
+  const std::string flags = " --checkpoint_every 5";
+  const std::string clean = FreshDir("vqa_clean");
+  CommandResult base = RunCommand(Launch("") + Trainer(clean) + flags, 300);
+  REQUIRE(base.exit_code == 0);
+  const double clean_auroc =
+      ReadMetrics(clean).back()["val_mean_auroc"].get<double>();
+  const std::string out = FreshDir("vqa_fault");
+  FaultRun fault = RunAndKillRank1(
+      Launch("--max_restarts=1") + Trainer(out) + flags, out, 10, 300);
+  INFO(fault.result.output);
+  REQUIRE(fault.killed);
+  REQUIRE(fault.result.exit_code == 0);
+  CHECK(fault.resumed_step >= fault.saved_step);
+  auto metrics = ReadMetrics(out);
+  REQUIRE(!metrics.empty());
+  CHECK(metrics.back()["step"] == 48);
+  CHECK(metrics.back()["val_mean_auroc"].get<double>() ==
+        Approx(clean_auroc).margin(0.1));
+}
+#endif  // DDPRUN_LAUNCHER_BIN
+
+}  // namespace
+}  // namespace ddprun::examples::testing
