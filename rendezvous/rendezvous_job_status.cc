@@ -4,25 +4,27 @@
 
 // RendezvousJob::GetStatus: the job as the Status rpc reports it.
 namespace ddprun::rendezvous {
+namespace {
+
+// Indexed by RendezvousJob's Phase and NodeState (same order).
+constexpr v1::JobStatus::State kJobStates[] = {
+    v1::JobStatus::STATE_OPEN, v1::JobStatus::STATE_RUNNING,
+    v1::JobStatus::STATE_SUCCEEDED, v1::JobStatus::STATE_FAILED};
+constexpr v1::NodeStatus::State kNodeStates[] = {
+    v1::NodeStatus::STATE_JOINING, v1::NodeStatus::STATE_WAITING,
+    v1::NodeStatus::STATE_RUNNING, v1::NodeStatus::STATE_EXPECTED,
+    v1::NodeStatus::STATE_SUCCEEDED};
+
+}  // namespace
 
 v1::JobStatus RendezvousJob::GetStatus() const {
+  static_assert(static_cast<int>(Phase::kFailed) == 3 &&
+                    static_cast<int>(NodeState::kSucceeded) == 4,
+                "keep kJobStates/kNodeStates in enum order");
   v1::JobStatus s;
   s.set_rdzv_id(id_);
   *s.mutable_config() = config_;
-  switch (phase_) {
-    case Phase::kOpen:
-      s.set_state(v1::JobStatus::STATE_OPEN);
-      break;
-    case Phase::kRunning:
-      s.set_state(v1::JobStatus::STATE_RUNNING);
-      break;
-    case Phase::kSucceeded:
-      s.set_state(v1::JobStatus::STATE_SUCCEEDED);
-      break;
-    case Phase::kFailed:
-      s.set_state(v1::JobStatus::STATE_FAILED);
-      break;
-  }
+  s.set_state(kJobStates[static_cast<int>(phase_)]);
   s.set_round(round_);
   s.set_restart_count(restart_count_);
   s.set_reason(reason_);
@@ -33,6 +35,7 @@ v1::JobStatus RendezvousJob::GetStatus() const {
     n->set_addr(node.info.addr());
     n->set_role(node.info.role());
     n->set_local_world_size(node.info.local_world_size());
+    n->set_state(kNodeStates[static_cast<int>(node.state)]);
     const bool in_round = node.state == NodeState::kRunning ||
                           node.state == NodeState::kSucceeded;
     n->set_group_rank(in_round ? node.assignment.group_rank() : -1);
@@ -41,23 +44,6 @@ v1::JobStatus RendezvousJob::GetStatus() const {
         std::chrono::duration_cast<std::chrono::milliseconds>(now -
                                                               node.last_seen)
             .count());
-    switch (node.state) {
-      case NodeState::kJoining:
-        n->set_state(v1::NodeStatus::STATE_JOINING);
-        break;
-      case NodeState::kWaiting:
-        n->set_state(v1::NodeStatus::STATE_WAITING);
-        break;
-      case NodeState::kRunning:
-        n->set_state(v1::NodeStatus::STATE_RUNNING);
-        break;
-      case NodeState::kExpected:
-        n->set_state(v1::NodeStatus::STATE_EXPECTED);
-        break;
-      case NodeState::kSucceeded:
-        n->set_state(v1::NodeStatus::STATE_SUCCEEDED);
-        break;
-    }
   }
   return s;
 }
