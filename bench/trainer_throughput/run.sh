@@ -17,10 +17,12 @@ trap 'rm -rf "$WORK"' EXIT
 declare -A SYNTH=(
   [survival]="--n 96"
   [segmentation]="--n 128"
+  [vqa]="--n 320"
 )
 declare -A DATA=(
   [survival]="--csv_path DATA/survival.csv"
   [segmentation]="--data_path DATA/prompts.jsonl"
+  [vqa]="--data_path DATA/vqa.jsonl"
 )
 
 samples_per_s() {
@@ -28,7 +30,7 @@ samples_per_s() {
 }
 
 printf '%-14s %14s %14s %8s\n' trainer "1 rank (s/s)" "2 ranks (s/s)" speedup
-for name in survival segmentation; do
+for name in survival segmentation vqa; do
   exe="$BIN/${name}_trainer"
   [[ -x "$exe" ]] || { printf '%-14s %14s\n' "$name" "not built"; continue; }
   data="$WORK/$name-data"
@@ -38,7 +40,7 @@ for name in survival segmentation; do
   one=$(samples_per_s "$WORK/$name-1")
   two="n/a"
   if [[ -x "$BIN/ddprun" ]]; then
-    "$BIN/ddprun" --standalone --nproc_per_node=2 "$exe" $flags \
+    "$BIN/ddprun" --standalone --nproc_per_node=2 --no_python "$exe" $flags \
       --output_dir "$WORK/$name-2" >"$WORK/$name-2.log" 2>&1
     two=$(samples_per_s "$WORK/$name-2")
   fi
