@@ -1,0 +1,107 @@
+#pragma once
+
+// Helpers for the multi-node tests: real ddprun / ddprun-rendezvous
+// processes on loopback (or in network namespaces), output to files, every
+// wait bounded.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ddprun::multinode {
+
+using SteadyClock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+inline const std::string kBinDir = DDPRUN_BIN_DIR;
+inline const std::string kData = DDPRUN_SOURCE_DIR "/tests/multinode/data";
+
+std::string ReadFile(const std::string& path);
+std::vector<std::string> ListDir(const std::string& dir);
+
+// A fresh /tmp directory, removed (rm -rf) at scope exit, after killing
+// the workers recorded in it (KillRecordedWorkers).
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int FreeLoopbackPort();
+
+// Polls `done` every 20 ms until it holds or `timeout` passes.
+bool WaitUntil(const std::function<bool()>& done,
+               std::chrono::milliseconds timeout);
+
+// A child process (argv[0] is the executable path) with stdout and stderr in
+// `<dir>/<name>.out|.err`. Killed (SIGKILL, its process group too) and reaped
+// by the destructor if still running.
+class Child {
+ public:
+  Child(const std::string& dir, const std::string& name,
+        std::vector<std::string> argv,
+        std::map<std::string, std::string> env = {});
+  ~Child();
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  // Exit code (128+N when killed by signal N); -1 when `timeout` passes.
+  int Wait(std::chrono::milliseconds timeout);
+  bool Running();
+  void Kill(int sig);
+  pid_t pid() const { return pid_; }
+  std::string Stdout() const { return ReadFile(out_); }
+  std::string Stderr() const { return ReadFile(err_); }
+  // Both streams, for failure messages.
+  std::string Output() const;
+
+ private:
+  std::string out_, err_;
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  int code_ = -1;
+};
+
+// `ddprun-rendezvous --host 127.0.0.1 --port <port>` (0: any free port); the
+// bound port is read back from its "listening on" log line.
+class RendezvousServerProcess {
+ public:
+  RendezvousServerProcess(const std::string& dir, int port,
+                          const std::vector<std::string>& prefix = {},
+                          const std::string& host = "127.0.0.1");
+  int port() const { return port_; }  // 0 if it never listened
+  Child& child() { return *child_; }
+
+ private:
+  std::unique_ptr<Child> child_;
+  int port_ = 0;
+};
+
+// One line per worker start written by data/env_worker.sh (see there).
+struct WorkerStart {
+  std::string node;  // MN_NODE of its agent
+  int rank = -1, world_size = 0, group_rank = -1, group_world_size = 0;
+  int restart_count = -1;
+  int pid = 0;
+  double wall_time = 0;  // seconds since the epoch
+};
+std::vector<WorkerStart> ReadWorkerStarts(const std::string& dir);
+
+// Kills (SIGKILL) every worker pid recorded in `dir` (left by a kill -9'd
+// agent).
+void KillRecordedWorkers(const std::string& dir);
+
+// The ddprun command line prefix: {ddprun path, args...}.
+std::vector<std::string> Ddprun(std::vector<std::string> args);
+
+}  // namespace ddprun::multinode
