@@ -1,0 +1,204 @@
+// Elastic behaviour of real ddprun agents on loopback (shell workers from
+// data/env_worker.sh, one per node, so that only the agents' reactions are
+// timed): a late joiner, kill -9 of an agent, kill -9 and restart of the
+// server, worker failures and an exhausted restart budget.
+
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "tests/multinode/multinode_util.h"
+
+namespace ddprun::multinode {
+namespace {
+
+double WallNow() {
+  return std::chrono::duration<double>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+using Env = std::map<std::string, std::string>;
+
+// An external server plus agents running env_worker.sh.
+class ElasticJob {
+ public:
+  explicit ElasticJob(std::map<std::string, std::string> env)
+      : env_(std::move(env)) {
+    server_ = std::make_unique<RendezvousServerProcess>(dir_.path(), 0);
+    env_["MN_OUT"] = dir_.path();
+  }
+
+  int port() const { return server_->port(); }
+  const TempDir& dir() const { return dir_; }
+
+  // Starts agent `node` with `args` plus the endpoint and the worker.
+  Child& Start(const std::string& node, std::vector<std::string> args) {
+    args.push_back("--rdzv_backend=grpc");
+    args.push_back("--rdzv_endpoint=127.0.0.1:" + std::to_string(port()));
+    args.push_back("--no_python");
+    args.push_back(kData + "/env_worker.sh");
+    std::map<std::string, std::string> env = env_;
+    env["MN_NODE"] = node;
+    agents_.push_back(
+        std::make_unique<Child>(dir_.path(), node, Ddprun(args), env));
+    return *agents_.back();
+  }
+
+  std::vector<WorkerStart> Starts() const {
+    return ReadWorkerStarts(dir_.path());
+  }
+
+  // Waits until `n` starts satisfy `pred`.
+  bool WaitStarts(size_t n, const std::function<bool(const WorkerStart&)>& pred,
+                  std::chrono::milliseconds timeout) {
+    return WaitUntil(
+        [&] {
+          auto s = Starts();
+          return static_cast<size_t>(std::count_if(s.begin(), s.end(), pred)) >=
+                 n;
+        },
+        timeout);
+  }
+
+  void RestartServer() {
+    const int port = server_->port();
+    server_->child().Kill(SIGKILL);
+    server_->child().Wait(5s);
+    server_ = std::make_unique<RendezvousServerProcess>(dir_.path(), port);
+  }
+  RendezvousServerProcess& server() { return *server_; }
+
+  std::string Outputs() const {
+    std::string all;
+    for (const auto& a : agents_) all += a->Output();
+    return all;
+  }
+
+ private:
+  TempDir dir_;
+  std::map<std::string, std::string> env_;
+  std::unique_ptr<RendezvousServerProcess> server_;
+  std::vector<std::unique_ptr<Child>> agents_;
+};
+
+TEST_CASE("multinode: a third agent joins 1:3, all restart into 3 nodes",
+          "[multinode][elastic]") {
+  ElasticJob job(Env{{"MN_FINISH_WS", "3"}});
+  REQUIRE(job.port() > 0);
+  std::vector<std::string> args = {"--nnodes=1:3", "--rdzv_id=late",
+                                   "--max_restarts=0",
+                                   "--rdzv_conf=last_call_timeout=1"};
+  Child& a = job.Start("a", args);
+  Child& b = job.Start("b", args);
+  INFO(job.Outputs());
+  REQUIRE(job.WaitStarts(
+      2, [](const WorkerStart& s) { return s.world_size == 2; }, 15s));
+  Child& c = job.Start("c", args);
+  REQUIRE(job.WaitStarts(
+      3, [](const WorkerStart& s) { return s.world_size == 3; }, 15s));
+  CHECK(a.Wait(15s) == 0);
+  CHECK(b.Wait(15s) == 0);
+  CHECK(c.Wait(15s) == 0);
+  std::set<int> ranks;
+  for (const WorkerStart& s : job.Starts()) {
+    CHECK(s.restart_count == 0);  // membership changes spend no budget
+    if (s.world_size == 3) {
+      ranks.insert(s.rank);
+      CHECK(s.group_world_size == 3);
+    }
+  }
+  CHECK(ranks == std::set<int>{0, 1, 2});
+}
+
+TEST_CASE("multinode: kill -9 of one agent, the survivor restarts within 5 s",
+          "[multinode][elastic]") {
+  ElasticJob job(Env{{"MN_FINISH_WS", "1"}});
+  REQUIRE(job.port() > 0);
+  std::vector<std::string> args = {"--nnodes=1:2", "--rdzv_id=loss"};
+  Child& a = job.Start("a", args);
+  Child& b = job.Start("b", args);
+  INFO(job.Outputs());
+  REQUIRE(job.WaitStarts(
+      2, [](const WorkerStart& s) { return s.world_size == 2; }, 15s));
+  const double killed_at = WallNow();
+  b.Kill(SIGKILL);
+  REQUIRE(job.WaitStarts(
+      1,
+      [](const WorkerStart& s) { return s.node == "a" && s.world_size == 1; },
+      10s));
+  double restarted_at = 0;
+  for (const WorkerStart& s : job.Starts()) {
+    if (s.node == "a" && s.world_size == 1) restarted_at = s.wall_time;
+  }
+  const double seconds = restarted_at - killed_at;
+  std::printf("[multinode] survivor's worker restarted %.2f s after kill -9\n",
+              seconds);
+  CHECK(seconds <= 5.0);
+  CHECK(a.Wait(10s) == 0);
+}
+
+TEST_CASE("multinode: kill -9 and restart of the server, the job finishes",
+          "[multinode][elastic]") {
+  ElasticJob job(Env{{"MN_SLEEP", "6"}});
+  REQUIRE(job.port() > 0);
+  std::vector<std::string> args = {"--nnodes=2", "--rdzv_id=srv"};
+  Child& a = job.Start("a", args);
+  Child& b = job.Start("b", args);
+  INFO(job.Outputs());
+  REQUIRE(job.WaitStarts(
+      2, [](const WorkerStart& s) { return s.world_size == 2; }, 15s));
+  job.RestartServer();
+  REQUIRE(job.server().port() > 0);
+  CHECK(a.Wait(20s) == 0);
+  CHECK(b.Wait(20s) == 0);
+  // The healthy workers were never restarted.
+  CHECK(job.Starts().size() == 2);
+}
+
+TEST_CASE("multinode: a worker failure restarts the job on both nodes",
+          "[multinode][elastic]") {
+  ElasticJob job(Env{{"MN_FAIL", "first"}, {"MN_SLEEP", "1"}});
+  REQUIRE(job.port() > 0);
+  std::vector<std::string> args = {"--nnodes=2", "--rdzv_id=fail",
+                                   "--max_restarts=1"};
+  Child& a = job.Start("a", args);
+  Child& b = job.Start("b", args);
+  INFO(job.Outputs());
+  CHECK(a.Wait(25s) == 0);
+  CHECK(b.Wait(25s) == 0);
+  std::map<std::string, std::set<int>> attempts;
+  for (const WorkerStart& s : job.Starts()) {
+    attempts[s.node].insert(s.restart_count);
+  }
+  CHECK(attempts["a"] == std::set<int>{0, 1});
+  CHECK(attempts["b"] == std::set<int>{0, 1});
+}
+
+TEST_CASE("multinode: an exhausted restart budget fails both nodes",
+          "[multinode][elastic]") {
+  ElasticJob job(Env{{"MN_FAIL", "always"}});
+  REQUIRE(job.port() > 0);
+  std::vector<std::string> args = {"--nnodes=2", "--rdzv_id=budget",
+                                   "--max_restarts=1"};
+  Child& a = job.Start("a", args);
+  Child& b = job.Start("b", args);
+  INFO(job.Outputs());
+  const int code_a = a.Wait(25s), code_b = b.Wait(25s);
+  CHECK(code_a != 0);
+  CHECK(code_a != -1);
+  CHECK(code_b != 0);
+  CHECK(code_b != -1);
+  std::set<int> attempts;
+  for (const WorkerStart& s : job.Starts()) attempts.insert(s.restart_count);
+  CHECK(attempts == std::set<int>{0, 1});
+}
+
+}  // namespace
+}  // namespace ddprun::multinode
