@@ -5,6 +5,9 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
 export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
+# Relative paths in the cache key: a fresh clone elsewhere still hits.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
+export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
 # Two cores, and Torch TUs need ~2 GB each: keep the job count explicit.
 cmake --build build -j "${DDPRUN_BUILD_JOBS:-2}"
