@@ -23,6 +23,7 @@
 
 #include <torch/nn.h>
 #include <torch/optim.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "ddprun/worker/sync_batch_norm.h"
 #include "ddprun/worker/worker.h"
@@ -377,6 +378,19 @@ int Amp() {
   return 0;
 }
 
+// Hosts a TCPStore on PORT for SECONDS, as a launcher's agent does.
+int HostStore(int port, int seconds) {
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<uint16_t>(port);
+  o.isServer = true;
+  o.waitWorkers = false;
+  c10d::TCPStore store("127.0.0.1", o);
+  std::printf("store up\n");
+  std::fflush(stdout);
+  sleep(seconds);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -404,6 +418,9 @@ int main(int argc, char** argv) {
                     std::stoi(a.at(5)));
     }
     if (mode == "amp") return Amp();
+    if (mode == "host_store") {
+      return HostStore(std::stoi(a.at(2)), std::stoi(a.at(3)));
+    }
     if (mode == "zero") {
       return Zero(a.at(2), std::stoi(a.at(3)), std::stoi(a.at(4)),
                   a.at(5) == "sharded");

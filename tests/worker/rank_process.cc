@@ -102,8 +102,8 @@ std::map<std::string, std::string> RankEnv(int rank, int world, int port) {
 std::vector<RankResult> RunRanks(
     const std::vector<std::string>& argv, int world,
     const std::map<std::string, std::string>& extra_env,
-    std::chrono::milliseconds timeout) {
-  int port = FreePort();
+    std::chrono::milliseconds timeout, int port) {
+  if (port == 0) port = FreePort();
   std::vector<std::unique_ptr<RankProcess>> procs;
   for (int r = 0; r < world; ++r) {
     auto env = RankEnv(r, world, port);

@@ -45,12 +45,12 @@ struct RankResult {
   std::string output;
 };
 
-// Runs `argv` as `world` ranks on a fresh port and waits for all of them
-// (killing stragglers after `timeout`, then exit_code is 137).
+// Runs `argv` as `world` ranks on `port` (0: a fresh one) and waits for all
+// of them (killing stragglers after `timeout`, then exit_code is 137).
 std::vector<RankResult> RunRanks(
     const std::vector<std::string>& argv, int world,
     const std::map<std::string, std::string>& extra_env = {},
-    std::chrono::milliseconds timeout = std::chrono::seconds(60));
+    std::chrono::milliseconds timeout = std::chrono::seconds(60), int port = 0);
 
 // Path of a binary built into DDPRUN_BIN_DIR.
 std::string BinPath(const std::string& name);

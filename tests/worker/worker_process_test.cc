@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -322,4 +323,28 @@ TEST_CASE("ddp_demo: 2 ranks all-reduce and fit with identical replicas",
           std::string::npos);
   REQUIRE(results[1].output.find("[ddp_demo] step 20 loss") ==
           std::string::npos);
+}
+
+TEST_CASE("World: groups can join twice through one agent-hosted store",
+          "[worker][process]") {
+  // The agent's store outlives worker restarts; the second group must not
+  // read the first group's keys (generation-scoped join and PG prefix).
+  int port = wt::FreePort();
+  wt::RankProcess host({Helper(), "host_store", std::to_string(port), "60"},
+                       {});
+  for (int i = 0; i < 50 && host.Output().find("store up") == std::string::npos;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  REQUIRE(host.Output().find("store up") != std::string::npos);
+  std::map<std::string, std::string> env = {
+      {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+      {"TORCHELASTIC_RESTART_COUNT", "0"}};
+  for (int round = 0; round < 2; ++round) {
+    CAPTURE(round);
+    auto results = wt::RunRanks({Helper(), "collectives"}, 2, env,
+                                std::chrono::seconds(30), port);
+    RequireAllOk(results);
+    REQUIRE(results[0].output.find("agent_store 1") != std::string::npos);
+  }
 }

@@ -86,19 +86,22 @@ std::shared_ptr<::gloo::transport::Device> GlooDevice(const WorkerEnv& env) {
 
 // Every rank adds itself to a counter; the last one to arrive releases the
 // others. A missing peer becomes a CollectiveError after `timeout` saying
-// how many arrived, never an endless wait.
-void StoreBarrier(c10d::Store& store, const WorkerEnv& env,
-                  std::chrono::milliseconds timeout) {
+// how many arrived, never an endless wait. Returns the generation: how many
+// complete groups joined through this store before (non-zero when a store
+// outlives a restart), used to keep the process group's keys apart.
+int64_t StoreBarrier(c10d::Store& store, const WorkerEnv& env,
+                     std::chrono::milliseconds timeout) {
   const std::string count_key = "ddprun/init/arrived";
-  const std::string done_key = "ddprun/init/done";
   int64_t arrived = store.add(count_key, 1);
-  if (arrived == env.world_size) store.set(done_key, {'1'});
+  int64_t generation = (arrived - 1) / env.world_size;
+  const std::string done_key = "ddprun/init/done/" + std::to_string(generation);
+  if (arrived % env.world_size == 0) store.set(done_key, {'1'});
   try {
     store.wait({done_key}, timeout);
   } catch (const std::exception& e) {
     int64_t now = -1;
     try {
-      now = store.add(count_key, 0);
+      now = store.add(count_key, 0) - generation * env.world_size;
     } catch (...) {
     }
     throw CollectiveError(
@@ -108,6 +111,7 @@ void StoreBarrier(c10d::Store& store, const WorkerEnv& env,
         std::to_string(env.world_size) + " ranks arrived at " +
         env.master_addr + ":" + std::to_string(env.master_port));
   }
+  return generation;
 }
 
 }  // namespace
@@ -248,10 +252,12 @@ World InitWorld(const WorkerEnv& env, const InitOptions& options) {
                           ":" + std::to_string(env.master_port) + " (rank " +
                           std::to_string(env.rank) + "): " + e.what());
   }
-  StoreBarrier(*impl->store, env, options.store_timeout);
+  int64_t generation = StoreBarrier(*impl->store, env, options.store_timeout);
 
-  auto pg_store =
-      c10::make_intrusive<c10d::PrefixStore>("default_pg", impl->store);
+  auto pg_store = c10::make_intrusive<c10d::PrefixStore>(
+      generation == 0 ? std::string("default_pg")
+                      : "default_pg/" + std::to_string(generation),
+      impl->store);
   try {
     if (backend == "gloo") {
       auto opts =
