@@ -105,6 +105,16 @@ void ElasticAgent::RendezvousAndStart() {
     Finish(WorkerState::kFailed, 1);
     return;
   }
+  if (config_.node_rank_exact && round->group_rank != o.node_rank) {
+    DDP_LOG(ERROR) << "static rendezvous: this node has --node_rank="
+                   << o.node_rank << " but got group rank "
+                   << round->group_rank
+                   << " (does another node use --node_rank=" << o.node_rank
+                   << "?)";
+    rendezvous_->Leave();
+    Finish(WorkerState::kFailed, 1);
+    return;
+  }
   round_ = *round;
   Status started = StartWorkers();
   if (!started.ok()) {

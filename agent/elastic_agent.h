@@ -40,6 +40,10 @@ struct AgentConfig {
   // cause's error file with errorCode added.
   std::string agent_error_file;
   Clock::Duration join_timeout = std::chrono::seconds(600);
+  // Static multi-node mode: the round must give this node group rank
+  // --node_rank exactly (else two nodes share a --node_rank: the job fails
+  // with one clear line instead of running with surprising ranks).
+  bool node_rank_exact = false;
 };
 
 // torchrun's local elastic agent as an event-driven state machine:

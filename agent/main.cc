@@ -91,7 +91,6 @@ int Run(int argc, char** argv) {
     return 2;
   }
   if (!setup->local_addr.empty()) options.local_addr = setup->local_addr;
-  if (setup->force_node_rank_hint) options.node_rank_given = true;
   InterruptibleRendezvous rendezvous(setup->client.get(), ExitNow);
   interruptible = &rendezvous;
 
@@ -101,6 +100,10 @@ int Run(int argc, char** argv) {
 
   AgentConfig config;
   config.run_id = options.rdzv_id;
+  if (setup->static_node_rank) {
+    options.node_rank_given = true;
+    config.node_rank_exact = true;
+  }
   // config.hostname stays empty: the agent resolves it only for a failure
   // table, so a slow resolver never delays a launch.
   char host[256] = {0};

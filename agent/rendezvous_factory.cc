@@ -215,7 +215,7 @@ StatusOr<RendezvousSetup> MakeStatic(const LaunchOptions& options,
   DDP_ASSIGN_OR_RETURN(RendezvousSetup setup,
                        Connect(std::move(server), client));
   if (options.node_rank == 0) setup.local_addr = options.master_addr;
-  setup.force_node_rank_hint = true;
+  setup.static_node_rank = true;
   return setup;
 }
 

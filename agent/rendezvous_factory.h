@@ -28,8 +28,8 @@ struct RendezvousSetup {
   // Address to announce as this node's MASTER_ADDR candidate instead of
   // --local_addr ("" = keep it). Static mode: node 0 announces --master_addr.
   std::string local_addr;
-  // Always send this --node_rank as a hint (static mode).
-  bool force_node_rank_hint = false;
+  // Static mode: --node_rank is a hint the round must honour exactly.
+  bool static_node_rank = false;
 };
 
 // Picks and builds the rendezvous for `options`:

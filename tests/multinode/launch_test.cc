@@ -1,0 +1,123 @@
+// How ddprun picks and reaches the rendezvous, seen from real processes on
+// loopback: torchrun's is_host rule, tokens, static node ranks, and signals
+// while an agent is blocked in the exit barrier.
+
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <thread>
+
+#include "tests/multinode/multinode_util.h"
+
+namespace ddprun::multinode {
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+std::vector<std::string> EnvWorker(std::vector<std::string> args) {
+  args.push_back("--no_python");
+  args.push_back(kData + "/env_worker.sh");
+  return Ddprun(args);
+}
+
+TEST_CASE(
+    "multinode: on the endpoint's host the first agent hosts, the next "
+    "joins",
+    "[multinode][launch]") {
+  TempDir dir;
+  const std::string ep = "127.0.0.1:" + std::to_string(FreeLoopbackPort());
+  std::vector<std::string> args = {"--nnodes=2", "--rdzv_backend=c10d",
+                                   "--rdzv_id=auto", "--rdzv_endpoint=" + ep};
+  Env env = {{"MN_OUT", dir.path()}, {"MN_SLEEP", "0"}};
+  env["MN_NODE"] = "a";
+  Child a(dir.path(), "a", EnvWorker(args), env);
+  REQUIRE(WaitUntil(
+      [&] { return a.Stderr().find("listening on") != std::string::npos; },
+      10s));
+  env["MN_NODE"] = "b";
+  Child b(dir.path(), "b", EnvWorker(args), env);
+  INFO(a.Output() + b.Output());
+  CHECK(a.Wait(15s) == 0);
+  CHECK(b.Wait(15s) == 0);
+  CHECK(b.Stderr().find("already served on this host: joining it") !=
+        std::string::npos);
+  CHECK(ReadWorkerStarts(dir.path()).size() == 2);
+}
+
+TEST_CASE("multinode: the hosted rendezvous requires the host's token",
+          "[multinode][launch]") {
+  TempDir dir;
+  const std::string ep = "127.0.0.1:" + std::to_string(FreeLoopbackPort());
+  std::vector<std::string> args = {"--nnodes=2", "--rdzv_backend=grpc",
+                                   "--rdzv_id=tok", "--rdzv_endpoint=" + ep};
+  Env env = {{"MN_OUT", dir.path()}, {"MN_NODE", "h"}};
+  env["DDPRUN_RDZV_TOKEN"] = "right";
+  Child host(dir.path(), "host", EnvWorker(args), env);
+  REQUIRE(WaitUntil(
+      [&] { return host.Stderr().find("token required") != std::string::npos; },
+      10s));
+  std::vector<std::string> bad = args;
+  bad.push_back("--rdzv_conf=token=wrong,is_host=false");
+  Child guest(dir.path(), "guest", EnvWorker(bad), env);
+  INFO(guest.Output());
+  CHECK(guest.Wait(15s) == 1);
+  CHECK(guest.Stderr().find("token") != std::string::npos);
+  CHECK(ReadWorkerStarts(dir.path()).empty());
+}
+
+TEST_CASE("multinode: static nodes sharing a --node_rank fail clearly",
+          "[multinode][launch]") {
+  TempDir dir;
+  const std::string port = std::to_string(FreeLoopbackPort());
+  auto node = [&](const std::string& rank, const std::string& name) {
+    return std::make_unique<Child>(
+        dir.path(), name,
+        EnvWorker({"--nnodes=3", "--node_rank=" + rank,
+                   "--master_addr=127.0.0.1", "--master_port=" + port,
+                   "--rdzv_conf=join_timeout=20"}),
+        Env{{"MN_OUT", dir.path()}, {"MN_NODE", name}});
+  };
+  auto n0 = node("0", "n0");
+  REQUIRE(WaitUntil(
+      [&] { return n0->Stderr().find("listening on") != std::string::npos; },
+      10s));
+  auto n1 = node("1", "n1");
+  auto dup = node("1", "dup");
+  // Whichever of the two rank-1 nodes lost the rank stops with one line.
+  REQUIRE(WaitUntil([&] { return !n1->Running() || !dup->Running(); }, 15s));
+  Child& loser = n1->Running() ? *dup : *n1;
+  INFO(loser.Output());
+  CHECK(loser.Wait(1s) == 1);
+  CHECK(loser.Stderr().find("does another node use --node_rank=1?") !=
+        std::string::npos);
+}
+
+TEST_CASE("multinode: SIGTERM in the exit barrier stops the agent at once",
+          "[multinode][launch]") {
+  TempDir dir;
+  RendezvousServerProcess server(dir.path(), 0);
+  REQUIRE(server.port() > 0);
+  std::vector<std::string> args = {
+      "--nnodes=2", "--rdzv_backend=grpc", "--rdzv_id=barrier",
+      "--rdzv_endpoint=127.0.0.1:" + std::to_string(server.port())};
+  // Node "fast" finishes at once and waits in the exit barrier for "slow".
+  Child fast(dir.path(), "fast", EnvWorker(args),
+             {{"MN_OUT", dir.path()}, {"MN_NODE", "fast"}, {"MN_SLEEP", "0"}});
+  Child slow(dir.path(), "slow", EnvWorker(args),
+             {{"MN_OUT", dir.path()}, {"MN_NODE", "slow"}, {"MN_SLEEP", "30"}});
+  INFO(fast.Output() + slow.Output());
+  REQUIRE(
+      WaitUntil([&] { return ReadWorkerStarts(dir.path()).size() == 2; }, 15s));
+  std::this_thread::sleep_for(500ms);  // fast's worker exits, barrier begins
+  REQUIRE(fast.Running());
+  const auto start = SteadyClock::now();
+  fast.Kill(SIGTERM);
+  CHECK(fast.Wait(5s) == 143);
+  CHECK(SteadyClock::now() - start < 3s);
+  CHECK(fast.Stderr().find("received SIGTERM while waiting for the "
+                           "rendezvous") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace ddprun::multinode
