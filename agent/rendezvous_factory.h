@@ -43,7 +43,11 @@ struct RendezvousSetup {
 //   a plain client;
 // - the static backend with --nnodes=N>1: the gRPC rendezvous at
 //   --master_addr:--master_port, hosted by --node_rank 0, min=max=N, node
-//   ranks as hints (group rank = node rank).
+//   ranks as hints (group rank = node rank). Workers get MASTER_ADDR =
+//   --master_addr but a MASTER_PORT that node 0's agent verified free, not
+//   --master_port: that port is the rendezvous now (torchrun's node 0 hosts
+//   a TCPStore there that its workers share; ddprun workers get their own
+//   store port). Open both ports between nodes.
 // The token is rdzv_conf token=/token_file=, else $DDPRUN_RDZV_TOKEN; the
 // embedded server requires the same token. Blocks only to bind a server.
 // Errors (INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE) carry one clear line.
