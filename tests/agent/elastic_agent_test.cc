@@ -171,6 +171,7 @@ class FakeRendezvous : public RendezvousClient {
     if (fail_join) return DeadlineExceededError("rendezvous timed out");
     RendezvousResult r;
     r.round = round++;
+    r.group_rank = group_rank;
     r.world_size = request.local_world_size;
     r.role_world_size = request.local_world_size;
     r.master_addr = "127.0.0.1";
@@ -195,6 +196,7 @@ class FakeRendezvous : public RendezvousClient {
   int max_restarts = 0;
   int restarts_used = 0;
   int64_t round = 0;
+  int group_rank = 0;
   int joins = 0;
   int successes = 0;
   int leaves = 0;
@@ -428,6 +430,28 @@ TEST_CASE("ElasticAgent: rendezvous failure ends the job", "[agent]") {
   h.Start();
   CHECK(h.launcher.workers.empty());
   CHECK(h.exit_code == 1);
+}
+
+TEST_CASE("ElasticAgent: static mode needs group rank == --node_rank",
+          "[agent]") {
+  Harness h(2);
+  h.config.node_rank_exact = true;
+  h.config.options.node_rank = 1;
+  h.config.options.node_rank_given = true;
+  SECTION("another node holds the rank: leave, exit 1, no workers") {
+    h.rendezvous.group_rank = 2;
+    h.Start();
+    CHECK(h.rendezvous.last_request.node_rank_hint == 1);
+    CHECK(h.launcher.workers.empty());
+    CHECK(h.rendezvous.leaves == 1);
+    CHECK(h.exit_code == 1);
+  }
+  SECTION("the rank is granted: workers start") {
+    h.rendezvous.group_rank = 1;
+    h.Start();
+    CHECK(h.launcher.workers.size() == 2);
+    CHECK(!h.exit_code.has_value());
+  }
 }
 
 TEST_CASE("ElasticAgent: local_ranks_filter and tee prefixes", "[agent]") {
