@@ -253,7 +253,8 @@ int Train(const std::string& dir, int total, int every, const std::string& log,
 // batch B vs torch::optim::AdamW on one process x batch N*B.
 int Zero(const std::string& out, int steps, int batch, bool sharded) {
   w::World world = w::InitFromEnv();
-  torch::manual_seed(5);  // same init everywhere, no broadcast needed
+  // Different init per rank: ShardedAdam must broadcast rank 0's.
+  torch::manual_seed(5 + (sharded ? world.rank() : 0));
   Net net(false);
   int n = world.world_size(), r = world.rank();
   std::unique_ptr<torch::optim::AdamW> plain;

@@ -23,6 +23,14 @@ ShardedAdam::ShardedAdam(World world, std::vector<at::Tensor> params,
   shard_size_ = (numel_ + n - 1) / n;
   shard_begin_ = std::min(numel_, shard_size_ * world_.rank());
   shard_end_ = std::min(numel_, shard_begin_ + shard_size_);
+  // Without DDP (ZeRO-2 mode) nothing else makes the replicas start equal.
+  if (world_.distributed()) {
+    at::NoGradGuard no_grad;
+    for (auto& p : params_) {
+      at::Tensor d = p.detach();
+      world_.Broadcast(d, 0);
+    }
+  }
   auto opts = at::TensorOptions().dtype(at::kFloat).device(world_.device());
   exp_avg_ = at::zeros({shard_size_}, opts);
   exp_avg_sq_ = at::zeros({shard_size_}, opts);

@@ -41,7 +41,9 @@ struct ShardedAdamOptions {
 //   3. parameters all-gathered from their owners and copied back.
 // Results equal torch::optim::Adam(W) on the averaged gradients within fp32
 // rounding. Parameters must be dense fp32 on world.device() and must not be
-// replaced. Not thread-safe. Throws CollectiveError on a failed collective.
+// replaced. The constructor broadcasts rank 0's parameters (collective: every
+// rank constructs it at the same point). Not thread-safe. Throws
+// CollectiveError on a failed collective.
 class ShardedAdam {
  public:
   ShardedAdam(World world, std::vector<at::Tensor> params,
