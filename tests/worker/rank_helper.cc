@@ -375,6 +375,30 @@ int Amp() {
   CHECK_OR_THROW(norm > 1.0 && std::abs(std::sqrt(after) - 1.0) < 1e-3,
                  "clip grad norm");
   CHECK_OR_THROW(w::ScaleLearningRate(1e-4, 4) == 4e-4, "linear lr scaling");
+  // GradScaler: scaled backward + Unscale gives the plain gradients; an
+  // overflow skips the step and halves the scale.
+  w::World world;
+  w::GradScalerOptions so;
+  so.init_scale = 1024;
+  so.growth_interval = 2;
+  w::GradScaler scaler(world, so);
+  at::Tensor xin = at::randn({3, 8});
+  for (auto& p : lin->parameters()) p.mutable_grad() = at::Tensor();
+  lin->forward(xin).sum().backward();
+  at::Tensor plain = lin->weight.grad().clone();
+  for (auto& p : lin->parameters()) p.mutable_grad() = at::Tensor();
+  scaler.Scale(lin->forward(xin).sum()).backward();
+  CHECK_OR_THROW(scaler.Unscale(lin->parameters()), "finite grads");
+  CHECK_OR_THROW(at::allclose(lin->weight.grad(), plain, 1e-5, 1e-6),
+                 "unscaled grads");
+  scaler.Update();
+  scaler.Update();
+  CHECK_OR_THROW(scaler.scale() == 2048, "scale growth");
+  for (auto& p : lin->parameters()) p.mutable_grad() = at::Tensor();
+  scaler.Scale(lin->forward(xin).sum() * 1e38f).backward();
+  CHECK_OR_THROW(!scaler.Unscale(lin->parameters()), "overflow detected");
+  scaler.Update();
+  CHECK_OR_THROW(scaler.scale() == 1024, "scale backoff");
   std::printf("amp ok\n");
   return 0;
 }

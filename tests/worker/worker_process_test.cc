@@ -300,7 +300,7 @@ TEST_CASE("SyncBatchNorm: 2 ranks x batch 4 normalise like 1 rank x batch 8",
   }
 }
 
-TEST_CASE("AutocastScope: CPU bf16 autocast, gradient clipping, LR scaling",
+TEST_CASE("AutocastScope: CPU bf16 autocast, GradScaler, clipping, LR scaling",
           "[worker][process]") {
   wt::RankProcess p({Helper(), "amp"}, {});
   REQUIRE(p.Wait(std::chrono::seconds(30)));

@@ -49,6 +49,50 @@ AutocastScope::~AutocastScope() {
   }
 }
 
+GradScaler::GradScaler(World world, GradScalerOptions options)
+    : world_(std::move(world)),
+      options_(options),
+      scale_(options.enabled ? options.init_scale : 1.0) {
+  if (options_.init_scale <= 0 || options_.growth_factor < 1 ||
+      options_.backoff_factor <= 0 || options_.backoff_factor >= 1 ||
+      options_.growth_interval < 1) {
+    throw ConfigError("GradScaler: invalid options");
+  }
+}
+
+at::Tensor GradScaler::Scale(const at::Tensor& loss) const {
+  return options_.enabled ? loss * scale_ : loss;
+}
+
+bool GradScaler::Unscale(const std::vector<at::Tensor>& params) {
+  if (!options_.enabled) return true;
+  at::NoGradGuard no_grad;
+  bool finite = true;
+  for (const auto& p : params) {
+    if (!p.grad().defined()) continue;
+    at::Tensor g = p.grad();
+    g.div_(scale_);
+    if (finite && !at::isfinite(g).all().item<bool>()) finite = false;
+  }
+  at::Tensor flag =
+      at::tensor({finite ? 0.0f : 1.0f}, at::kFloat).to(world_.device());
+  world_.AllReduce(flag, ReduceOp::kMax);
+  last_finite_ = flag.item<float>() == 0.0f;
+  return last_finite_;
+}
+
+void GradScaler::Update() {
+  if (!options_.enabled) return;
+  if (!last_finite_) {
+    scale_ *= options_.backoff_factor;
+    good_steps_ = 0;
+  } else if (++good_steps_ >= options_.growth_interval) {
+    scale_ *= options_.growth_factor;
+    good_steps_ = 0;
+  }
+  last_finite_ = true;
+}
+
 double ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm) {
   return torch::nn::utils::clip_grad_norm_(params, max_norm);
 }

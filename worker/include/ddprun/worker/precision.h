@@ -5,6 +5,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "ddprun/worker/world.h"
+
 namespace ddprun::worker {
 
 // Mixed precision as far as Torch 1.13 allows.
@@ -26,6 +28,40 @@ class AutocastScope {
   bool enabled_;
   bool cuda_;
   bool previous_enabled_ = false;
+};
+
+struct GradScalerOptions {
+  bool enabled = true;
+  double init_scale = 65536.0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+};
+
+// Dynamic loss scaling for fp16 training (torch.cuda.amp.GradScaler's
+// algorithm, device-agnostic):
+//   ddp.Backward(scaler.Scale(loss));
+//   if (scaler.Unscale(params)) { ClipGradNorm(...); opt.step(); }
+//   scaler.Update();
+// Unscale divides the gradients by the scale and reports whether they are
+// all finite on every rank (collective: one all-reduce of a flag, so ranks
+// always agree to step or skip). Update halves the scale after an overflow
+// and doubles it after growth_interval clean steps. With enabled=false the
+// scale is 1 and nothing is checked. bf16 needs no scaler.
+class GradScaler {
+ public:
+  GradScaler(World world, GradScalerOptions options = {});
+  at::Tensor Scale(const at::Tensor& loss) const;
+  bool Unscale(const std::vector<at::Tensor>& params);
+  void Update();
+  double scale() const { return scale_; }
+
+ private:
+  World world_;
+  GradScalerOptions options_;
+  double scale_;
+  bool last_finite_ = true;
+  int64_t good_steps_ = 0;
 };
 
 // Clips the global L2 norm of the gradients of `params` to `max_norm`
