@@ -209,6 +209,9 @@ StatusOr<agent::RendezvousResult> GrpcRendezvousClient::Join(
   c->set_join_timeout_ms(options_.join_timeout.count());
   c->set_last_call_timeout_ms(options_.last_call_timeout.count());
   c->set_heartbeat_timeout_ms(options_.heartbeat_timeout.count());
+  c->set_bad_host_failures(options_.bad_host_failures);
+  c->set_bad_host_window_ms(options_.bad_host_window.count());
+  c->set_bad_host_cooldown_ms(options_.bad_host_cooldown.count());
   v1::NodeInfo* n = req.mutable_node();
   n->set_node_id(request.node_id);
   n->set_instance(instance_);
@@ -476,6 +479,8 @@ Status ApplyRdzvConf(const std::map<std::string, std::string>& conf,
       {"heartbeat_interval", &options->heartbeat_interval},
       {"heartbeat_timeout", &options->heartbeat_timeout},
       {"connection_lost_timeout", &options->connection_lost_timeout},
+      {"bad_host_window", &options->bad_host_window},
+      {"bad_host_cooldown", &options->bad_host_cooldown},
   };
   for (const auto& [key, field] : keys) {
     auto it = conf.find(key);
@@ -488,6 +493,15 @@ Status ApplyRdzvConf(const std::map<std::string, std::string>& conf,
                                   ": expected a positive number of seconds");
     }
     *field = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  }
+  if (auto it = conf.find("bad_host_failures"); it != conf.end()) {
+    char* end = nullptr;
+    const long n = std::strtol(it->second.c_str(), &end, 10);
+    if (it->second.empty() || *end != '\0' || n < 0 || n > 1000) {
+      return InvalidArgumentError("rdzv_conf bad_host_failures=" + it->second +
+                                  ": expected a count in 0..1000 (0 = off)");
+    }
+    options->bad_host_failures = static_cast<uint32_t>(n);
   }
   if (auto it = conf.find("token"); it != conf.end()) {
     options->token = it->second;

@@ -37,14 +37,21 @@ struct GrpcClientOptions {
   // unreachable this long (it restarts, agents re-register) before the
   // agent gets kConnectionLost.
   std::chrono::milliseconds connection_lost_timeout{60000};
+  // Bad-host policy (rdzv_conf bad_host_failures, bad_host_window,
+  // bad_host_cooldown): a host whose workers failed bad_host_failures times
+  // within the window sits out rounds for the cool-down. 0 = off.
+  uint32_t bad_host_failures = 0;
+  std::chrono::milliseconds bad_host_window{600000};
+  std::chrono::milliseconds bad_host_cooldown{300000};
   // Deadline of ReportFailure and Leave calls.
   std::chrono::milliseconds rpc_timeout{10000};
 };
 
 // Applies rdzv_conf keys: join_timeout, last_call_timeout,
-// heartbeat_interval, heartbeat_timeout, connection_lost_timeout (seconds,
-// fractions allowed); token (the value), token_file, tls_ca, tls_cert,
-// tls_key (paths of files to read). Other keys are left to the caller
+// heartbeat_interval, heartbeat_timeout, connection_lost_timeout,
+// bad_host_window, bad_host_cooldown (seconds, fractions allowed);
+// bad_host_failures (a count, 0..1000); token (the value), token_file, tls_ca,
+// tls_cert, tls_key (paths of files to read). Other keys are left to the caller
 // (is_host...). INVALID_ARGUMENT for a bad number, NOT_FOUND for a file that
 // cannot be read.
 Status ApplyRdzvConf(const std::map<std::string, std::string>& conf,

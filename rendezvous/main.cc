@@ -2,10 +2,14 @@
 //
 //   ddprun-rendezvous --host 0.0.0.0 --port 29400 [--token T|--token_file F]
 //                     [--tls_cert C --tls_key K [--tls_ca CA]]
+//                     [--max_nodes_per_job N] [--max_jobs N]
+//                     [--join_rate R] [--heartbeat_rate R]
+//   (the token may also come from the DDPRUN_RDZV_TOKEN environment variable)
 //   ddprun-rendezvous --status HOST:PORT [--rdzv_id ID] [--json]
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -28,6 +32,9 @@ struct Flags {
   std::string token_file;
   std::string tls_cert, tls_key, tls_ca;
   double join_timeout = 600, last_call_timeout = 10, heartbeat_timeout = 3;
+  size_t max_nodes_per_job = 4096;
+  size_t max_jobs = 10000;
+  double join_rate = 2, heartbeat_rate = 20;
   std::string status_endpoint;
   std::string rdzv_id;
   bool json = false;
@@ -102,6 +109,10 @@ int Serve(const Flags& flags) {
   options.defaults.join_timeout = secs(flags.join_timeout);
   options.defaults.last_call_timeout = secs(flags.last_call_timeout);
   options.defaults.heartbeat_timeout = secs(flags.heartbeat_timeout);
+  options.defaults.max_nodes_per_job = flags.max_nodes_per_job;
+  options.limits.max_jobs = flags.max_jobs;
+  options.limits.join_rate_per_s = flags.join_rate;
+  options.limits.heartbeat_rate_per_s = flags.heartbeat_rate;
 
   // Signals are taken synchronously by this thread; gRPC threads never see
   // them.
@@ -154,6 +165,23 @@ int main(int argc, char** argv) {
   app.add_option("--heartbeat_timeout,--heartbeat-timeout",
                  flags.heartbeat_timeout, "default heartbeat_timeout, seconds")
       ->capture_default_str();
+  app.add_option("--max_nodes_per_job,--max-nodes-per-job",
+                 flags.max_nodes_per_job,
+                 "nodes one job may have (joining, waiting, running)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max_jobs,--max-jobs", flags.max_jobs,
+                 "jobs the server holds at once")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--join_rate,--join-rate", flags.join_rate,
+                 "Join calls per second per node (burst 20); 0 = no limit")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--heartbeat_rate,--heartbeat-rate", flags.heartbeat_rate,
+                 "Heartbeat calls per second per node (burst 50); 0 = no limit")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--status", flags.status_endpoint,
                  "print the live state of the server at HOST:PORT and exit");
   app.add_option("--rdzv_id,--rdzv-id", flags.rdzv_id,
@@ -161,7 +189,13 @@ int main(int argc, char** argv) {
   app.add_flag("--json", flags.json, "with --status: print JSON");
   CLI11_PARSE(app, argc, argv);
 
-  if (!flags.token_file.empty()) {
+  // Precedence: --token, then --token_file, then DDPRUN_RDZV_TOKEN (an env
+  // var keeps the token out of `ps`).
+  if (const char* env = std::getenv("DDPRUN_RDZV_TOKEN");
+      env != nullptr && flags.token.empty() && flags.token_file.empty()) {
+    flags.token = env;
+  }
+  if (!flags.token_file.empty() && flags.token.empty()) {
     if (!ddprun::rendezvous::ReadFile(flags.token_file, &flags.token)) {
       std::cerr << "ddprun-rendezvous: cannot read --token_file "
                 << flags.token_file << "\n";

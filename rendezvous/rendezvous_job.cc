@@ -26,6 +26,11 @@ RendezvousJob::RendezvousJob(std::string rdzv_id, const v1::JobConfig& config,
           MsOr(config.last_call_timeout_ms(), defaults.last_call_timeout)),
       heartbeat_timeout_(
           MsOr(config.heartbeat_timeout_ms(), defaults.heartbeat_timeout)),
+      max_nodes_(defaults.max_nodes_per_job),
+      bad_host_window_(
+          MsOr(config.bad_host_window_ms(), defaults.bad_host_window)),
+      bad_host_cooldown_(
+          MsOr(config.bad_host_cooldown_ms(), defaults.bad_host_cooldown)),
       clock_(clock),
       open_since_(clock->Now()) {}
 
@@ -127,7 +132,17 @@ Status RendezvousJob::Join(const v1::JoinRequest& request, WaiterId waiter,
     restart_count_ =
         std::max(restart_count_, request.previous().restart_count());
   }
-  if (phase_ == Phase::kOpen) return JoinOpenRound(request, waiter, out);
+  if (nodes_.count(info.node_id()) == 0 && nodes_.size() >= max_nodes_) {
+    return ResourceExhaustedError(
+        "rendezvous '" + id_ + "' already has " + std::to_string(max_nodes_) +
+        " nodes (the server's --max_nodes_per_job); node '" + info.node_id() +
+        "' refused");
+  }
+  const bool excluded = HostExcluded(info.addr());
+  if (phase_ == Phase::kOpen) {
+    return excluded ? ParkWaiting(request, waiter, true, out)
+                    : JoinOpenRound(request, waiter, out);
+  }
 
   // The round runs.
   auto it = nodes_.find(info.node_id());
@@ -145,13 +160,15 @@ Status RendezvousJob::Join(const v1::JoinRequest& request, WaiterId waiter,
                "node '" + info.node_id() + "' re-joined, leaving round " +
                    std::to_string(round_),
                out);
-    return JoinOpenRound(request, waiter, out);
+    return excluded ? ParkWaiting(request, waiter, true, out)
+                    : JoinOpenRound(request, waiter, out);
   }
-  return ParkWaiting(request, waiter, out);
+  return ParkWaiting(request, waiter, excluded, out);
 }
 
 Status RendezvousJob::ParkWaiting(const v1::JoinRequest& request,
-                                  WaiterId waiter, std::vector<Outcome>* out) {
+                                  WaiterId waiter, bool excluded,
+                                  std::vector<Outcome>* out) {
   const v1::NodeInfo& info = request.node();
   if (nodes_.count(info.node_id()) == 0 &&
       CountNodes(NodeState::kWaiting) >=
@@ -164,7 +181,16 @@ Status RendezvousJob::ParkWaiting(const v1::JoinRequest& request,
   node.info = info;
   SetState(&node, NodeState::kWaiting);
   node.last_seen = clock_->Now();
+  node.excluded = excluded;
   ReplaceJoinWaiter(&node, waiter, out);
+  if (excluded) {
+    DDP_LOG(WARNING) << "rendezvous '" << id_ << "': node '" << info.node_id()
+                     << "' waits: host " << info.addr()
+                     << " is excluded (bad-host cool-down)";
+    // It may have been the last node a re-formed round waited for.
+    CompleteIfReady(out);
+    return Status::Ok();
+  }
   if (RunningCount() < static_cast<int>(config_.max_nodes())) {
     // Scale up: the running nodes re-join at the round boundary, without
     // spending the restart budget.
@@ -185,6 +211,7 @@ Status RendezvousJob::JoinOpenRound(const v1::JoinRequest& request,
     node.previous_rank = request.previous().group_rank();
   }
   node.info = info;
+  node.excluded = false;
   SetState(&node, NodeState::kJoining);
   node.last_seen = clock_->Now();
   node.join_seq = next_join_seq_++;
@@ -314,6 +341,8 @@ void RendezvousJob::Invalidate(v1::HeartbeatResponse::Action action,
         node.state == NodeState::kSucceeded) {
       SetState(&node, NodeState::kExpected);
     } else if (node.state == NodeState::kWaiting) {
+      node.excluded |= HostExcluded(node.info.addr());
+      if (node.excluded) continue;
       SetState(&node, NodeState::kJoining);
       node.join_seq = next_join_seq_++;
     }
@@ -470,6 +499,11 @@ Status RendezvousJob::ReportFailure(const v1::ReportFailureRequest& req,
       clock_->Now() + heartbeat_timeout_ + std::chrono::milliseconds(500);
   pending.reason = what;
   pending.charged = restart_count_ < static_cast<int>(config_.max_restarts());
+  if (const Node* reporter = FindNode(req.node_id(), req.instance())) {
+    pending.host = reporter->info.addr();
+    pending.reported_at = clock_->Now();
+    RecordHostFailure(pending.host);
+  }
   if (pending.charged) {
     ++restart_count_;
     AnswerFailure(waiter, true, out);
@@ -489,6 +523,9 @@ void RendezvousJob::OnNodeLost(int64_t round, const std::string& node_id,
                 << round << " follows the loss of node '" << node_id
                 << "': no restart budget spent";
   if (pending_failure_->charged) --restart_count_;
+  if (!pending_failure_->host.empty()) {
+    ForgetHostFailure(pending_failure_->host, pending_failure_->reported_at);
+  }
   for (WaiterId w : pending_failure_->waiters) AnswerFailure(w, true, out);
   pending_failure_.reset();
   last_action_ = Action::ACTION_REJOIN;

@@ -51,6 +51,13 @@ struct JobDefaults {
   // How long a finished (succeeded/failed) job stays visible in Status and
   // refuses Joins under its rdzv_id before the server forgets it.
   Clock::Duration finished_job_ttl = std::chrono::hours(1);
+  // Nodes one job may know at once (joining, waiting, running): a Join of
+  // one more is refused with RESOURCE_EXHAUSTED.
+  size_t max_nodes_per_job = 4096;
+  // Bad-host policy defaults for JobConfig bad_host_window_ms /
+  // bad_host_cooldown_ms left 0 (bad_host_failures 0 = policy off).
+  Clock::Duration bad_host_window = std::chrono::seconds(600);
+  Clock::Duration bad_host_cooldown = std::chrono::seconds(300);
 };
 
 // The state machine of one rendezvous job: rounds, participants, wait list,
@@ -145,12 +152,29 @@ class RendezvousJob {
     uint64_t join_seq = 0;      // join order within the open round
     int previous_rank = -1;     // group rank in the node's last round
     v1::Assignment assignment;  // valid while kRunning / kSucceeded
+    bool excluded = false;      // kWaiting for its host's cool-down
+  };
+
+  // A host's recent worker failures (bad-host policy).
+  struct HostRecord {
+    std::vector<Clock::TimePoint> failures;  // within the window, oldest first
+    std::optional<Clock::TimePoint> excluded_until;
   };
 
   Status JoinOpenRound(const v1::JoinRequest& request, WaiterId waiter,
                        std::vector<Outcome>* out);
+  // Parks a node on the wait list. `excluded`: its host is in a bad-host
+  // cool-down, so it neither starts a new round nor joins one until then.
   Status ParkWaiting(const v1::JoinRequest& request, WaiterId waiter,
-                     std::vector<Outcome>* out);
+                     bool excluded, std::vector<Outcome>* out);
+  // Bad-host policy (rendezvous_job_bad_hosts.cc). Records a worker
+  // failure of `host` now; true if that excludes the host.
+  bool RecordHostFailure(const std::string& host);
+  // Undoes RecordHostFailure (the failure turned out to be a node loss).
+  void ForgetHostFailure(const std::string& host, Clock::TimePoint at);
+  bool HostExcluded(const std::string& host) const;
+  // Ends cool-downs that are over and lets their parked nodes join.
+  void ReleaseExcludedHosts(std::vector<Outcome>* out);
   // Ends the running round: participants must re-join round_ + 1.
   void Invalidate(v1::HeartbeatResponse::Action action,
                   const std::string& reason, std::vector<Outcome>* out);
@@ -186,6 +210,9 @@ class RendezvousJob {
   const Clock::Duration join_timeout_;
   const Clock::Duration last_call_timeout_;
   const Clock::Duration heartbeat_timeout_;
+  const size_t max_nodes_;
+  const Clock::Duration bad_host_window_;
+  const Clock::Duration bad_host_cooldown_;
   Clock* const clock_;
 
   Phase phase_ = Phase::kOpen;
@@ -212,12 +239,16 @@ class RendezvousJob {
     bool charged = false;  // the budget unit is already spent (refundable)
     std::string reason;
     std::vector<WaiterId> waiters;  // reports waiting for the decision
+    std::string host;               // reporter's addr (bad-host policy)
+    Clock::TimePoint reported_at;
   };
   std::optional<PendingFailure> pending_failure_;
   uint64_t next_join_seq_ = 0;
   bool deadline_moved_ = true;
   std::map<std::string, Node> nodes_;
   int counts_[5] = {};  // nodes per NodeState
+  // Bad-host policy: hosts (NodeInfo.addr) with recent failures.
+  std::map<std::string, HostRecord> hosts_;
 };
 
 }  // namespace ddprun::rendezvous

@@ -71,6 +71,7 @@ void RendezvousJob::Tick(std::vector<Outcome>* out) {
       return;
     }
   }
+  if (!hosts_.empty()) ReleaseExcludedHosts(out);
   if (phase_ == Phase::kOpen) {
     CompleteIfReady(out);
     if (phase_ == Phase::kOpen && now - open_since_ >= join_timeout_) {
@@ -103,6 +104,16 @@ std::optional<Clock::TimePoint> RendezvousJob::NextDeadline() const {
   }
   if (rebuild_deadline_) consider(*rebuild_deadline_);
   if (pending_failure_) consider(pending_failure_->decide_at);
+  for (const auto& [host, record] : hosts_) {
+    if (record.excluded_until) {
+      consider(*record.excluded_until);
+    } else {
+      // Lifted by a node loss: release its nodes at the next Tick.
+      for (const auto& [id, node] : nodes_) {
+        if (node.excluded && node.info.addr() == host) consider(clock_->Now());
+      }
+    }
+  }
   for (const auto& [id, node] : nodes_) {
     if (Expirable(node)) {
       // Strictly after the timeout, so Tick() sees the node as expired.

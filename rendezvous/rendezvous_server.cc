@@ -47,6 +47,11 @@ Status CheckPortFree(const std::string& host, int port) {
 
 }  // namespace
 
+bool IsLoopbackHost(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" ||
+         host.rfind("127.", 0) == 0;
+}
+
 RendezvousServer::RendezvousServer() = default;
 
 RendezvousServer::~RendezvousServer() { Shutdown(Clock::Duration::zero()); }
@@ -72,7 +77,7 @@ StatusOr<int> RendezvousServer::Start(const std::string& host, int port,
   }
   if (port != 0) DDP_RETURN_IF_ERROR(CheckPortFree(host, port));
   auto service = std::make_unique<RendezvousService>(
-      options.clock, options.defaults, options.token);
+      options.clock, options.defaults, options.token, options.limits);
   const std::string address =
       (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
       std::to_string(port);
@@ -103,6 +108,14 @@ StatusOr<int> RendezvousServer::Start(const std::string& host, int port,
   DDP_LOG(INFO) << "rendezvous server listening on " << host << ":" << bound
                 << (options.token.empty() ? "" : " (token required)")
                 << (options.tls_cert_pem.empty() ? "" : " (TLS)");
+  if (options.token.empty() && options.tls_cert_pem.empty() &&
+      !IsLoopbackHost(host)) {
+    DDP_LOG(WARNING) << "rendezvous server on " << host << ":" << bound
+                     << " has neither a token nor TLS: anyone who can reach "
+                        "it can join or close jobs (set --token, "
+                        "--token_file or DDPRUN_RDZV_TOKEN, or --tls_cert "
+                        "--tls_key)";
+  }
   return bound;
 }
 

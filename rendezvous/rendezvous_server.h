@@ -7,6 +7,7 @@
 #include "common/status.h"
 #include "common/status_or.h"
 #include "rendezvous/rendezvous_job.h"
+#include "rendezvous/rendezvous_state.h"
 
 namespace grpc {
 class Server;
@@ -24,8 +25,11 @@ struct ServerOptions {
   std::string tls_cert_pem;
   std::string tls_key_pem;
   std::string tls_ca_pem;
-  // Timeouts for jobs whose JobConfig leaves them 0.
+  // Timeouts for jobs whose JobConfig leaves them 0, and the per-job node
+  // limit (defaults.max_nodes_per_job).
   JobDefaults defaults;
+  // Job count and per-node Join/Heartbeat rate limits.
+  StateLimits limits;
   // Requests above this size are refused (RESOURCE_EXHAUSTED).
   int max_message_bytes = 64 * 1024;
   // Time source for the rendezvous logic; must outlive the server.
@@ -38,6 +42,10 @@ struct ServerOptions {
 //
 // Threading: Start/Shutdown from one thread; the server serves on gRPC's
 // own threads plus one timer thread.
+// True for addresses only this machine can reach: 127.0.0.0/8, ::1,
+// "localhost".
+bool IsLoopbackHost(const std::string& host);
+
 class RendezvousServer {
  public:
   RendezvousServer();
@@ -47,7 +55,9 @@ class RendezvousServer {
 
   // Listens on host:port (port 0 = any free port) and returns the bound
   // port. UNAVAILABLE if the address cannot be bound, INVALID_ARGUMENT for
-  // bad TLS material, FAILED_PRECONDITION if already started.
+  // bad TLS material, FAILED_PRECONDITION if already started. Logs a
+  // WARNING when `host` is not a loopback address and neither a token nor
+  // TLS protects the server (anyone who reaches it can join or close jobs).
   StatusOr<int> Start(const std::string& host, int port,
                       const ServerOptions& options);
 

@@ -60,8 +60,8 @@ class ParkedCall : public grpc::ServerUnaryReactor {
 };
 
 RendezvousService::RendezvousService(Clock* clock, JobDefaults defaults,
-                                     std::string token)
-    : clock_(clock), token_(std::move(token)), state_(clock, defaults) {
+                                     std::string token, StateLimits limits)
+    : clock_(clock), token_(std::move(token)), state_(clock, defaults, limits) {
   timer_ = std::thread([this] { TimerLoop(); });
 }
 

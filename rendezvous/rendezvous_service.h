@@ -31,7 +31,8 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
  public:
   // `token`: required value of the x-ddprun-token metadata; empty = none.
   // `clock` must outlive the service.
-  RendezvousService(Clock* clock, JobDefaults defaults, std::string token);
+  RendezvousService(Clock* clock, JobDefaults defaults, std::string token,
+                    StateLimits limits = {});
   ~RendezvousService() override;
 
   // Answers every parked call with UNAVAILABLE and refuses new calls

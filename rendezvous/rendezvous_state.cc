@@ -11,7 +11,6 @@ constexpr size_t kMaxAddrBytes = 256;
 constexpr size_t kMaxRoleBytes = 64;
 constexpr uint32_t kMaxNodes = 100000;
 constexpr uint32_t kMaxLocalWorldSize = 65536;
-constexpr size_t kMaxJobs = 10000;
 
 Status CheckRdzvId(const std::string& id) {
   if (id.empty()) return InvalidArgumentError("rdzv_id is empty");
@@ -82,8 +81,24 @@ Status CheckAssignment(const v1::Assignment& a, const v1::JobConfig& c) {
 
 }  // namespace
 
-RendezvousState::RendezvousState(Clock* clock, JobDefaults defaults)
-    : clock_(clock), defaults_(defaults) {}
+RendezvousState::RendezvousState(Clock* clock, JobDefaults defaults,
+                                 StateLimits limits)
+    : clock_(clock),
+      defaults_(defaults),
+      limits_(limits),
+      join_limiter_(clock, limits.join_rate_per_s, limits.join_burst),
+      heartbeat_limiter_(clock, limits.heartbeat_rate_per_s,
+                         limits.heartbeat_burst) {}
+
+Status RendezvousState::CheckRate(RateLimiter* limiter, const char* rpc,
+                                  const std::string& rdzv_id,
+                                  const std::string& node_id) {
+  // '\n' cannot end an rdzv_id, so the key is unambiguous enough.
+  if (limiter->Allow(rdzv_id + '\n' + node_id)) return Status::Ok();
+  return ResourceExhaustedError(std::string(rpc) +
+                                " rate limit exceeded for node '" + node_id +
+                                "' in rendezvous '" + rdzv_id + "'; slow down");
+}
 
 StatusOr<RendezvousJob*> RendezvousState::FindJob(
     const std::string& rdzv_id) const {
@@ -102,9 +117,9 @@ StatusOr<RendezvousJob*> RendezvousState::GetOrCreate(
     DDP_RETURN_IF_ERROR(it->second->CheckConfig(config));
     return it->second.get();
   }
-  if (jobs_.size() >= kMaxJobs) {
+  if (jobs_.size() >= limits_.max_jobs) {
     return ResourceExhaustedError(
-        "rendezvous server holds " + std::to_string(kMaxJobs) +
+        "rendezvous server holds " + std::to_string(limits_.max_jobs) +
         " jobs already; no new job '" + rdzv_id + "'");
   }
   *created = true;
@@ -123,6 +138,8 @@ Status RendezvousState::Join(const v1::JoinRequest& request, WaiterId waiter) {
   DDP_RETURN_IF_ERROR(CheckRdzvId(request.rdzv_id()));
   DDP_RETURN_IF_ERROR(CheckConfig(request.config()));
   DDP_RETURN_IF_ERROR(CheckNode(request.node()));
+  DDP_RETURN_IF_ERROR(CheckRate(&join_limiter_, "Join", request.rdzv_id(),
+                                request.node().node_id()));
   // A fresh agent (no previous round, not a node of the job) that reuses the
   // rdzv_id of a finished job starts a new job: re-running a command must
   // not hit a closed rendezvous (torchrun's RendezvousClosedError). Nodes of
@@ -156,6 +173,8 @@ StatusOr<v1::HeartbeatResponse> RendezvousState::Heartbeat(
     const v1::HeartbeatRequest& req) {
   DDP_RETURN_IF_ERROR(CheckRdzvId(req.rdzv_id()));
   DDP_RETURN_IF_ERROR(CheckNode(req.node()));
+  DDP_RETURN_IF_ERROR(CheckRate(&heartbeat_limiter_, "Heartbeat", req.rdzv_id(),
+                                req.node().node_id()));
   if (jobs_.count(req.rdzv_id()) == 0 && req.current().round() == 0) {
     // Not joined yet (its Join is on its way): nothing to do, nothing kept.
     v1::HeartbeatResponse reply;

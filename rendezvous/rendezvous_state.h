@@ -10,9 +10,24 @@
 #include "common/status.h"
 #include "common/status_or.h"
 #include "ddprun/v1/rendezvous.pb.h"
+#include "rendezvous/rate_limiter.h"
 #include "rendezvous/rendezvous_job.h"
 
 namespace ddprun::rendezvous {
+
+// Server-wide abuse limits. Defaults never bite a healthy job (one Join per
+// round, one Heartbeat per heartbeat_interval >= 0.1 s).
+struct StateLimits {
+  // Jobs the server holds at once; a Join creating one more is refused.
+  size_t max_jobs = 10000;
+  // Join calls per node (rdzv_id + node_id): burst, then rate per second.
+  // A rate <= 0 turns the limit off.
+  double join_burst = 20;
+  double join_rate_per_s = 2;
+  // Heartbeat calls per node: burst, then rate per second.
+  double heartbeat_burst = 50;
+  double heartbeat_rate_per_s = 20;
+};
 
 // Every job of one rendezvous server, keyed by rdzv_id, plus request
 // validation. This is the whole server logic without gRPC: the service layer
@@ -25,9 +40,11 @@ namespace ddprun::rendezvous {
 class RendezvousState {
  public:
   // `clock` must outlive this object.
-  explicit RendezvousState(Clock* clock, JobDefaults defaults = {});
+  explicit RendezvousState(Clock* clock, JobDefaults defaults = {},
+                           StateLimits limits = {});
 
-  // Join(request): parks `waiter` (answer later through TakeOutcomes()) or
+  // Join(request): RESOURCE_EXHAUSTED beyond the job/node/rate limits.
+  // Otherwise parks `waiter` (answer later through TakeOutcomes()) or
   // answers at once (also through TakeOutcomes()).
   Status Join(const v1::JoinRequest& request, WaiterId waiter);
   StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& req);
@@ -67,8 +84,16 @@ class RendezvousState {
   void TrackWaiter(const std::string& rdzv_id, WaiterId waiter,
                    size_t first_new_outcome);
 
+  // RESOURCE_EXHAUSTED "rate limit" if `limiter` refuses this node.
+  static Status CheckRate(RateLimiter* limiter, const char* rpc,
+                          const std::string& rdzv_id,
+                          const std::string& node_id);
+
   Clock* const clock_;
   const JobDefaults defaults_;
+  const StateLimits limits_;
+  RateLimiter join_limiter_;
+  RateLimiter heartbeat_limiter_;
   std::map<std::string, std::unique_ptr<RendezvousJob>> jobs_;
   // Which job parks each waiter, for CancelWaiter.
   std::map<WaiterId, std::string> waiter_job_;

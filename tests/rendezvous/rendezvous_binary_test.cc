@@ -15,6 +15,9 @@
 #include <string>
 #include <thread>
 
+#include <grpcpp/grpcpp.h>
+
+#include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/grpc_rendezvous_client.h"
 #include "rendezvous/rendezvous_server.h"
 
@@ -33,23 +36,29 @@ agent::JoinRequest Solo(const std::string& node) {
   return r;
 }
 
-// ddprun-rendezvous started with `args`; stderr read through a pipe.
+// ddprun-rendezvous started with `args` (and `env` set, run through the
+// `wrapper` command if any); stderr read through a pipe.
 class ServerProcess {
  public:
-  explicit ServerProcess(const std::vector<std::string>& args) {
+  explicit ServerProcess(
+      const std::vector<std::string>& args,
+      const std::vector<std::pair<std::string, std::string>>& env = {},
+      const std::vector<std::string>& wrapper = {}) {
     int fds[2];
     REQUIRE(pipe2(fds, O_CLOEXEC) == 0);
     pid_ = fork();
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {
       dup2(fds[1], 2);
+      for (const auto& [key, value] : env)
+        setenv(key.c_str(), value.c_str(), 1);
+      std::vector<std::string> copy = wrapper;
+      copy.push_back(std::string(DDPRUN_BIN_DIR) + "/ddprun-rendezvous");
+      copy.insert(copy.end(), args.begin(), args.end());
       std::vector<char*> argv;
-      std::string bin = std::string(DDPRUN_BIN_DIR) + "/ddprun-rendezvous";
-      argv.push_back(bin.data());
-      std::vector<std::string> copy = args;
       for (auto& a : copy) argv.push_back(a.data());
       argv.push_back(nullptr);
-      execv(bin.c_str(), argv.data());
+      execvp(argv[0], argv.data());
       _exit(127);
     }
     close(fds[1]);
@@ -189,6 +198,171 @@ TEST_CASE("RendezvousServer: TLS with a CA-verified server certificate",
   auto refused = (*insecure)->Join(Solo("plain"), Steady::now() + seconds(2));
   CHECK_FALSE(refused.ok());
   std::system(("rm -rf " + dir).c_str());
+}
+
+// The gRPC status of each of the seven rpcs, called with `token` (empty:
+// no token metadata) and minimal requests.
+std::vector<grpc::StatusCode> CallEveryRpc(const std::string& port,
+                                           const std::string& token) {
+  auto stub = v1::Rendezvous::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + port, grpc::InsecureChannelCredentials()));
+  std::vector<grpc::StatusCode> codes;
+  auto call = [&](auto method, auto request, auto response) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
+    if (!token.empty()) ctx.AddMetadata("x-ddprun-token", token);
+    codes.push_back(((*stub).*method)(&ctx, request, &response).error_code());
+  };
+  using R = v1::Rendezvous::Stub;
+  call(&R::Join, v1::JoinRequest(), v1::JoinResponse());
+  call(&R::Heartbeat, v1::HeartbeatRequest(), v1::HeartbeatResponse());
+  call(&R::ReportFailure, v1::ReportFailureRequest(),
+       v1::ReportFailureResponse());
+  call(&R::ReportSuccess, v1::ReportSuccessRequest(),
+       v1::ReportSuccessResponse());
+  call(&R::Leave, v1::LeaveRequest(), v1::LeaveResponse());
+  call(&R::Close, v1::CloseRequest(), v1::CloseResponse());
+  call(&R::Status, v1::StatusRequest(), v1::StatusResponse());
+  return codes;
+}
+
+TEST_CASE("ddprun-rendezvous: DDPRUN_RDZV_TOKEN guards every rpc",
+          "[rendezvous][process]") {
+  ServerProcess server({"--host", "127.0.0.1", "--port", "0"},
+                       {{"DDPRUN_RDZV_TOKEN", "envtok"}});
+  const std::string port =
+      server.WaitFor("listening on 127\\.0\\.0\\.1:([0-9]+)", seconds(10));
+  REQUIRE_FALSE(port.empty());
+  CHECK_THAT(server.log(), Catch::Contains("token required"));
+  const std::vector<grpc::StatusCode> refused(
+      7, grpc::StatusCode::UNAUTHENTICATED);
+  CHECK(CallEveryRpc(port, "") == refused);
+  CHECK(CallEveryRpc(port, "envtoX") == refused);  // same length, last byte
+  CHECK(CallEveryRpc(port, "envtok2") == refused);
+  // With the token the requests reach the handlers (which refuse them as
+  // malformed or unknown), and Status answers.
+  const auto admitted = CallEveryRpc(port, "envtok");
+  CHECK(admitted.back() == grpc::StatusCode::OK);
+  for (grpc::StatusCode code : admitted) {
+    CHECK(code != grpc::StatusCode::UNAUTHENTICATED);
+  }
+  CHECK(server.Terminate() == 0);
+}
+
+TEST_CASE("ddprun-rendezvous: a non-loopback bind without token or TLS warns",
+          "[rendezvous][process]") {
+  // 0.0.0.0 only inside a network namespace of our own (nothing outside
+  // can reach it).
+  if (std::system("unshare -rn true >/dev/null 2>&1") != 0) {
+    WARN("unshare -rn is not permitted here: non-loopback bind not tested");
+    return;
+  }
+  const std::string warning = "has neither a token nor TLS";
+  {
+    ServerProcess server({"--host", "0.0.0.0", "--port", "0"}, {},
+                         {"unshare", "-rn"});
+    REQUIRE_FALSE(
+        server.WaitFor("listening on 0\\.0\\.0\\.0:([0-9]+)", seconds(10))
+            .empty());
+    CHECK_FALSE(server.WaitFor("(" + warning + ")", seconds(2)).empty());
+    CHECK(server.Terminate() == 0);
+  }
+  {
+    ServerProcess server({"--host", "0.0.0.0", "--port", "0"},
+                         {{"DDPRUN_RDZV_TOKEN", "t"}}, {"unshare", "-rn"});
+    REQUIRE_FALSE(
+        server.WaitFor("listening on 0\\.0\\.0\\.0:([0-9]+)", seconds(10))
+            .empty());
+    CHECK(server.Terminate() == 0);
+    CHECK_THAT(server.log(), !Catch::Contains(warning));
+  }
+  {
+    ServerProcess server({"--host", "127.0.0.1", "--port", "0"});
+    REQUIRE_FALSE(
+        server.WaitFor("listening on 127\\.0\\.0\\.1:([0-9]+)", seconds(10))
+            .empty());
+    CHECK(server.Terminate() == 0);
+    CHECK_THAT(server.log(), !Catch::Contains(warning));
+  }
+}
+
+TEST_CASE("ddprun-rendezvous: --max_nodes_per_job refuses one node more",
+          "[rendezvous][process]") {
+  ServerProcess server(
+      {"--host", "127.0.0.1", "--port", "0", "--max_nodes_per_job", "1"});
+  const std::string port =
+      server.WaitFor("listening on 127\\.0\\.0\\.1:([0-9]+)", seconds(10));
+  REQUIRE_FALSE(port.empty());
+  auto stub = v1::Rendezvous::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + port, grpc::InsecureChannelCredentials()));
+  auto join = [&](const std::string& node) {
+    v1::JoinRequest r;
+    r.set_rdzv_id("job");
+    r.mutable_config()->set_min_nodes(1);
+    r.mutable_config()->set_max_nodes(1);
+    r.mutable_node()->set_node_id(node);
+    r.mutable_node()->set_instance(1);
+    r.mutable_node()->set_local_world_size(1);
+    r.mutable_node()->set_addr("127.0.0.1");
+    r.mutable_node()->set_master_port(29500);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
+    v1::JoinResponse resp;
+    return stub->Join(&ctx, r, &resp);
+  };
+  REQUIRE(join("a").ok());
+  grpc::Status refused = join("b");
+  CHECK(refused.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK_THAT(refused.error_message(), Catch::Contains("max_nodes_per_job"));
+  CHECK(server.Terminate() == 0);
+}
+
+TEST_CASE("RendezvousServer: mutual TLS needs a client cert signed by the CA",
+          "[rendezvous][grpc]") {
+  char dir_template[] = "/tmp/ddprun_mtls_XXXXXX";
+  REQUIRE(mkdtemp(dir_template) != nullptr);
+  const std::string d = dir_template;
+  const std::string req = "openssl req -newkey rsa:2048 -nodes -subj ";
+  const std::string sign = "openssl x509 -req -days 1 -CA " + d +
+                           "/ca.pem -CAkey " + d + "/ca.key -CAcreateserial";
+  const std::string cmd =
+      "cd " + d + " && (" +
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=test-ca "
+      "-keyout ca.key -out ca.pem && " +
+      req + "/CN=localhost -keyout server.key -out server.csr && " +
+      "echo subjectAltName=IP:127.0.0.1,DNS:localhost > san.ext && " + sign +
+      " -extfile san.ext -in server.csr -out server.pem && " + req +
+      "/CN=agent -keyout client.key -out client.csr && " + sign +
+      " -in client.csr -out client.pem && " +
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=rogue "
+      "-keyout rogue.key -out rogue.pem) >/dev/null 2>&1";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  ServerOptions options;
+  options.tls_cert_pem = ReadAll(d + "/server.pem");
+  options.tls_key_pem = ReadAll(d + "/server.key");
+  options.tls_ca_pem = ReadAll(d + "/ca.pem");
+  RendezvousServer server;
+  auto port = server.Start("127.0.0.1", 0, options);
+  REQUIRE(port.ok());
+
+  GrpcClientOptions o;
+  o.endpoint = "127.0.0.1:" + std::to_string(*port);
+  o.tls_ca_pem = options.tls_ca_pem;
+  auto join = [&](const GrpcClientOptions& opts, const std::string& node) {
+    auto client = CreateGrpcRendezvousClient(opts);
+    REQUIRE(client.ok());
+    return (*client)->Join(Solo(node), Steady::now() + seconds(2)).ok();
+  };
+  CHECK_FALSE(join(o, "no-cert"));
+  GrpcClientOptions rogue = o;
+  rogue.tls_cert_pem = ReadAll(d + "/rogue.pem");
+  rogue.tls_key_pem = ReadAll(d + "/rogue.key");
+  CHECK_FALSE(join(rogue, "rogue"));
+  GrpcClientOptions agent = o;
+  agent.tls_cert_pem = ReadAll(d + "/client.pem");
+  agent.tls_key_pem = ReadAll(d + "/client.key");
+  CHECK(join(agent, "agent"));
+  std::system(("rm -rf " + d).c_str());
 }
 
 }  // namespace

@@ -1,0 +1,165 @@
+// libFuzzer target over the rendezvous request handlers: bytes in, a
+// sequence of serialized requests applied to a fresh RendezvousState.
+//
+// Input format: records of [op byte][length: 2 bytes, little endian]
+// [payload]. op % 9 picks the handler: 0 Join, 1 Heartbeat, 2 ReportFailure,
+// 3 ReportSuccess, 4 Leave, 5 Close, 6 Status, 7 advance the FakeClock by
+// (first payload byte * 100 ms) and Tick, 8 cancel a parked waiter. A
+// payload that does not parse as the request is skipped (gRPC would refuse
+// it before the handler).
+//
+// Invariants checked (abort() on violation, which the fuzzer reports):
+// no crash / sanitizer error; a handler that returns an error leaves the
+// whole server state (Status of every job) byte-identical and answers no
+// parked call; every answered waiter was issued and is answered once.
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <string>
+
+#include <google/protobuf/stubs/logging.h>
+
+#include "common/clock.h"
+#include "common/logging.h"
+#include "rendezvous/rendezvous_state.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+namespace v1 = ::ddprun::rendezvous::v1;
+
+void Check(bool ok, const char* what) {
+  if (ok) return;
+  std::fprintf(stderr, "rendezvous fuzz invariant violated: %s\n", what);
+  std::abort();
+}
+
+class Session {
+ public:
+  Session() : state_(&clock_, JobDefaults{}, Limits()) {}
+
+  void Apply(uint8_t op, const std::string& payload) {
+    switch (op % 9) {
+      case 0:
+        Call<v1::JoinRequest>(payload, true, [&](auto& r, WaiterId w) {
+          return state_.Join(r, w);
+        });
+        break;
+      case 1:
+        Call<v1::HeartbeatRequest>(payload, false, [&](auto& r, auto) {
+          return state_.Heartbeat(r).status();
+        });
+        break;
+      case 2:
+        Call<v1::ReportFailureRequest>(payload, true, [&](auto& r, WaiterId w) {
+          return state_.ReportFailure(r, w);
+        });
+        break;
+      case 3:
+        Call<v1::ReportSuccessRequest>(payload, true, [&](auto& r, WaiterId w) {
+          return state_.ReportSuccess(r, w);
+        });
+        break;
+      case 4:
+        Call<v1::LeaveRequest>(payload, false,
+                               [&](auto& r, auto) { return state_.Leave(r); });
+        break;
+      case 5:
+        Call<v1::CloseRequest>(payload, false,
+                               [&](auto& r, auto) { return state_.Close(r); });
+        break;
+      case 6:
+        Call<v1::StatusRequest>(payload, false, [&](auto& r, auto) {
+          return state_.GetStatus(r.rdzv_id()).status();
+        });
+        break;
+      case 7:
+        clock_.Advance(std::chrono::milliseconds(
+            100 * (payload.empty() ? 1 : static_cast<uint8_t>(payload[0]))));
+        state_.Tick();
+        Collect();
+        break;
+      case 8:
+        if (!payload.empty() && next_waiter_ > 1) {
+          state_.CancelWaiter(1 + static_cast<uint8_t>(payload[0]) %
+                                      (next_waiter_ - 1));
+          Collect();
+        }
+        break;
+    }
+    // The timer thread's contract: a deadline in the past is ticked now.
+    auto next = state_.NextDeadline();
+    if (next && *next <= clock_.Now()) {
+      state_.Tick();
+      Collect();
+    }
+  }
+
+ private:
+  static StateLimits Limits() {
+    StateLimits l;
+    l.max_jobs = 16;  // reachable by the fuzzer
+    return l;
+  }
+
+  std::string Snapshot() {
+    auto s = state_.GetStatus("");
+    Check(s.ok(), "Status of all jobs failed");
+    std::string out;
+    s->SerializeToString(&out);
+    return out + "#" + std::to_string(state_.job_count());
+  }
+
+  template <typename Request, typename Fn>
+  void Call(const std::string& payload, bool parks, Fn&& fn) {
+    Request request;
+    if (!request.ParseFromString(payload)) return;
+    const std::string before = Snapshot();
+    const WaiterId waiter = parks ? next_waiter_++ : 0;
+    Status s = fn(request, waiter);
+    if (!s.ok()) {
+      Check(Snapshot() == before, "a failed rpc changed the server state");
+      Check(state_.TakeOutcomes().empty(), "a failed rpc answered a call");
+      return;
+    }
+    Collect();
+  }
+
+  void Collect() {
+    for (const Outcome& o : state_.TakeOutcomes()) {
+      Check(o.waiter != 0 && o.waiter < next_waiter_,
+            "an answer for a waiter never issued");
+      Check(answered_.insert(o.waiter).second, "a waiter answered twice");
+    }
+  }
+
+  FakeClock clock_;
+  RendezvousState state_;
+  WaiterId next_waiter_ = 1;
+  std::set<WaiterId> answered_;
+};
+
+}  // namespace
+}  // namespace ddprun::rendezvous
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const bool quiet = [] {
+    ddprun::SetMinLogLevel(ddprun::LogLevel::kError);
+    // Invalid UTF-8 in string fields is an expected parse failure here.
+    google::protobuf::SetLogHandler(nullptr);
+    return true;
+  }();
+  (void)quiet;
+  ddprun::rendezvous::Session session;
+  size_t i = 0;
+  while (i + 3 <= size) {
+    const uint8_t op = data[i];
+    const size_t len =
+        std::min<size_t>(data[i + 1] | (data[i + 2] << 8), size - i - 3);
+    session.Apply(
+        op, std::string(reinterpret_cast<const char*>(data + i + 3), len));
+    i += 3 + len;
+  }
+  return 0;
+}
