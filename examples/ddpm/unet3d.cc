@@ -1,0 +1,95 @@
+#include "examples/ddpm/unet3d.h"
+
+#include <cmath>
+#include <numeric>
+
+namespace ddprun::examples {
+namespace {
+
+namespace nn = torch::nn;
+
+nn::GroupNorm Norm(int64_t channels) {
+  return nn::GroupNorm(
+      nn::GroupNormOptions(std::gcd<int64_t>(8, channels), channels));
+}
+
+nn::Conv3d Conv3(int64_t in, int64_t out) {
+  return nn::Conv3d(nn::Conv3dOptions(in, out, 3).padding(1));
+}
+
+// GN-SiLU-conv, + time projection, GN-SiLU-conv, + skip.
+class ResBlockImpl : public nn::Module {
+ public:
+  ResBlockImpl(int64_t in, int64_t out, int64_t time_dim)
+      : norm1_(register_module("norm1", Norm(in))),
+        conv1_(register_module("conv1", Conv3(in, out))),
+        time_(register_module("time", nn::Linear(time_dim, out))),
+        norm2_(register_module("norm2", Norm(out))),
+        conv2_(register_module("conv2", Conv3(out, out))) {
+    if (in != out) {
+      skip_ =
+          register_module("skip", nn::Conv3d(nn::Conv3dOptions(in, out, 1)));
+    }
+  }
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& temb) {
+    torch::Tensor h = conv1_->forward(torch::silu(norm1_->forward(x)));
+    h = h + time_->forward(temb).view({h.size(0), -1, 1, 1, 1});
+    h = conv2_->forward(torch::silu(norm2_->forward(h)));
+    return h + (skip_ ? skip_->forward(x) : x);
+  }
+
+ private:
+  nn::GroupNorm norm1_;
+  nn::Conv3d conv1_;
+  nn::Linear time_;
+  nn::GroupNorm norm2_;
+  nn::Conv3d conv2_;
+  nn::Conv3d skip_{nullptr};
+};
+TORCH_MODULE(ResBlock);
+
+}  // namespace
+
+UNet3dImpl::UNet3dImpl(const UNet3dOptions& o) : time_dim_(o.time_dim) {
+  const int64_t w = o.width;
+  time_mlp_ = register_module(
+      "time_mlp", nn::Sequential(nn::Linear(o.time_dim, o.time_dim), nn::SiLU(),
+                                 nn::Linear(o.time_dim, o.time_dim)));
+  conv_in_ = register_module("conv_in", Conv3(o.in_channels, w));
+  down_ = register_module(
+      "down", nn::Conv3d(nn::Conv3dOptions(w, w, 3).stride(2).padding(1)));
+  blocks_ = register_module("blocks", nn::ModuleList());
+  blocks_->push_back(ResBlock(w, w, o.time_dim));          // level 1
+  blocks_->push_back(ResBlock(w, 2 * w, o.time_dim));      // level 2
+  blocks_->push_back(ResBlock(2 * w, 2 * w, o.time_dim));  // middle
+  blocks_->push_back(ResBlock(3 * w, w, o.time_dim));      // up, after the skip
+  norm_out_ = register_module("norm_out", Norm(w));
+  conv_out_ = register_module("conv_out", Conv3(w, o.out_channels));
+}
+
+torch::Tensor UNet3dImpl::forward(torch::Tensor x, torch::Tensor t) {
+  // Sinusoidal embedding of the integer timestep (as in DDPM).
+  const int64_t half = time_dim_ / 2;
+  torch::Tensor freqs =
+      torch::exp(-std::log(10000.0) * torch::arange(half, x.options()) / half);
+  torch::Tensor args = t.to(x.scalar_type()).unsqueeze(1) * freqs.unsqueeze(0);
+  torch::Tensor temb =
+      time_mlp_->forward(torch::cat({torch::sin(args), torch::cos(args)}, 1));
+
+  auto block = [&](size_t i, const torch::Tensor& h) {
+    return blocks_[i]->as<ResBlock>()->forward(h, temb);
+  };
+  torch::Tensor h1 = block(0, conv_in_->forward(x));
+  torch::Tensor h2 = block(2, block(1, down_->forward(h1)));
+  namespace F = torch::nn::functional;
+  torch::Tensor up = F::interpolate(
+      h2,
+      F::InterpolateFuncOptions()
+          .size(std::vector<int64_t>(h1.sizes().begin() + 2, h1.sizes().end()))
+          .mode(torch::kTrilinear)
+          .align_corners(false));
+  torch::Tensor h = block(3, torch::cat({up, h1}, 1));
+  return conv_out_->forward(torch::silu(norm_out_->forward(h)));
+}
+
+}  // namespace ddprun::examples

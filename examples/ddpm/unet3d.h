@@ -1,0 +1,32 @@
+#pragma once
+
+#include <torch/torch.h>
+
+namespace ddprun::examples {
+
+struct UNet3dOptions {
+  int64_t in_channels = 4;  // noisy target + conditioning modalities
+  int64_t out_channels = 1;
+  int64_t width = 8;     // channels of the first level (second: 2x)
+  int64_t time_dim = 64;  // sinusoidal time embedding size
+};
+
+// Small 3D UNet for diffusion: residual blocks with group norm and SiLU, each
+// adding a projection of the timestep embedding (sinusoidal -> MLP); two
+// resolution levels joined by a skip connection. Spatial sizes must be even.
+// forward(x [N,C,D,H,W], t [N] int64 timesteps) -> [N,out,D,H,W].
+class UNet3dImpl : public torch::nn::Module {
+ public:
+  explicit UNet3dImpl(const UNet3dOptions& options);
+  torch::Tensor forward(torch::Tensor x, torch::Tensor t);
+
+ private:
+  int64_t time_dim_;
+  torch::nn::Sequential time_mlp_{nullptr};
+  torch::nn::Conv3d conv_in_{nullptr}, down_{nullptr}, conv_out_{nullptr};
+  torch::nn::ModuleList blocks_{nullptr};
+  torch::nn::GroupNorm norm_out_{nullptr};
+};
+TORCH_MODULE(UNet3d);
+
+}  // namespace ddprun::examples
