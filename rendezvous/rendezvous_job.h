@@ -13,8 +13,6 @@
 
 namespace ddprun::rendezvous {
 
-namespace v1 = ::ddprun::rendezvous::v1;
-
 // Identifies a parked call (a Join long poll or an exit barrier) so that its
 // answer can be delivered later. Chosen by the caller; 0 means "none".
 using WaiterId = uint64_t;

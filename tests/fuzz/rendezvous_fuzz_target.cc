@@ -27,8 +27,6 @@
 namespace ddprun::rendezvous {
 namespace {
 
-namespace v1 = ::ddprun::rendezvous::v1;
-
 void Check(bool ok, const char* what) {
   if (ok) return;
   std::fprintf(stderr, "rendezvous fuzz invariant violated: %s\n", what);
