@@ -36,7 +36,8 @@ for name in survival segmentation vqa; do
   data="$WORK/$name-data"
   "$exe" --make_synthetic "$data" ${SYNTH[$name]} >/dev/null
   flags="${DATA[$name]//DATA/$data} --epochs $EPOCHS --checkpoint_every 0"
-  "$exe" $flags --output_dir "$WORK/$name-1" >"$WORK/$name-1.log" 2>&1
+  # One intra-op thread per process, as ddprun gives each of its workers.
+  OMP_NUM_THREADS=1 "$exe" $flags --output_dir "$WORK/$name-1" >"$WORK/$name-1.log" 2>&1
   one=$(samples_per_s "$WORK/$name-1")
   two="n/a"
   if [[ -x "$BIN/ddprun" ]]; then

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <numeric>
 #include <random>
@@ -67,9 +68,16 @@ worker::World InitTrainerWorld(const CommonOptions& options) {
   worker::InitOptions init = worker::InitOptionsFromEnv();
   if (options.backend != "auto") init.backend = options.backend;
   worker::World world = worker::InitFromEnv(init);
-  int cores = static_cast<int>(std::thread::hardware_concurrency());
-  torch::set_num_threads(
-      std::max(1, cores / std::max(1, world.local_world_size())));
+  // OMP_NUM_THREADS wins (torchrun and ddprun set it to 1 per worker);
+  // otherwise share the cores among the ranks of this machine.
+  int threads = 0;
+  if (const char* omp = std::getenv("OMP_NUM_THREADS"))
+    threads = std::atoi(omp);
+  if (threads <= 0) {
+    int cores = static_cast<int>(std::thread::hardware_concurrency());
+    threads = std::max(1, cores / std::max(1, world.local_world_size()));
+  }
+  torch::set_num_threads(threads);
   torch::manual_seed(options.seed);
   return world;
 }

@@ -50,8 +50,8 @@ T ValueOrThrow(StatusOr<T> value) {
 void OkOrThrow(const Status& status);
 
 // Initializes the process group (falls back to a single process) and sets
-// Torch's intra-op threads to cores / local ranks so ranks sharing a
-// machine do not oversubscribe it.
+// Torch's intra-op threads to OMP_NUM_THREADS when set, else cores / local
+// ranks, so ranks sharing a machine do not oversubscribe it.
 worker::World InitTrainerWorld(const CommonOptions& options);
 
 // Where training starts: the newest complete checkpoint in the checkpoint
