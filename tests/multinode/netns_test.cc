@@ -91,7 +91,8 @@ TEST_CASE("multinode: a node whose link is cut is dropped, the other goes on",
          Ddprun({"--nnodes=1:2", "--rdzv_backend=grpc", "--rdzv_id=netns",
                  "--rdzv_endpoint=" + Testbed::Addr(0) + ":" +
                      std::to_string(server.port()),
-                 "--no_python", kData + "/env_worker.sh"})) {
+                 "--rdzv_conf=connection_lost_timeout=4", "--no_python",
+                 kData + "/env_worker.sh"})) {
       argv.push_back(a);
     }
     std::string node = i == 1 ? "a" : "b";
@@ -127,6 +128,13 @@ TEST_CASE("multinode: a node whose link is cut is dropped, the other goes on",
       "down\n",
       std::chrono::duration<double>(SteadyClock::now() - cut).count());
   CHECK(agents[0]->Wait(10s) == 0);
+  // The cut-off node gives up once the server was unreachable for
+  // connection_lost_timeout, instead of hanging with its workers.
+  const int cut_off = agents[1]->Wait(15s);
+  std::printf("[multinode] node b exited %d, %.2f s after its link went down\n",
+              cut_off,
+              std::chrono::duration<double>(SteadyClock::now() - cut).count());
+  CHECK(cut_off == 1);
 }
 
 }  // namespace
