@@ -112,8 +112,12 @@ StatusOr<int> FreePort(const std::string& addr) {
   return port;
 }
 
-bool Retryable(grpc::StatusCode code) {
-  return code == grpc::StatusCode::UNAVAILABLE;
+// Worth trying again later: the server is away (restarting), or it asked
+// this node to slow down (rate limit).
+bool Retryable(const grpc::Status& s) {
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+          s.error_message().find("rate limit") != std::string::npos);
 }
 
 class GrpcRendezvousClient final : public agent::RendezvousClient {
@@ -187,7 +191,7 @@ grpc::Status GrpcRendezvousClient::CallWithRetry(Clock::TimePoint deadline,
   auto backoff = std::chrono::milliseconds(100);
   while (true) {
     grpc::Status s = call();
-    if (!Retryable(s.error_code()) || SteadyClock::now() >= deadline) {
+    if (!Retryable(s) || SteadyClock::now() >= deadline) {
       return s;
     }
     std::unique_lock<std::mutex> lock(mu_);
@@ -447,7 +451,7 @@ void GrpcRendezvousClient::HeartbeatLoop() {
         default:
           break;
       }
-    } else if (Retryable(s.error_code()) ||
+    } else if (Retryable(s) ||
                s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
       if (SteadyClock::now() - last_ok > options_.connection_lost_timeout) {
         Emit(

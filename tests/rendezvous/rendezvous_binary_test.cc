@@ -365,5 +365,30 @@ TEST_CASE("RendezvousServer: mutual TLS needs a client cert signed by the CA",
   std::system(("rm -rf " + d).c_str());
 }
 
+TEST_CASE("GrpcRendezvous: a rate-limited Join is retried after a backoff",
+          "[rendezvous][grpc]") {
+  ServerOptions options;
+  options.limits.join_burst = 1;
+  options.limits.join_rate_per_s = 4;  // one more Join every 250 ms
+  RendezvousServer server;
+  auto port = server.Start("127.0.0.1", 0, options);
+  REQUIRE(port.ok());
+  GrpcClientOptions o;
+  o.endpoint = "127.0.0.1:" + std::to_string(*port);
+  auto client = CreateGrpcRendezvousClient(o);
+  REQUIRE(client.ok());
+  auto first = (*client)->Join(Solo("n0"), Steady::now() + seconds(10));
+  REQUIRE(first.ok());
+  // At once again (a new round): refused by the server's limit, retried by
+  // the client, admitted once the bucket refilled.
+  const auto start = Steady::now();
+  agent::JoinRequest again = Solo("n0");
+  auto second = (*client)->Join(again, Steady::now() + seconds(10));
+  REQUIRE(second.ok());
+  CHECK(second->round > first->round);
+  CHECK(Steady::now() - start >= milliseconds(100));
+  CHECK(Steady::now() - start < seconds(3));
+}
+
 }  // namespace
 }  // namespace ddprun::rendezvous
