@@ -6,6 +6,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "tests/multinode/multinode_util.h"
@@ -117,6 +118,41 @@ TEST_CASE("multinode: SIGTERM in the exit barrier stops the agent at once",
   CHECK(SteadyClock::now() - start < 3s);
   CHECK(fast.Stderr().find("received SIGTERM while waiting for the "
                            "rendezvous") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace ddprun::multinode
+
+namespace ddprun::multinode {
+namespace {
+
+TEST_CASE("multinode: bad rendezvous flags are one line and exit 2",
+          "[multinode][launch]") {
+  TempDir dir;
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"--nnodes=2", "--rdzv_backend=grpc"}, "needs --rdzv_endpoint"},
+      {{"--nnodes=2", "--rdzv_backend=grpc", "--rdzv_endpoint=127.0.0.1:0",
+        "--rdzv_conf=is_host=false"},
+       "port 0 needs this agent to host"},
+      {{"--nnodes=2", "--rdzv_backend=grpc", "--rdzv_endpoint=127.0.0.1:1",
+        "--rdzv_conf=is_host=maybe"},
+       "is_host=maybe: expected true or false"},
+      {{"--nnodes=1:2", "--node_rank=0", "--master_port=1"},
+       "static backend needs a fixed node count"},
+  };
+  for (const Case& c : cases) {
+    Child run(dir.path(), "bad", EnvWorker(c.args), {{"MN_OUT", dir.path()}});
+    INFO(run.Output());
+    CHECK(run.Wait(10s) == 2);
+    const std::string err = run.Stderr();
+    CHECK(err.find(c.says) != std::string::npos);
+    CHECK(std::count(err.begin(), err.end(), '\n') == 1);
+  }
+  CHECK(ReadWorkerStarts(dir.path()).empty());
 }
 
 }  // namespace
