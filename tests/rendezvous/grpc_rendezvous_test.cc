@@ -551,5 +551,35 @@ TEST_CASE("ApplyRdzvConf: timeouts in seconds, token file, bad values",
   CHECK(ApplyRdzvConf({{"tls_ca", path}}, &o).code() == StatusCode::kNotFound);
 }
 
+TEST_CASE("ApplyRdzvConf: bad-host keys reach the server's job config",
+          "[rendezvous][grpc]") {
+  GrpcClientOptions o;
+  REQUIRE(ApplyRdzvConf({{"bad_host_failures", "3"},
+                         {"bad_host_window", "120"},
+                         {"bad_host_cooldown", "30.5"}},
+                        &o)
+              .ok());
+  CHECK(o.bad_host_failures == 3);
+  CHECK(o.bad_host_window == seconds(120));
+  CHECK(o.bad_host_cooldown == milliseconds(30500));
+  Status bad = ApplyRdzvConf({{"bad_host_failures", "-1"}}, &o);
+  CHECK(bad.code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(bad.message(), Catch::Contains("bad_host_failures=-1"));
+  CHECK(ApplyRdzvConf({{"bad_host_cooldown", "0"}}, &o).code() ==
+        StatusCode::kInvalidArgument);
+
+  RendezvousServer server;
+  auto port = server.Start("127.0.0.1", 0, ServerOptions());
+  REQUIRE(port.ok());
+  o.endpoint = "127.0.0.1:" + std::to_string(*port);
+  auto client = CreateGrpcRendezvousClient(o);
+  REQUIRE(client.ok());
+  REQUIRE((*client)->Join(Request("a", 1, 1), In(seconds(5))).ok());
+  const v1::JobConfig config = ServerStatus(*port).jobs(0).config();
+  CHECK(config.bad_host_failures() == 3);
+  CHECK(config.bad_host_window_ms() == 120000);
+  CHECK(config.bad_host_cooldown_ms() == 30500);
+}
+
 }  // namespace
 }  // namespace ddprun::rendezvous
