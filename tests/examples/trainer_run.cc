@@ -18,8 +18,11 @@ namespace ddprun::examples::testing {
 
 CommandResult RunCommand(const std::string& command, int timeout_s) {
   CommandResult result;
+  // One intra-op thread per process, as ddprun gives each worker: the test
+  // machine has 2 cores shared with other tests, and 2 OpenMP threads per
+  // trainer there run several times slower than 1.
   const std::string wrapped = "timeout -k 5 " + std::to_string(timeout_s) +
-                              " /bin/sh -c '" + command + "' 2>&1";
+                              " env OMP_NUM_THREADS=1 /bin/sh -c '" + command + "' 2>&1";
   FILE* pipe = ::popen(wrapped.c_str(), "r");
   if (!pipe) return result;
   std::array<char, 4096> buffer;

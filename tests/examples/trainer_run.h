@@ -13,7 +13,8 @@ struct CommandResult {
   std::string output;  // stdout and stderr interleaved
 };
 
-// Runs `command` through /bin/sh with a wall-clock limit of `timeout_s`.
+// Runs `command` through /bin/sh with a wall-clock limit of `timeout_s` and
+// OMP_NUM_THREADS=1.
 CommandResult RunCommand(const std::string& command, int timeout_s);
 
 // A fresh empty directory under /tmp, unique to this process and `tag`.
