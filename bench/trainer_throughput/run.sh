@@ -18,11 +18,13 @@ declare -A SYNTH=(
   [survival]="--n 96"
   [segmentation]="--n 128"
   [vqa]="--n 320"
+  [ddpm]="--n 24 --synthetic_size 16"
 )
 declare -A DATA=(
   [survival]="--csv_path DATA/survival.csv"
   [segmentation]="--data_path DATA/prompts.jsonl"
   [vqa]="--data_path DATA/vqa.jsonl"
+  [ddpm]="--csv_path DATA/cases.csv --stages 16"
 )
 
 samples_per_s() {
@@ -30,7 +32,7 @@ samples_per_s() {
 }
 
 printf '%-14s %14s %14s %8s\n' trainer "1 rank (s/s)" "2 ranks (s/s)" speedup
-for name in survival segmentation vqa; do
+for name in survival segmentation vqa ddpm; do
   exe="$BIN/${name}_trainer"
   [[ -x "$exe" ]] || { printf '%-14s %14s\n' "$name" "not built"; continue; }
   data="$WORK/$name-data"

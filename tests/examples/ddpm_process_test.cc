@@ -87,8 +87,8 @@ TEST_CASE("ddpm_trainer: --help documents the options with defaults",
 namespace ddprun::examples::testing {
 namespace {
 
-// Hidden ([.slow]): about 130 optimizer steps take 1-2 minutes on 2 busy CPU
-// cores, beyond the suite's budget. Measured: PSNR 17.3 dB vs 16.7 dB for
+// Hidden ([.slow]): 128 optimizer steps plus sampling take about 23 s with
+// one thread (over a minute with two on a busy box), beyond the suite's budget. Measured: PSNR 17.3 dB vs 16.7 dB for
 // the constant guess, SSIM 0.42 (constant: ~0).
 TEST_CASE(
     "ddpm_trainer: 128 steps with v-prediction beat a constant guess (SSIM > "
