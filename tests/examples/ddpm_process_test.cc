@@ -12,17 +12,9 @@
 namespace ddprun::examples::testing {
 namespace {
 
-const std::string& SyntheticCsv() {
-  static const std::string csv = [] {
-    const std::string dir = FreshDir("ddpm_data");
-    CommandResult r =
-        RunCommand(Bin("ddpm_trainer") + " --make_synthetic " + dir +
-                       " --n 12 --synthetic_size 16 --seed 9",
-                   120);
-    REQUIRE(r.exit_code == 0);
-    return dir + "/cases.csv";
-  }();
-  return csv;
+std::string SyntheticCsv() {
+  return SyntheticData("ddpm", "--n 12 --synthetic_size 16 --seed 9",
+                       "cases.csv");
 }
 
 TEST_CASE(

@@ -10,17 +10,8 @@
 namespace ddprun::examples::testing {
 namespace {
 
-const std::string& SyntheticJsonl() {
-  static const std::string jsonl = [] {
-    const std::string dir = FreshDir("seg_data");
-    CommandResult r =
-        RunCommand(Bin("segmentation_trainer") + " --make_synthetic " + dir +
-                       " --n 128 --seed 5",
-                   120);
-    REQUIRE(r.exit_code == 0);
-    return dir + "/prompts.jsonl";
-  }();
-  return jsonl;
+std::string SyntheticJsonl() {
+  return SyntheticData("segmentation", "--n 128 --seed 5", "prompts.jsonl");
 }
 
 std::string Trainer(const std::string& out) {

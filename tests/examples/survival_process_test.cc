@@ -11,17 +11,8 @@ namespace ddprun::examples::testing {
 namespace {
 
 // Synthetic data is written once per test binary (it is deterministic).
-const std::string& SyntheticCsv() {
-  static const std::string csv = [] {
-    const std::string dir = FreshDir("survival_data");
-    CommandResult r =
-        RunCommand(Bin("survival_trainer") + " --make_synthetic " + dir +
-                       " --n 128 --seed 3",
-                   120);
-    REQUIRE(r.exit_code == 0);
-    return dir + "/survival.csv";
-  }();
-  return csv;
+std::string SyntheticCsv() {
+  return SyntheticData("survival", "--n 128 --seed 3", "survival.csv");
 }
 
 std::string Trainer(const std::string& out) {

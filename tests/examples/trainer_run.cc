@@ -12,6 +12,8 @@
 #include <fstream>
 #include <future>
 #include <iterator>
+#include <map>
+#include <stdexcept>
 #include <thread>
 
 namespace ddprun::examples::testing {
@@ -22,7 +24,8 @@ CommandResult RunCommand(const std::string& command, int timeout_s) {
   // machine has 2 cores shared with other tests, and 2 OpenMP threads per
   // trainer there run several times slower than 1.
   const std::string wrapped = "timeout -k 5 " + std::to_string(timeout_s) +
-                              " env OMP_NUM_THREADS=1 /bin/sh -c '" + command + "' 2>&1";
+                              " env OMP_NUM_THREADS=1 /bin/sh -c '" + command +
+                              "' 2>&1";
   FILE* pipe = ::popen(wrapped.c_str(), "r");
   if (!pipe) return result;
   std::array<char, 4096> buffer;
@@ -56,6 +59,22 @@ std::vector<nlohmann::json> ReadMetrics(const std::string& output_dir) {
     if (!line.empty()) records.push_back(nlohmann::json::parse(line));
   }
   return records;
+}
+
+std::string SyntheticData(const std::string& trainer, const std::string& args,
+                          const std::string& file) {
+  static std::map<std::string, std::string> made;
+  const std::string key = trainer + " " + args;
+  if (!made.count(key)) {
+    const std::string dir = FreshDir(trainer + "_data");
+    CommandResult r = RunCommand(
+        Bin(trainer + "_trainer") + " --make_synthetic " + dir + " " + args,
+        120);
+    if (r.exit_code != 0)
+      throw std::runtime_error("--make_synthetic failed: " + r.output);
+    made[key] = dir;
+  }
+  return made[key] + "/" + file;
 }
 
 void WriteText(const std::string& path, const std::string& text) {

@@ -26,6 +26,12 @@ std::string Bin(const std::string& name);
 // Every line of <dir>/metrics.jsonl as JSON (empty if missing).
 std::vector<nlohmann::json> ReadMetrics(const std::string& output_dir);
 
+// Runs `<trainer>_trainer --make_synthetic DIR <args>` once per process
+// (later calls return the cached path) and returns DIR/<file>; throws
+// std::runtime_error with the output when generation fails.
+std::string SyntheticData(const std::string& trainer, const std::string& args,
+                          const std::string& file);
+
 // Writes `text` to `path`.
 void WriteText(const std::string& path, const std::string& text);
 

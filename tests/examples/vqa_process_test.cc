@@ -10,16 +10,8 @@
 namespace ddprun::examples::testing {
 namespace {
 
-const std::string& SyntheticJsonl() {
-  static const std::string jsonl = [] {
-    const std::string dir = FreshDir("vqa_data");
-    CommandResult r = RunCommand(
-        Bin("vqa_trainer") + " --make_synthetic " + dir + " --n 320 --seed 7",
-        120);
-    REQUIRE(r.exit_code == 0);
-    return dir + "/vqa.jsonl";
-  }();
-  return jsonl;
+std::string SyntheticJsonl() {
+  return SyntheticData("vqa", "--n 320 --seed 7", "vqa.jsonl");
 }
 
 std::string Trainer(const std::string& out) {
