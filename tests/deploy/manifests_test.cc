@@ -180,6 +180,7 @@ TEST_CASE("Manifests: Indexed Job pods take the node rank from the index",
   CHECK(o.min_nodes == 1);
   CHECK(o.max_nodes == job["spec"]["completions"].as<int>());
   CHECK(o.max_restarts >= 1);
+  CHECK(o.no_python);
 }
 
 TEST_CASE("Manifests: StatefulSet pods take the node rank from the ordinal",
@@ -203,6 +204,7 @@ TEST_CASE("Manifests: StatefulSet pods take the node rank from the ordinal",
   CHECK(o.rdzv_endpoint == RendezvousServiceEndpoint());
   CHECK(o.node_rank == 1);
   CHECK(o.max_nodes == sts["spec"]["replicas"].as<int>());
+  CHECK(o.no_python);
 }
 
 }  // namespace

@@ -75,6 +75,7 @@ TEST_CASE("SLURM script: srun gets a ddprun command ddprun accepts",
   CHECK(o.node_rank == 1);
   CHECK(o.rdzv_id == "4242");
   CHECK(o.nproc_per_node == 2);
+  CHECK(o.no_python);  // a compiled trainer, looked up on PATH
   CHECK(o.entrypoint == "/bin/true");
   CHECK(o.entrypoint_args == std::vector<std::string>{"--epochs", "3"});
 }
