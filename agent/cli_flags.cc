@@ -97,6 +97,12 @@ std::vector<FlagSpec> MakeFlags() {
       {"exit_barrier_timeout", 0, kV, "EXIT_BARRIER_TIMEOUT", "300",
        "Seconds a finished node waits for the others before exiting.", false,
        false},
+      {"watchdog_timeout", 0, kV, "SECONDS", "0 = off",
+       "ddprun addition: kill (SIGKILL) and count as failed a worker that "
+       "stays stopped (state T) this long, or that called "
+       "ddprun::worker::Heartbeat() and then did not for this long (a hang); "
+       "the group restarts while --max_restarts lasts.",
+       false, false},
       {"virtual_local_rank", 0, kB, nullptr, "off",
        "Give every worker LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES=<its GPU>.",
        false, false},

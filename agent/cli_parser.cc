@@ -369,6 +369,8 @@ Status FillShutdown(const Values& v,
       v.Double("shutdown_timeout", shutdown_default, 0, false));
   DDP_ASSIGN_OR_RETURN(o->exit_barrier_timeout_s,
                        v.Double("exit_barrier_timeout", 300.0, 0, false));
+  DDP_ASSIGN_OR_RETURN(o->watchdog_timeout_s,
+                       v.Double("watchdog_timeout", 0.0, 0, false));
   return Status::Ok();
 }
 

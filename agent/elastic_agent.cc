@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdio>
 
 #include "agent/log_dir.h"
 #include "agent/signal_names.h"
@@ -34,6 +35,8 @@ struct ElasticAgent::Worker {
   bool running = false;
   ExitStatus exit;
   std::string error_file;
+  std::string heartbeat_file;  // DDPRUN_WATCHDOG_FILE, "" without watchdog
+  std::string watchdog_kill;   // why the watchdog killed it, "" if it did not
   std::unique_ptr<Process> process;
   std::unique_ptr<WorkerOutput> out;
   std::unique_ptr<WorkerOutput> err;
@@ -49,6 +52,18 @@ double Millis(Clock::Duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
 }
 
+std::string Seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f s", s);
+  return buf;
+}
+
+std::string Number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
 }  // namespace
 
 ElasticAgent::ElasticAgent(AgentConfig config, EventLoop* loop,
@@ -58,7 +73,21 @@ ElasticAgent::ElasticAgent(AgentConfig config, EventLoop* loop,
       loop_(loop),
       launcher_(launcher),
       rendezvous_(rendezvous),
-      console_(console) {}
+      console_(console) {
+  const double timeout_s = config_.options.watchdog_timeout_s;
+  if (timeout_s > 0) {
+    WorkerProbe* probe = config_.watchdog_probe;
+    if (probe == nullptr) {
+      own_probe_ = MakeProcWorkerProbe();
+      probe = own_probe_.get();
+    }
+    watchdog_ = std::make_unique<WorkerWatchdog>(
+        loop_, probe,
+        std::chrono::duration_cast<Clock::Duration>(
+            std::chrono::duration<double>(timeout_s)),
+        [this](const WorkerWatchdog::Stuck& s) { OnWorkerStuck(s); });
+  }
+}
 
 ElasticAgent::~ElasticAgent() { rendezvous_->SetEventHandler(nullptr); }
 
@@ -107,8 +136,7 @@ void ElasticAgent::RendezvousAndStart() {
   }
   if (config_.node_rank_exact && round->group_rank != o.node_rank) {
     DDP_LOG(ERROR) << "static rendezvous: this node has --node_rank="
-                   << o.node_rank << " but got group rank "
-                   << round->group_rank
+                   << o.node_rank << " but got group rank " << round->group_rank
                    << " (does another node use --node_rank=" << o.node_rank
                    << "?)";
     rendezvous_->Leave();
@@ -149,6 +177,7 @@ Status ElasticAgent::StartWorkers() {
     std::string dir = attempt_dir + "/" + std::to_string(lr);
     DDP_RETURN_IF_ERROR(MakeDirs(dir));
     w->error_file = dir + "/error.json";
+    if (watchdog_) w->heartbeat_file = dir + "/heartbeat";
     std::string prefix = "[" + o.role + std::to_string(lr) + "]:";
     bool shown = !o.local_ranks_filter.has_value() ||
                  o.local_ranks_filter->count(lr) > 0;
@@ -175,6 +204,7 @@ Status ElasticAgent::StartWorkers() {
     spec.argv = BuildWorkerArgv(o, w->local_rank, config_.parent_env);
     spec.env = BuildWorkerEnv(o, round_, config_.run_id, w->local_rank,
                               w->error_file, config_.parent_env);
+    if (watchdog_) spec.env["DDPRUN_WATCHDOG_FILE"] = w->heartbeat_file;
     ProcessCallbacks cb;
     Worker* raw = w.get();
     int generation = generation_;
@@ -189,6 +219,7 @@ Status ElasticAgent::StartWorkers() {
     w->process = std::move(p).value();
     w->pid = w->process->pid();
     w->running = true;
+    if (watchdog_) watchdog_->Watch(w->local_rank, w->pid, w->heartbeat_file);
   }
   DDP_LOG(DEBUG) << "started " << workers_.size() << " workers, attempt "
                  << round_.restart_count;
@@ -201,6 +232,7 @@ void ElasticAgent::OnWorkerExit(int generation, int local_rank,
   Worker& w = *workers_[local_rank];
   w.running = false;
   w.exit = status;
+  if (watchdog_) watchdog_->Forget(local_rank);
   w.out->OnEof();
   w.err->OnEof();
   if (stop_reason_ != StopReason::kNone) {
@@ -211,6 +243,9 @@ void ElasticAgent::OnWorkerExit(int generation, int local_rank,
     failures_.push_back(MakeProcessFailure(w.local_rank, w.global_rank, w.pid,
                                            status.exitcode, w.error_file,
                                            loop_->clock()->WallSeconds()));
+    if (!w.watchdog_kill.empty() && failures_.back().error_json.empty()) {
+      failures_.back().traceback = w.watchdog_kill;
+    }
     if (!stop_pending_) {
       stop_pending_ = true;
       failure_seen_at_ = loop_->clock()->Now();
@@ -237,6 +272,27 @@ void ElasticAgent::OnWorkerExit(int generation, int local_rank,
     }
     Finish(WorkerState::kSucceeded, 0);
   }
+}
+
+void ElasticAgent::OnWorkerStuck(const WorkerWatchdog::Stuck& stuck) {
+  if (finished_ || stop_reason_ != StopReason::kNone) return;
+  if (stuck.local_rank < 0 ||
+      stuck.local_rank >= static_cast<int>(workers_.size())) {
+    return;
+  }
+  Worker& w = *workers_[stuck.local_rank];
+  if (!w.running || w.pid != stuck.pid) return;
+  const double timeout_s = config_.options.watchdog_timeout_s;
+  const std::string what =
+      std::string(WatchdogReasonText(stuck.reason)) + " for " +
+      Seconds(std::chrono::duration<double>(stuck.stuck_for).count()) +
+      " (--watchdog_timeout=" + Number(timeout_s) + ")";
+  DDP_LOG(ERROR) << "watchdog: local_rank " << w.local_rank << " (pid " << w.pid
+                 << ") hung, " << what
+                 << ": sending SIGKILL to its process group";
+  w.watchdog_kill = "killed by the ddprun watchdog: " + what;
+  Status s = w.process->SignalGroup(SIGKILL);
+  if (!s.ok()) DDP_LOG(WARNING) << s.message();
 }
 
 void ElasticAgent::OnRendezvousEvent(const RendezvousEvent& event) {
@@ -292,6 +348,7 @@ void ElasticAgent::BeginStop(StopReason reason, int sig,
   stop_reason_ = reason;
   stop_signal_ = sig;
   stop_why_ = why;
+  if (watchdog_) watchdog_->ForgetAll();
   if (reason != StopReason::kSignal && reason != StopReason::kLaunchError) {
     state_ = WorkerState::kUnhealthy;
   }
@@ -299,6 +356,9 @@ void ElasticAgent::BeginStop(StopReason reason, int sig,
     if (!w->running) continue;
     Status s = w->process->SignalGroup(sig);
     if (!s.ok()) DDP_LOG(WARNING) << s.message();
+    // A stopped worker (SIGSTOP, Ctrl-Z) only acts on SIGTERM once
+    // continued; without this it would sit out --shutdown_timeout.
+    if (sig == SIGTERM) (void)w->process->SignalGroup(SIGCONT);
   }
   if (AnyRunning()) {
     auto timeout = std::chrono::duration_cast<Clock::Duration>(

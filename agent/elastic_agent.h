@@ -14,6 +14,7 @@
 #include "agent/rendezvous_client.h"
 #include "agent/worker_env.h"
 #include "agent/worker_output.h"
+#include "agent/worker_watchdog.h"
 
 namespace ddprun::agent {
 
@@ -44,6 +45,9 @@ struct AgentConfig {
   // --node_rank exactly (else two nodes share a --node_rank: the job fails
   // with one clear line instead of running with surprising ranks).
   bool node_rank_exact = false;
+  // What the hang watchdog (options.watchdog_timeout_s > 0) reads about
+  // workers; null = the real one (/proc and stat(2)). Must outlive the agent.
+  WorkerProbe* watchdog_probe = nullptr;
 };
 
 // torchrun's local elastic agent as an event-driven state machine:
@@ -59,6 +63,15 @@ struct AgentConfig {
 // console lines get torchrun's tee prefix `[<role><local_rank>]:` and are
 // written whole, so lines of different workers never interleave mid-line
 // (pytorch#75087). --local_ranks_filter applies to the console only.
+//
+// With --watchdog_timeout > 0 a worker that stays stopped (state T), or that
+// touched its heartbeat file (env DDPRUN_WATCHDOG_FILE) and then stopped
+// touching it, for that long is killed with SIGKILL to its process group
+// (a stopped process ignores SIGTERM) and counts as a failed worker
+// (exitcode -9, the failure table names the watchdog): the group restarts
+// while the budget lasts. Stopping a group also sends SIGCONT after
+// SIGTERM, so a stopped worker handles SIGTERM instead of waiting for
+// --shutdown_timeout.
 //
 // Confined to the loop thread (rendezvous events are posted to it). The
 // collaborators must outlive the agent. Rendezvous calls (Join,
@@ -104,6 +117,7 @@ class ElasticAgent {
   void RendezvousAndStart();
   Status StartWorkers();
   void OnWorkerExit(int generation, int local_rank, ExitStatus status);
+  void OnWorkerStuck(const WorkerWatchdog::Stuck& stuck);
   void OnRendezvousEvent(const RendezvousEvent& event);
   void BeginStop(StopReason reason, int sig, const std::string& why);
   void OnStopDeadline();
@@ -134,6 +148,8 @@ class ElasticAgent {
   bool stop_timer_armed_ = false;
   bool finished_ = false;
   Clock::TimePoint failure_seen_at_{};
+  std::unique_ptr<WorkerProbe> own_probe_;    // when config has none
+  std::unique_ptr<WorkerWatchdog> watchdog_;  // null: --watchdog_timeout=0
 };
 
 }  // namespace ddprun::agent

@@ -47,7 +47,7 @@ struct LaunchOptions {
   bool standalone = false;  // forces embedded rendezvous, fresh run id
 
   int max_restarts = 0;
-  double monitor_interval_s = 0.1;  // accepted; detection is event-driven
+  double monitor_interval_s = 0.1;     // accepted; detection is event-driven
   std::string start_method = "spawn";  // accepted, no effect (as torchrun
                                        // for script entrypoints)
   std::string role = "default";
@@ -64,7 +64,7 @@ struct LaunchOptions {
   std::optional<std::set<int>> local_ranks_filter;  // console only
 
   // Static rendezvous / addressing.
-  int node_rank = 0;          // -1 would mean "no hint" for grpc
+  int node_rank = 0;  // -1 would mean "no hint" for grpc
   bool node_rank_given = false;
   std::string master_addr = "127.0.0.1";
   std::optional<int> master_port;  // nullopt = pick a verified-free port
@@ -75,6 +75,10 @@ struct LaunchOptions {
   double shutdown_timeout_s = 30.0;    // SIGTERM -> SIGKILL grace
   double exit_barrier_timeout_s = 300.0;
   bool virtual_local_rank = false;
+  // ddprun addition: seconds a worker may stay stopped (state T) or, once it
+  // touched DDPRUN_WATCHDOG_FILE, go without touching it, before the agent
+  // kills it as hung. 0 = off.
+  double watchdog_timeout_s = 0;
 
   // Legacy torch.distributed.launch behaviour (ddprun-launch or --legacy).
   bool legacy_launch = false;

@@ -20,6 +20,7 @@ add_library(ddprun_agent STATIC
   ${CMAKE_CURRENT_LIST_DIR}/signal_watcher.cc
   ${CMAKE_CURRENT_LIST_DIR}/worker_env.cc
   ${CMAKE_CURRENT_LIST_DIR}/worker_output.cc
+  ${CMAKE_CURRENT_LIST_DIR}/worker_watchdog.cc
 )
 target_link_libraries(ddprun_agent
   PUBLIC ddprun_common Boost::headers Threads::Threads

@@ -146,6 +146,7 @@ TEST_CASE("CliParser: every value flag in both spellings and = form", "[cli]") {
       {"--signals_to_handle", "SIGUSR1"},
       {"--shutdown_timeout", "5"},
       {"--exit_barrier_timeout", "7"},
+      {"--watchdog_timeout", "2.5"},
   };
   auto check = [](const LaunchOptions& o, const std::string& flag) {
     if (flag == "--nnodes") {
@@ -182,6 +183,7 @@ TEST_CASE("CliParser: every value flag in both spellings and = form", "[cli]") {
     if (flag == "--exit_barrier_timeout") {
       CHECK(o.exit_barrier_timeout_s == 7.0);
     }
+    if (flag == "--watchdog_timeout") CHECK(o.watchdog_timeout_s == 2.5);
   };
   for (const Case& c : cases) {
     std::string dashed = c.underscore;
@@ -719,6 +721,30 @@ TEST_CASE("CliParser: help lists every torchrun flag with defaults", "[cli]") {
     CHECK(end - start <= 80);
     start = end + 1;
   }
+}
+
+}  // namespace
+}  // namespace ddprun::agent
+
+namespace ddprun::agent {
+namespace {
+
+TEST_CASE("CliParser: --watchdog_timeout (off by default, PET_, checked)",
+          "[cli]") {
+  CHECK(ParseOk({Script()}).watchdog_timeout_s == 0.0);
+  CHECK(
+      ParseOk({Script()}, {{"PET_WATCHDOG_TIMEOUT", "4"}}).watchdog_timeout_s ==
+      4.0);
+  CHECK(ParseOk(With({"--watchdog-timeout=1"}), {{"PET_WATCHDOG_TIMEOUT", "4"}})
+            .watchdog_timeout_s == 1.0);
+  const std::string neg = ParseErr(With({"--watchdog_timeout", "-1"}));
+  CHECK(Contains(neg, "--watchdog_timeout"));
+  CHECK(Contains(neg, "at least 0"));
+  CHECK(Contains(ParseErr({Script()}, {{"PET_WATCHDOG_TIMEOUT", "soon"}}),
+                 "PET_WATCHDOG_TIMEOUT"));
+  const std::string help = HelpText(false);
+  CHECK(Contains(help, "--watchdog_timeout SECONDS"));
+  CHECK(Contains(help, "PET_WATCHDOG_TIMEOUT"));
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -526,4 +527,43 @@ TEST_CASE("ddprun: --signals_to_handle forwards SIGUSR1 to the workers",
   CHECK(ReadFile(dir.path() + "/usr1_0") == "got\n");
   CHECK(ReadFile(dir.path() + "/usr1_1") == "got\n");
   CHECK(WaitDead(ReadPids(dir, 2)));
+}
+
+TEST_CASE("ddprun: --watchdog_timeout restarts a SIGSTOPped worker",
+          "[agent][process][watchdog]") {
+  TempDir dir;
+  // sleeper.sh execs `sleep 60`: a stopped worker would hold the job for a
+  // minute without the watchdog.
+  Ddprun run(dir,
+             {"--nproc_per_node=1", "--max_restarts=1", "--watchdog_timeout=1",
+              "--no_python", kData + "/sleeper.sh"});
+  REQUIRE(WaitForFiles(PidFiles(dir, 1)));
+  const int first = ReadPids(dir, 1)[0];
+  REQUIRE(first > 0);
+  ::unlink((dir.path() + "/pid_0").c_str());
+  const auto stopped_at = Clock::now();
+  kill(first, SIGSTOP);
+  REQUIRE(WaitForFiles(PidFiles(dir, 1), 5s));
+  const auto restarted = Clock::now() - stopped_at;
+  std::printf(
+      "[agent] watchdog: stopped worker replaced after %.2f s "
+      "(--watchdog_timeout=1)\n",
+      std::chrono::duration<double>(restarted).count());
+  CHECK(restarted >= 1s);
+  CHECK(restarted <= 2s);  // timeout + 1 s
+  CHECK(WaitDead({first}));
+  // Stopped again with the budget spent: the job fails, naming the watchdog.
+  const int second = ReadPids(dir, 1)[0];
+  REQUIRE(second != first);
+  kill(second, SIGSTOP);
+  REQUIRE(run.Wait(10s) == 1);
+  const std::string err = run.Stderr();
+  INFO(err);
+  CHECK(err.find("watchdog: local_rank 0 (pid " + std::to_string(second) +
+                 ") hung, stopped (state T) for 1.") != std::string::npos);
+  CHECK(err.find("exitcode  : -9 (pid: " + std::to_string(second) + ")") !=
+        std::string::npos);
+  CHECK(err.find("traceback : killed by the ddprun watchdog: stopped (state "
+                 "T) for 1.") != std::string::npos);
+  CHECK(WaitDead({second}));
 }

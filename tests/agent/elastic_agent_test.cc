@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <csignal>
 #include <deque>
 #include <fstream>
@@ -21,69 +22,15 @@
 #include "agent/event_loop.h"
 #include "agent/process_launcher.h"
 #include "agent/rendezvous_client.h"
+#include "tests/agent/fake_worker_probe.h"
+#include "tests/agent/manual_event_loop.h"
 
 namespace ddprun::agent {
 namespace {
 
 using namespace std::chrono_literals;
-
-class ManualEventLoop : public EventLoop {
- public:
-  Clock* clock() override { return &clock_; }
-  void Post(std::function<void()> fn) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(fn));
-  }
-  TimerId RunAt(Clock::TimePoint when, std::function<void()> fn) override {
-    TimerId id = next_id_++;
-    timers_[id] = {when, std::move(fn)};
-    return id;
-  }
-  void Cancel(TimerId id) override { timers_.erase(id); }
-
-  // Runs queued callbacks and due timers until nothing is left to run.
-  void RunUntilIdle() {
-    for (;;) {
-      std::function<void()> fn;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!queue_.empty()) {
-          fn = std::move(queue_.front());
-          queue_.pop_front();
-        }
-      }
-      if (!fn) fn = TakeDueTimer();
-      if (!fn) return;
-      fn();
-    }
-  }
-  void Advance(Clock::Duration d) {
-    clock_.Advance(d);
-    RunUntilIdle();
-  }
-  size_t pending_timers() const { return timers_.size(); }
-
- private:
-  std::function<void()> TakeDueTimer() {
-    auto best = timers_.end();
-    for (auto it = timers_.begin(); it != timers_.end(); ++it) {
-      if (it->second.first <= clock_.Now() &&
-          (best == timers_.end() || it->second.first < best->second.first)) {
-        best = it;
-      }
-    }
-    if (best == timers_.end()) return nullptr;
-    auto fn = std::move(best->second.second);
-    timers_.erase(best);
-    return fn;
-  }
-
-  FakeClock clock_;
-  std::mutex mu_;
-  std::deque<std::function<void()>> queue_;
-  TimerId next_id_ = 1;
-  std::map<TimerId, std::pair<Clock::TimePoint, std::function<void()>>> timers_;
-};
+using testing::FakeWorkerProbe;
+using testing::ManualEventLoop;
 
 // A launched fake worker. Signals in `dies_on` make it exit by that signal
 // (posted, as a real SIGCHLD would arrive later).
@@ -232,6 +179,13 @@ struct Harness {
   }
   ~Harness() { (void)!system(("rm -rf " + log_dir).c_str()); }
 
+  // --watchdog_timeout=`seconds`, reading workers through `probe`.
+  void StartWithWatchdog(double seconds, WorkerProbe* probe) {
+    config.options.watchdog_timeout_s = seconds;
+    config.watchdog_probe = probe;
+    Start();
+  }
+
   void Start() {
     agent = std::make_unique<ElasticAgent>(config, &loop, &launcher,
                                            &rendezvous, &console);
@@ -378,13 +332,14 @@ TEST_CASE("ElasticAgent: SIGKILL once the shutdown timeout passes", "[agent]") {
   h.launcher.Exit(0, 1);
   h.loop.RunUntilIdle();
   auto& survivor = *h.launcher.workers[1];
-  CHECK(survivor.signals == std::vector<int>{SIGTERM});
+  // SIGCONT after SIGTERM: a stopped worker must see the SIGTERM now.
+  CHECK(survivor.signals == std::vector<int>{SIGTERM, SIGCONT});
   h.loop.Advance(29s);
-  CHECK(survivor.signals == std::vector<int>{SIGTERM});
+  CHECK(survivor.signals == std::vector<int>{SIGTERM, SIGCONT});
   CHECK(h.launcher.workers.size() == 2);
   h.loop.Advance(2s);
-  REQUIRE(survivor.signals.size() >= 2);
-  CHECK(survivor.signals[1] == SIGKILL);
+  REQUIRE(survivor.signals.size() >= 3);
+  CHECK(survivor.signals[2] == SIGKILL);
   // Once it is gone the group restarts.
   CHECK(h.launcher.workers.size() == 4);
   CHECK(h.loop.pending_timers() == 0);
@@ -484,6 +439,71 @@ TEST_CASE("ElasticAgent: per-rank redirect map writes the attempt layout",
   CHECK(line == "to file");
   // Rank 1 is not redirected: no file, as torchrun.
   CHECK_FALSE(std::ifstream(h.log_dir + "/attempt_0/1/stdout.log").good());
+}
+
+TEST_CASE("ElasticAgent: no watchdog file without --watchdog_timeout",
+          "[agent][watchdog]") {
+  Harness h(1);
+  h.Start();
+  CHECK(h.launcher.workers[0]->spec.env.count("DDPRUN_WATCHDOG_FILE") == 0);
+  CHECK(h.loop.pending_timers() == 0);
+}
+
+TEST_CASE("ElasticAgent: the watchdog kills a stopped worker, group restarts",
+          "[agent][watchdog]") {
+  Harness h(2, /*max_restarts=*/1);
+  FakeWorkerProbe probe;
+  h.StartWithWatchdog(2, &probe);
+  REQUIRE(h.launcher.workers.size() == 2);
+  for (int lr = 0; lr < 2; ++lr) {
+    CHECK(h.launcher.workers[lr]->env("DDPRUN_WATCHDOG_FILE") ==
+          h.log_dir + "/attempt_0/" + std::to_string(lr) + "/heartbeat");
+  }
+  h.loop.Advance(1s);
+  probe.stopped.insert(h.launcher.workers[1]->pid);
+  for (int i = 0; i < 20; ++i) h.loop.Advance(100ms);
+  CHECK(h.launcher.workers.size() == 2);  // 2 s: not yet
+  for (int i = 0; i < 5; ++i) h.loop.Advance(100ms);
+  // SIGKILL to the stopped worker's group (it would ignore SIGTERM), then
+  // the usual stop of the others and a restart.
+  REQUIRE_FALSE(h.launcher.workers[1]->signals.empty());
+  CHECK(h.launcher.workers[1]->signals.front() == SIGKILL);
+  CHECK(h.launcher.workers[0]->signals.front() == SIGTERM);
+  REQUIRE(h.launcher.workers.size() == 4);
+  CHECK(h.agent->restart_count() == 1);
+  REQUIRE(h.rendezvous.failure_reasons.size() == 1);
+  CHECK(h.rendezvous.failure_reasons[0].find(
+            "killed by the ddprun watchdog: stopped (state T)") !=
+        std::string::npos);
+  // The new group is watched with fresh files.
+  CHECK(h.launcher.workers[3]->env("DDPRUN_WATCHDOG_FILE") ==
+        h.log_dir + "/attempt_1/1/heartbeat");
+  CHECK(h.loop.pending_timers() == 1);
+}
+
+TEST_CASE("ElasticAgent: a silent heartbeat with no budget fails the job",
+          "[agent][watchdog]") {
+  Harness h(1, /*max_restarts=*/0);
+  FakeWorkerProbe probe;
+  h.StartWithWatchdog(1.5, &probe);
+  const std::string file = h.launcher.workers[0]->env("DDPRUN_WATCHDOG_FILE");
+  for (int i = 0; i < 10; ++i) {
+    probe.Touch(file);
+    h.loop.Advance(500ms);
+  }
+  CHECK_FALSE(h.exit_code.has_value());
+  for (int i = 0; i < 20; ++i) h.loop.Advance(100ms);
+  REQUIRE(h.exit_code == 1);
+  // Killed, never asked to terminate: a hung worker would not act on it.
+  CHECK(h.launcher.workers[0]->signals.front() == SIGKILL);
+  CHECK(std::count(h.launcher.workers[0]->signals.begin(),
+                   h.launcher.workers[0]->signals.end(), SIGTERM) == 0);
+  CHECK(h.console.err.find("  exitcode  : -9 (pid: 1000)") !=
+        std::string::npos);
+  CHECK(h.console.err.find("traceback : killed by the ddprun watchdog: "
+                           "without a heartbeat for 1.") != std::string::npos);
+  CHECK(h.console.err.find("(--watchdog_timeout=1.5)") != std::string::npos);
+  CHECK(h.loop.pending_timers() == 0);
 }
 
 }  // namespace ddprun::agent

@@ -1,0 +1,54 @@
+#include "tests/chaos/chaos_job.h"
+
+#include <catch2/catch.hpp>
+
+namespace ddprun::chaos {
+
+std::vector<std::string> GrpcFlags(int port, const std::string& id,
+                                   const std::string& nnodes, int nproc,
+                                   int node_rank, const std::string& host,
+                                   const std::string& rdzv_conf) {
+  return {"--nnodes=" + nnodes,
+          "--nproc_per_node=" + std::to_string(nproc),
+          "--rdzv_backend=grpc",
+          "--rdzv_endpoint=" + host + ":" + std::to_string(port),
+          "--rdzv_id=" + id,
+          "--node_rank=" + std::to_string(node_rank),
+          "--max_restarts=3",
+          "--shutdown_timeout=5",
+          "--exit_barrier_timeout=20",
+          "--rdzv_conf=" + rdzv_conf};
+}
+
+int64_t SavedBefore(const std::vector<Event>& events, double t) {
+  int64_t saved = 0;
+  for (const Event& e : events) {
+    if (e.kind == "saved" && e.t <= t) saved = std::max(saved, e.step);
+  }
+  return saved;
+}
+
+double CheckRecovered(const Scenario& s, const Workload& w, const Expect& e) {
+  std::optional<Result> base = Baseline(e.world, w.steps);
+  REQUIRE(base.has_value());
+  std::optional<Result> got = ReadResult(s.out());
+  REQUIRE(got.has_value());
+  if (e.exact) {
+    CHECK(Fnv(*got) == Fnv(*base));
+    CHECK(MaxAbsDiff(*got, *base) == 0.0);
+  } else {
+    CHECK(MaxAbsDiff(*got, *base) <= 1e-4);
+  }
+  std::optional<Event> restart = s.StartAfter(e.t0);
+  REQUIRE(restart.has_value());
+  CHECK(restart->attempt >= 1);
+  // At most one checkpoint interval lost: the restart resumed from the
+  // newest checkpoint that existed when the fault hit (or a newer one).
+  CHECK(restart->step >= e.saved_before);
+  CHECK(s.NoOrphans());
+  const double took = restart->t - e.t0;
+  PrintRecovery(e.what, took);
+  return took;
+}
+
+}  // namespace ddprun::chaos

@@ -1,0 +1,43 @@
+#pragma once
+
+// Shared steps of the chaos scenarios: a 2-node grpc job on loopback and the
+// checks every scenario makes once it is over.
+
+#include <string>
+#include <vector>
+
+#include "tests/chaos/chaos_harness.h"
+
+namespace ddprun::chaos {
+
+// Short rendezvous timeouts so that node loss costs seconds.
+inline const char* kFastRdzvConf =
+    "heartbeat_timeout=2,last_call_timeout=1,join_timeout=20,"
+    "connection_lost_timeout=20";
+
+// ddprun flags of node `node_rank` in a grpc job `id` on `host`:`port`.
+std::vector<std::string> GrpcFlags(
+    int port, const std::string& id, const std::string& nnodes, int nproc,
+    int node_rank, const std::string& host = "127.0.0.1",
+    const std::string& rdzv_conf = kFastRdzvConf);
+
+// What a scenario expects of the job once its agents are done.
+struct Expect {
+  std::string what;          // "worker SIGKILL", for the recovery line
+  int world = 2;             // baseline world size
+  bool exact = true;         // bit-exact result (same world size throughout)
+  double t0 = 0;             // wall time of the fault
+  int64_t saved_before = 0;  // newest checkpoint when the fault hit
+};
+
+// Checks (Catch2 CHECK/REQUIRE) that the job's result equals the
+// uninterrupted run (bit-exact, or within 1e-4 when the world size
+// changed), that a restart came after the fault and resumed from at least
+// `saved_before` (at most one checkpoint interval lost), prints the
+// recovery line and returns the recovery time in seconds (-1 if none).
+double CheckRecovered(const Scenario& s, const Workload& w, const Expect& e);
+
+// The newest checkpoint saved before wall time `t` (0 if none).
+int64_t SavedBefore(const std::vector<Event>& events, double t);
+
+}  // namespace ddprun::chaos

@@ -1,0 +1,105 @@
+// Worker faults on one of 2 nodes (2 ddprun agents, a ddprun-rendezvous
+// server, loopback): SIGKILL, SIGSEGV, exit 1 and a hang (SIGSTOP beyond
+// --watchdog_timeout). The job must finish with the uninterrupted result,
+// losing at most one checkpoint interval, and leave no process behind.
+
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include "tests/chaos/chaos_job.h"
+
+namespace ddprun::chaos {
+namespace {
+
+// Starts agents a (node rank 0) and b (node rank 1) of a 2-node grpc job.
+void StartTwoNodes(Scenario& s, const Workload& w, int nproc,
+                   const std::vector<std::string>& extra_flags = {}) {
+  auto& server = s.StartServer(0);
+  REQUIRE(server.port() > 0);
+  for (int node = 0; node < 2; ++node) {
+    std::vector<std::string> flags =
+        GrpcFlags(server.port(), s.marker(), "2", nproc, node);
+    flags.insert(flags.end(), extra_flags.begin(), extra_flags.end());
+    s.StartAgent(node == 0 ? "a" : "b", flags, w);
+  }
+}
+
+void WaitBothDone(Scenario& s, Child& a, Child& b) {
+  const int code_a = a.Wait(40s), code_b = b.Wait(10s);
+  INFO(s.Logs());
+  REQUIRE(code_a == 0);
+  REQUIRE(code_b == 0);
+}
+
+// A signal from outside to worker `local_rank` of node b once checkpoint 10
+// exists.
+void SignalScenario(const std::string& what, int sig, int nproc,
+                    const std::vector<std::string>& extra_flags = {}) {
+  Scenario s(what.substr(0, what.find(' ')));
+  Workload w;
+  REQUIRE(Baseline(2 * nproc, w.steps).has_value());
+  StartTwoNodes(s, w, nproc, extra_flags);
+  if (!s.WaitSaved(10)) FAIL("no checkpoint 10\n" << s.Logs());
+  const int pid = s.WorkerPid("b", 0);
+  REQUIRE(pid > 0);
+  Expect e;
+  e.what = what;
+  e.world = 2 * nproc;
+  e.t0 = WallNow();
+  e.saved_before = s.LastSaved();
+  REQUIRE(::kill(pid, sig) == 0);
+  WaitBothDone(s, s.agent(0), s.agent(1));
+  if (sig == SIGSTOP) {
+    CHECK(multinode::ReadFile(s.dir() + "/b.err")
+              .find("watchdog: local_rank 0 (pid " + std::to_string(pid) +
+                    ") hung, stopped (state T)") != std::string::npos);
+  }
+  CheckRecovered(s, w, e);
+}
+
+// Global rank 1 (node b) fails from inside at step 15 (--fail_mode); node
+// b's agent output must show `b_err_says`.
+void InsideScenario(const std::string& what, const std::string& mode,
+                    const std::string& b_err_says) {
+  Scenario s(mode);
+  Workload w;
+  w.extra = {"--fail_step", "15", "--fail_rank", "1", "--fail_mode", mode};
+  REQUIRE(Baseline(2, w.steps).has_value());
+  StartTwoNodes(s, w, 1);
+  WaitBothDone(s, s.agent(0), s.agent(1));
+  std::vector<Event> events = ReadEvents(s.out());
+  Expect e;
+  e.what = what;
+  for (const Event& ev : events) {
+    if (ev.kind == "fail") e.t0 = ev.t;
+  }
+  REQUIRE(e.t0 > 0);
+  e.saved_before = SavedBefore(events, e.t0);
+  CHECK(e.saved_before == 10);
+  CHECK(multinode::ReadFile(s.dir() + "/b.err").find(b_err_says) !=
+        std::string::npos);
+  CheckRecovered(s, w, e);
+}
+
+}  // namespace
+
+TEST_CASE("chaos: worker SIGKILL on one of 2 nodes", "[chaos]") {
+  SignalScenario("worker SIGKILL", SIGKILL, /*nproc=*/2);
+}
+
+TEST_CASE("chaos: worker SIGSEGV on one of 2 nodes", "[chaos]") {
+  InsideScenario("worker SIGSEGV", "segv", "failed (exitcode: -11)");
+}
+
+TEST_CASE("chaos: worker exit 1 on one of 2 nodes", "[chaos]") {
+  InsideScenario("worker exit 1", "exit", "injected failure at step 15");
+}
+
+TEST_CASE("chaos: worker hang (SIGSTOP) killed by --watchdog_timeout",
+          "[chaos][watchdog]") {
+  SignalScenario("worker hang (SIGSTOP)", SIGSTOP, /*nproc=*/1,
+                 {"--watchdog_timeout=2"});
+}
+
+}  // namespace ddprun::chaos

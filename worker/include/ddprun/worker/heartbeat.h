@@ -1,0 +1,19 @@
+#pragma once
+
+namespace ddprun::worker {
+
+// Tells ddprun's hang watchdog (--watchdog_timeout) that this process still
+// makes progress: touches the file named by DDPRUN_WATCHDOG_FILE (creating
+// it on the first call). Once a worker has called it, the agent kills the
+// worker when it goes --watchdog_timeout seconds without calling it again,
+// so call it from the training loop (once per step), not from a thread that
+// keeps running while training is stuck.
+//
+// Cheap: returns after a clock read unless 100 ms passed since the last
+// touch; a no-op when DDPRUN_WATCHDOG_FILE is unset or empty (watchdog off,
+// or not launched by ddprun). Never throws; a file that cannot be touched
+// is ignored (the watchdog then only sees a stopped process).
+// Thread-safe.
+void Heartbeat();
+
+}  // namespace ddprun::worker
