@@ -130,6 +130,7 @@ int Run(int argc, char** argv) {
   // Writing to a closed console must not kill the agent (and its workers).
   ::signal(SIGPIPE, SIG_IGN);
   config.parent_env = std::move(env);
+  const int max_nodes = options.max_nodes;
   config.options = std::move(options);
 
   BoostProcessLauncher launcher(loop.io_context());
@@ -145,7 +146,7 @@ int Run(int argc, char** argv) {
   loop.Run();
   watcher.Stop();
   if (setup->server != nullptr) {
-    if (exit_code != 0) {
+    if (exit_code != 0 && max_nodes > 1) {
       // The other agents learn that the job failed (or that this node left)
       // at their next heartbeat (1 s): keep serving briefly so that they do
       // not wait connection_lost_timeout for a server that is gone.

@@ -33,9 +33,11 @@ struct RendezvousSetup {
 };
 
 // Picks and builds the rendezvous for `options`:
-// - --standalone, and the static backend with --nnodes=1: the single-node
-//   LocalRendezvousClient (see the .cc for why standalone does not embed the
-//   gRPC server);
+// - --standalone: this agent hosts the gRPC rendezvous server in-process on
+//   127.0.0.1 and a free port (token: the given one, else a random one) and
+//   joins it as a one-node job;
+// - the static backend with --nnodes=1 (and grpc with --nnodes=1 and no
+//   endpoint): the single-node LocalRendezvousClient, no server;
 // - --rdzv_backend=grpc|c10d with --rdzv_endpoint HOST[:PORT]: the gRPC
 //   client; this agent also hosts the server on PORT when HOST is this host
 //   (or rdzv_conf is_host=true; is_host=false never hosts). An auto-detected

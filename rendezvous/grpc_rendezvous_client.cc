@@ -124,7 +124,9 @@ class GrpcRendezvousClient final : public agent::RendezvousClient {
  public:
   GrpcRendezvousClient(const GrpcClientOptions& options,
                        std::shared_ptr<grpc::Channel> channel)
-      : options_(options), stub_(v1::Rendezvous::NewStub(channel)) {
+      : options_(options),
+        channel_(channel),
+        stub_(v1::Rendezvous::NewStub(channel)) {
     std::random_device rd;
     while (instance_ == 0) {
       instance_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
@@ -159,7 +161,13 @@ class GrpcRendezvousClient final : public agent::RendezvousClient {
   void HeartbeatLoop();
   void Emit(RendezvousEventType type, const std::string& reason);
 
+  // Join waits for the server as long as its deadline allows (wait for
+  // ready); this says so once when the server stays unreachable for a few
+  // seconds, instead of a silent wait of up to join_timeout.
+  void WarnIfUnreachable(Clock::TimePoint deadline);
+
   const GrpcClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Rendezvous::Stub> stub_;
   uint64_t instance_ = 0;
 
@@ -202,6 +210,20 @@ grpc::Status GrpcRendezvousClient::CallWithRetry(Clock::TimePoint deadline,
   }
 }
 
+void GrpcRendezvousClient::WarnIfUnreachable(Clock::TimePoint deadline) {
+  const Clock::TimePoint probe_until =
+      std::min(deadline, SteadyClock::now() + std::chrono::seconds(5));
+  if (channel_->WaitForConnected(ToSystem(probe_until))) return;
+  const auto left = std::chrono::duration_cast<std::chrono::seconds>(
+      deadline - SteadyClock::now());
+  if (left.count() <= 0) return;
+  DDP_LOG(WARNING) << "rendezvous server " << options_.endpoint
+                   << " not reachable for 5 s; still trying for "
+                   << left.count()
+                   << " s (check --rdzv_endpoint, that the server runs, and "
+                      "firewalls)";
+}
+
 StatusOr<agent::RendezvousResult> GrpcRendezvousClient::Join(
     const agent::JoinRequest& request, Clock::TimePoint deadline) {
   v1::JoinRequest req;
@@ -239,6 +261,7 @@ StatusOr<agent::RendezvousResult> GrpcRendezvousClient::Join(
     paused_ = false;
   }
   StartHeartbeats();
+  WarnIfUnreachable(deadline);
 
   v1::JoinResponse resp;
   grpc::Status s = CallWithRetry(deadline, [&] {
@@ -555,6 +578,9 @@ StatusOr<std::unique_ptr<agent::RendezvousClient>> CreateGrpcRendezvousClient(
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // Cluster-internal traffic: an http_proxy/https_proxy set for the outside
+  // world (common on clusters) must not capture the rendezvous connection.
+  args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
   auto channel = grpc::CreateCustomChannel(endpoint->ToString(), creds, args);
   return std::unique_ptr<agent::RendezvousClient>(
       new GrpcRendezvousClient(options, std::move(channel)));

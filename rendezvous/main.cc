@@ -71,7 +71,8 @@ int PrintStatus(const Flags& flags) {
     creds = grpc::SslCredentials(ssl);
   }
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(256 << 20);  // a 100k-node job's status
+  args.SetMaxReceiveMessageSize(256 << 20);    // a 100k-node job's status
+  args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);  // as the agents' channel
   auto stub = v1::Rendezvous::NewStub(
       grpc::CreateCustomChannel(flags.status_endpoint, creds, args));
   grpc::ClientContext ctx;

@@ -350,6 +350,11 @@ void RendezvousJob::Invalidate(v1::HeartbeatResponse::Action action,
   CompleteIfReady(out);
 }
 
+std::string RendezvousJob::BudgetExhausted(const std::string& failure) const {
+  return "restart budget exhausted (max_restarts=" +
+         std::to_string(config_.max_restarts()) + "); " + failure;
+}
+
 void RendezvousJob::Fail(const std::string& reason, std::vector<Outcome>* out) {
   DDP_LOG(WARNING) << "rendezvous '" << id_ << "' failed: " << reason;
   phase_ = Phase::kFailed;
@@ -510,9 +515,13 @@ Status RendezvousJob::ReportFailure(const v1::ReportFailureRequest& req,
   } else {
     pending.waiters.push_back(waiter);
   }
+  // Only the reporter ran this round: no node loss can turn up to explain
+  // the failure, so an exhausted budget is final now, not after the wait.
+  const bool decide_now = !pending.charged && RunningCount() <= 1;
   pending_failure_ = std::move(pending);
   deadline_moved_ = true;
   Invalidate(Action::ACTION_RESTART, what, out);
+  if (decide_now) Fail(BudgetExhausted(what), out);
   return Status::Ok();
 }
 

@@ -102,7 +102,8 @@ class RendezvousJob {
   // round is lost meanwhile, the failure was the node loss (collectives
   // break as soon as a peer dies, before heartbeats can tell) and no budget
   // is spent. With budget left the answer (will_restart) comes at once and
-  // is refunded on a node loss; with the budget spent the answer waits.
+  // is refunded on a node loss; with the budget spent the answer waits,
+  // except in a one-node round (nobody else to lose): it fails at once.
   Status ReportFailure(const v1::ReportFailureRequest& request, WaiterId waiter,
                        std::vector<Outcome>* out);
   Status ReportSuccess(const v1::ReportSuccessRequest& request, WaiterId waiter,
@@ -184,6 +185,8 @@ class RendezvousJob {
                   std::vector<Outcome>* out);
   void Complete(std::vector<Outcome>* out);
   void Fail(const std::string& reason, std::vector<Outcome>* out);
+  // Fail()'s reason when a worker failure finds no restart budget left.
+  std::string BudgetExhausted(const std::string& failure) const;
   void Succeed(const std::string& reason, std::vector<Outcome>* out);
   void RemoveNode(std::map<std::string, Node>::iterator it, Status why,
                   std::vector<Outcome>* out);

@@ -64,10 +64,7 @@ void RendezvousJob::Tick(std::vector<Outcome>* out) {
     if (pending_failure_->charged) {
       pending_failure_.reset();  // no node was lost: the charge stands
     } else {
-      Fail("restart budget exhausted (max_restarts=" +
-               std::to_string(config_.max_restarts()) + "); " +
-               pending_failure_->reason,
-           out);
+      Fail(BudgetExhausted(pending_failure_->reason), out);
       return;
     }
   }

@@ -155,5 +155,70 @@ TEST_CASE("multinode: bad rendezvous flags are one line and exit 2",
   CHECK(ReadWorkerStarts(dir.path()).empty());
 }
 
+TEST_CASE("multinode: --standalone hosts the rendezvous server in-process",
+          "[multinode][launch]") {
+  TempDir dir;
+  // A proxy set for the outside world must not capture the rendezvous
+  // connection (gRPC honours http_proxy unless told not to): 127.0.0.1:1
+  // refuses connections, so a proxied rendezvous would never complete.
+  Env env = {{"MN_OUT", dir.path()},
+             {"MN_NODE", "s"},
+             {"MN_SLEEP", "0"},
+             {"http_proxy", "http://127.0.0.1:1"},
+             {"https_proxy", "http://127.0.0.1:1"},
+             {"grpc_proxy", "http://127.0.0.1:1"}};
+  Child run(dir.path(), "s", EnvWorker({"--standalone", "--nproc_per_node=2"}),
+            env);
+  INFO(run.Output());
+  REQUIRE(run.Wait(15s) == 0);
+  CHECK(run.Stderr().find("rendezvous server listening on 127.0.0.1:") !=
+        std::string::npos);
+  CHECK(run.Stderr().find("succeeded: all 1 nodes of round 1") !=
+        std::string::npos);
+  CHECK(ReadWorkerStarts(dir.path()).size() == 2);
+}
+
+TEST_CASE("multinode: a standalone job out of restarts ends without waiting",
+          "[multinode][launch]") {
+  // One node: no node loss can explain the failure, so the server decides
+  // at once instead of after heartbeat_timeout + 0.5 s, and the agent does
+  // not linger for other agents that cannot exist.
+  TempDir dir;
+  Env env = {{"MN_OUT", dir.path()}, {"MN_NODE", "s"}, {"MN_FAIL", "always"}};
+  const auto start = SteadyClock::now();
+  Child run(
+      dir.path(), "s",
+      EnvWorker({"--standalone", "--nproc_per_node=1", "--max_restarts=1"}),
+      env);
+  INFO(run.Output());
+  REQUIRE(run.Wait(20s) == 1);
+  const double seconds =
+      std::chrono::duration<double>(SteadyClock::now() - start).count();
+  CHECK(ReadWorkerStarts(dir.path()).size() == 2);
+  CHECK(run.Stderr().find("restart budget exhausted (max_restarts=1)") !=
+        std::string::npos);
+  // Two worker runs of ~0.3 s each; the old wait alone was 3.5 s + 2 s.
+  CHECK(seconds < 3.0);
+}
+
+TEST_CASE("multinode: an unreachable rendezvous server is reported",
+          "[multinode][launch]") {
+  TempDir dir;
+  const std::string ep = "127.0.0.1:" + std::to_string(FreeLoopbackPort());
+  Child run(
+      dir.path(), "lonely",
+      EnvWorker({"--nnodes=2", "--rdzv_backend=grpc", "--rdzv_endpoint=" + ep,
+                 "--rdzv_conf=is_host=false,join_timeout=7"}),
+      {{"MN_OUT", dir.path()}});
+  INFO(run.Output());
+  REQUIRE(WaitUntil(
+      [&] { return run.Stderr().find("not reachable") != std::string::npos; },
+      10s));
+  CHECK(run.Stderr().find("rendezvous server " + ep + " not reachable") !=
+        std::string::npos);
+  CHECK(run.Wait(15s) == 1);
+  CHECK(ReadWorkerStarts(dir.path()).empty());
+}
+
 }  // namespace
 }  // namespace ddprun::multinode

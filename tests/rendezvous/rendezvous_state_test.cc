@@ -268,6 +268,23 @@ TEST_CASE("RendezvousState: restart budget is job-global", "[rendezvous]") {
   CHECK_THAT(hb.reason(), Catch::Contains("restart budget exhausted"));
 }
 
+TEST_CASE("RendezvousState: a one-node round fails at once without budget",
+          "[rendezvous]") {
+  // --standalone: nobody else can be lost, so no waiting for heartbeats.
+  Harness h(1, 1, /*max_restarts=*/1);
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Fail("a").ok());
+  REQUIRE(h.Answered("a/failure"));
+  CHECK(h.Answer("a/failure").failure.will_restart());
+  REQUIRE(h.Join("a").ok());
+  CHECK(h.Of("a").restart_count() == 1);
+  h.ForgetAnswers();
+  REQUIRE(h.Fail("a").ok());
+  REQUIRE(h.Answered("a/failure"));  // no clock advance needed
+  CHECK_FALSE(h.Answer("a/failure").failure.will_restart());
+  CHECK(h.Job().state() == v1::JobStatus::STATE_FAILED);
+}
+
 TEST_CASE("RendezvousState: a failure caused by a node loss spends no budget",
           "[rendezvous]") {
   Harness h(2, 3, /*max_restarts=*/0);
