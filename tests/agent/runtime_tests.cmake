@@ -5,6 +5,7 @@ find_package(nlohmann_json REQUIRED)
 add_executable(agent_runtime_test
   ${CMAKE_CURRENT_LIST_DIR}/elastic_agent_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/failure_report_test.cc
+  ${CMAKE_CURRENT_LIST_DIR}/interruptible_rendezvous_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/line_splitter_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/local_rendezvous_client_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/worker_env_test.cc
