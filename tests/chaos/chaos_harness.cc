@@ -269,12 +269,15 @@ Scenario::~Scenario() {
 
 std::map<std::string, std::string> Scenario::Env(
     const std::string& node) const {
-  return {{"CHAOS_MARKER", marker_},
-          {"CHAOS_NODE", node},
-          {"OMP_NUM_THREADS", "1"},
-          // A lost peer must surface as an error, never as a long hang.
-          {"DDPRUN_COLLECTIVE_TIMEOUT_S", "30"},
-          {"DDPRUN_STORE_TIMEOUT_S", "30"}};
+  std::map<std::string, std::string> env = {
+      {"CHAOS_MARKER", marker_},
+      {"CHAOS_NODE", node},
+      {"OMP_NUM_THREADS", "1"},
+      // A lost peer must surface as an error, never as a long hang.
+      {"DDPRUN_COLLECTIVE_TIMEOUT_S", "30"},
+      {"DDPRUN_STORE_TIMEOUT_S", "30"}};
+  for (const auto& [k, v] : extra_env_) env[k] = v;
+  return env;
 }
 
 std::vector<std::string> WorkloadArgs(const Scenario& s, const Workload& w) {

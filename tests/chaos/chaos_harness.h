@@ -94,6 +94,10 @@ class Scenario {
 
   // Environment of an agent on `node` (inherited by its workers).
   std::map<std::string, std::string> Env(const std::string& node) const;
+  // Adds a variable to the environment of agents started from now on.
+  void SetEnv(const std::string& name, const std::string& value) {
+    extra_env_[name] = value;
+  }
 
   // ddprun <flags> --no_python chaos_workload <workload args>, optionally
   // behind `prefix` (ip netns exec NS). Output in <dir>/<node>.out|.err.
@@ -135,6 +139,7 @@ class Scenario {
   std::vector<std::unique_ptr<Child>> agents_;
   std::vector<std::unique_ptr<multinode::RendezvousServerProcess>> servers_;
   std::vector<std::string> log_names_;
+  std::map<std::string, std::string> extra_env_;
 };
 
 // Workload command line (without the binary) for a scenario.

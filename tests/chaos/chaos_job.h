@@ -28,6 +28,9 @@ struct Expect {
   bool exact = true;         // bit-exact result (same world size throughout)
   double t0 = 0;             // wall time of the fault
   int64_t saved_before = 0;  // newest checkpoint when the fault hit
+  // A worker failure spends restart budget (TORCHELASTIC_RESTART_COUNT
+  // grows); the loss of a node does not (the membership changed).
+  bool spends_budget = true;
 };
 
 // Checks (Catch2 CHECK/REQUIRE) that the job's result equals the
