@@ -10,6 +10,7 @@ PACKAGES=(
   libtorch-dev libgloo-dev python3-torch
   libnifti2-dev libstb-dev libyaml-cpp-dev
   iproute2 procps openssl
+  slurmctld slurmd slurm-client munge
 )
 
 missing=()
