@@ -96,17 +96,27 @@ StatusOr<GrpcClientOptions> ClientOptions(const LaunchOptions& options,
   return o;
 }
 
-// Hosts the server on `bind_host`:`port` for clients using `client`.
+// Hosts the server on `bind_host`:`port` for clients using `client`. With
+// TLS the hosting node's own certificate (rdzv_conf tls_cert/tls_key, valid
+// for the endpoint's name or IP) serves as the server's, and tls_ca checks
+// every client's: mutual TLS, as every node holds a certificate anyway.
 StatusOr<std::unique_ptr<RendezvousServer>> Host(
     const std::string& bind_host, int port, const GrpcClientOptions& client) {
-  if (!client.tls_ca_pem.empty() || !client.tls_cert_pem.empty()) {
-    return InvalidArgumentError(
-        "--rdzv_conf tls_*: the rendezvous this agent hosts serves without "
-        "TLS (token only); run ddprun-rendezvous with --tls_cert/--tls_key "
-        "and point --rdzv_endpoint at it");
-  }
   rendezvous::ServerOptions so;
   so.token = client.token;
+  if (!client.tls_ca_pem.empty() || !client.tls_cert_pem.empty() ||
+      !client.tls_key_pem.empty()) {
+    if (client.tls_ca_pem.empty() || client.tls_cert_pem.empty() ||
+        client.tls_key_pem.empty()) {
+      return InvalidArgumentError(
+          "--rdzv_conf tls_*: an agent that hosts the rendezvous serves "
+          "mutual TLS and needs all of tls_ca, tls_cert and tls_key (its "
+          "certificate must be valid for the endpoint's name or IP)");
+    }
+    so.tls_cert_pem = client.tls_cert_pem;
+    so.tls_key_pem = client.tls_key_pem;
+    so.tls_ca_pem = client.tls_ca_pem;
+  }
   auto server = std::make_unique<RendezvousServer>();
   DDP_RETURN_IF_ERROR(server->Start(bind_host, port, so).status());
   return server;

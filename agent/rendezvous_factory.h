@@ -51,8 +51,10 @@ struct RendezvousSetup {
 //   a TCPStore there that its workers share; ddprun workers get their own
 //   store port). Open both ports between nodes.
 // The token is rdzv_conf token=/token_file=, else $DDPRUN_RDZV_TOKEN; the
-// embedded server requires the same token. Blocks only to bind a server.
-// Errors (INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE) carry one clear line.
+// embedded server requires the same token. With rdzv_conf tls_ca, tls_cert
+// and tls_key a hosting agent serves mutual TLS with its own certificate.
+// Blocks only to bind a server. Errors (INVALID_ARGUMENT, NOT_FOUND,
+// UNAVAILABLE) carry one clear line.
 StatusOr<RendezvousSetup> MakeRendezvous(const LaunchOptions& options,
                                          const EnvMap& env);
 

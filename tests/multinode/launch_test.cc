@@ -220,5 +220,59 @@ TEST_CASE("multinode: an unreachable rendezvous server is reported",
   CHECK(ReadWorkerStarts(dir.path()).empty());
 }
 
+TEST_CASE("multinode: a hosting agent serves mutual TLS with its own cert",
+          "[multinode][launch]") {
+  TempDir dir;
+  const std::string& d = dir.path();
+  const std::string req = "openssl req -newkey rsa:2048 -nodes -subj ";
+  const std::string sign =
+      "openssl x509 -req -days 1 -CA ca.pem -CAkey "
+      "ca.key -CAcreateserial -extfile san.ext";
+  // One CA; each node gets a certificate valid for 127.0.0.1.
+  const std::string cmd =
+      "cd " + d + " && (" +
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=ca "
+      "-keyout ca.key -out ca.pem && " +
+      "echo subjectAltName=IP:127.0.0.1 > san.ext && " + req +
+      "/CN=node-a -keyout a.key -out a.csr && " + sign +
+      " -in a.csr -out a.pem && " + req +
+      "/CN=node-b -keyout b.key -out b.csr && " + sign +
+      " -in b.csr -out b.pem) >/dev/null 2>&1";
+  if (std::system(cmd.c_str()) != 0) {
+    WARN("openssl not available: TLS test skipped");
+    return;
+  }
+  const std::string ep = "127.0.0.1:" + std::to_string(FreeLoopbackPort());
+  auto args = [&](const std::string& node) {
+    return EnvWorker({"--nnodes=2", "--rdzv_backend=grpc", "--rdzv_id=tls",
+                      "--rdzv_endpoint=" + ep,
+                      "--rdzv_conf=tls_ca=" + d + "/ca.pem,tls_cert=" + d +
+                          "/" + node + ".pem,tls_key=" + d + "/" + node +
+                          ".key"});
+  };
+  Env env = {{"MN_OUT", d}, {"MN_SLEEP", "0"}, {"MN_NODE", "a"}};
+  Child a(d, "a", args("a"), env);
+  REQUIRE(WaitUntil(
+      [&] { return a.Stderr().find("listening on") != std::string::npos; },
+      10s));
+  env["MN_NODE"] = "b";
+  Child b(d, "b", args("b"), env);
+  INFO(a.Output() + b.Output());
+  CHECK(a.Wait(20s) == 0);
+  CHECK(b.Wait(20s) == 0);
+  CHECK(a.Stderr().find("TLS") != std::string::npos);
+  CHECK(ReadWorkerStarts(d).size() == 2);
+
+  // A hosting agent without its own certificate cannot serve TLS.
+  Child half(d, "half",
+             EnvWorker({"--nnodes=2", "--rdzv_backend=grpc",
+                        "--rdzv_endpoint=127.0.0.1:0",
+                        "--rdzv_conf=tls_ca=" + d + "/ca.pem"}),
+             {{"MN_OUT", d}});
+  CHECK(half.Wait(10s) == 2);
+  CHECK(half.Stderr().find("needs all of tls_ca, tls_cert and tls_key") !=
+        std::string::npos);
+}
+
 }  // namespace
 }  // namespace ddprun::multinode
