@@ -49,8 +49,9 @@ Status WriteMungeKey(const std::string& path) {
     return InternalError("reading /dev/urandom for the munge key failed");
   }
   std::ofstream(path, std::ios::binary) << key;
-  if (chmod(path.c_str(), 0400) != 0)
+  if (chmod(path.c_str(), 0400) != 0) {
     return ErrnoStatus("chmod " + path, errno);
+  }
   return Status();
 }
 
@@ -87,8 +88,9 @@ void SlurmCluster::AddDaemon(const std::string& name,
   // Killed with this process even when it dies without tearing down (a
   // ctest timeout): setpriv sets the parent-death signal, then execs.
   const std::string setpriv = FindProgram("setpriv");
-  if (!setpriv.empty())
+  if (!setpriv.empty()) {
     argv.insert(argv.begin(), {setpriv, "--pdeathsig=KILL", "--"});
+  }
   daemons_.push_back(
       std::make_unique<Child>(dir_ + "/log", name, std::move(argv), Env()));
 }

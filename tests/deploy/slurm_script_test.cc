@@ -43,6 +43,7 @@ TEST_CASE("SLURM script: srun gets a ddprun command ddprun accepts",
       (fs::path(DDPRUN_SOURCE_DIR) / "docker/slurm/ddprun.sbatch").string();
   const std::string cmd = "env PATH=" + bin.string() +
                           ":/usr/bin:/bin SLURM_JOB_NODELIST='gpu-node-[07-08]'"
+                          " SLURM_JOB_ID=4242"
                           " NPROC_PER_NODE=2 TRAINER=/bin/true"
                           " DDPRUN_RDZV_TOKEN=t0k bash " +
                           script + " --epochs 3";
@@ -69,7 +70,7 @@ TEST_CASE("SLURM script: srun gets a ddprun command ddprun accepts",
   REQUIRE(parsed.ok());
   const agent::LaunchOptions& o = parsed->options;
   CHECK(o.rdzv_backend == "grpc");
-  CHECK(o.rdzv_endpoint == "gpu-node-07:29400");
+  CHECK(o.rdzv_endpoint == "gpu-node-07:24242");  // per-job port
   CHECK(o.min_nodes == 2);
   CHECK(o.max_nodes == 2);
   CHECK(o.node_rank == 1);
