@@ -46,6 +46,19 @@ struct Fixture {
     cluster.reset();  // stops every process inside the namespace first
     ns.reset();
   }
+
+  // Starts the cluster (REQUIREs it up); false, with a warning, when this
+  // machine cannot run one and the test is skipped.
+  bool Start() {
+    if (!skipped.empty()) {
+      WARN("skipped: " << skipped);
+      return false;
+    }
+    Status up = cluster->Start(kNodes, 2, 20s);
+    INFO(up.ToString());
+    REQUIRE(up.ok());
+    return true;
+  }
 };
 
 struct JobResult {
@@ -137,14 +150,8 @@ long RankLines(const std::string& output, const std::string& who, int r) {
 TEST_CASE("SLURM script: runs a 2-node job on a real slurmctld+slurmd",
           "[deploy][slurm]") {
   Fixture f;
-  if (!f.skipped.empty()) {
-    WARN("skipped: " << f.skipped);
-    return;
-  }
   const auto start = std::chrono::steady_clock::now();
-  Status up = f.cluster->Start(kNodes, 2, 20s);
-  INFO(up.ToString());
-  REQUIRE(up.ok());
+  if (!f.Start()) return;
   const auto ready = std::chrono::steady_clock::now();
 
 #ifdef DDPRUN_DDP_DEMO
@@ -186,13 +193,7 @@ TEST_CASE("SLURM script: runs a 2-node job on a real slurmctld+slurmd",
 TEST_CASE("SLURM script: a failing trainer fails the SLURM job",
           "[deploy][slurm]") {
   Fixture f;
-  if (!f.skipped.empty()) {
-    WARN("skipped: " << f.skipped);
-    return;
-  }
-  Status up = f.cluster->Start(kNodes, 2, 20s);
-  INFO(up.ToString());
-  REQUIRE(up.ok());
+  if (!f.Start()) return;
   // Rank 3 exits 7; with MAX_RESTARTS=0 its agent gives up, srun
   // --kill-on-bad-exit ends the other node's agent, the batch script fails.
   JobResult job =
@@ -208,13 +209,7 @@ TEST_CASE("SLURM script: a failing trainer fails the SLURM job",
 TEST_CASE("SLURM script: two jobs sharing a head node keep apart",
           "[deploy][slurm]") {
   Fixture f;
-  if (!f.skipped.empty()) {
-    WARN("skipped: " << f.skipped);
-    return;
-  }
-  Status up = f.cluster->Start(kNodes, 2, 20s);
-  INFO(up.ToString());
-  REQUIRE(up.ok());
+  if (!f.Start()) return;
   // Each job takes one of the two CPUs of each node, so both run at once
   // with the same first node, as on a cluster that shares nodes; the
   // workers stay up long enough for the two to overlap.
