@@ -18,8 +18,9 @@ namespace ddprun::deploy {
 // cluster. The nodes are named 127.0.0.1 .. 127.0.0.N (all NodeAddr
 // 127.0.0.1): a job's SLURM_JOB_NODELIST then holds names that resolve to
 // loopback everywhere, which is what the sbatch script hands ddprun as its
-// rendezvous host. Meant to run inside a LoopbackNamespace: the daemons
-// bind their hostname's address or the wildcard.
+// rendezvous host. slurmctld and slurmd listen on 127.0.0.1, srun and
+// sbatch on the address of this host's name, the job wherever it likes:
+// run it inside a LoopbackNamespace, where lo is the only interface.
 // Not thread-safe. The destructor tears everything down (see Stop).
 class SlurmCluster {
  public:
