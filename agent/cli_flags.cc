@@ -98,10 +98,12 @@ std::vector<FlagSpec> MakeFlags() {
        "Seconds a finished node waits for the others before exiting.", false,
        false},
       {"watchdog_timeout", 0, kV, "SECONDS", "0 = off",
-       "ddprun addition: kill (SIGKILL) and count as failed a worker that "
-       "stays stopped (state T) this long, or that called "
-       "ddprun::worker::Heartbeat() and then did not for this long (a hang); "
-       "the group restarts while --max_restarts lasts.",
+       "ddprun addition: a worker that stays stopped (state T) this long, or "
+       "that called ddprun::worker::Heartbeat() (it touches "
+       "$DDPRUN_WATCHDOG_FILE) and then did not for this long, is killed "
+       "(SIGKILL) and counts as a failed worker; the group restarts while "
+       "--max_restarts lasts. Choose more than the longest step or "
+       "checkpoint.",
        false, false},
       {"virtual_local_rank", 0, kB, nullptr, "off",
        "Give every worker LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES=<its GPU>.",

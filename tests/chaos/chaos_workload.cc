@@ -20,9 +20,9 @@
 //   <every parameter value, %.9g, space separated>
 //
 // Fault injection from inside (the rest comes from outside, by signals):
-// --fail_step S --fail_rank R --fail_mode exit|segv [--fail_attempts A]
+// --fail_step S --fail_rank R --fail_mode exit|segv|hang [--fail_attempts A]
 // makes global rank R, at step S of attempts 0..A-1 (default 1), throw (exit
-// code 1 with an error file) or raise SIGSEGV.
+// code 1 with an error file), raise SIGSEGV or hang (sleep, no heartbeat).
 //
 // Usage: chaos_workload --out DIR --ckpt_dir DIR [--steps 40]
 //        [--ckpt_every 10] [--step_ms 50] [fault flags]
@@ -177,6 +177,10 @@ int Train(const Args& a) {
       AppendEvent(a, "fail step=" + std::to_string(state.step) +
                          " pid=" + std::to_string(::getpid()));
       if (a.fail_mode == "segv") std::raise(SIGSEGV);
+      if (a.fail_mode == "hang") {
+        // Deadlocked without being stopped: only the heartbeat tells.
+        for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+      }
       throw w::WorkerError("chaos_workload: injected failure at step " +
                            std::to_string(state.step));
     }
@@ -236,8 +240,8 @@ Args ParseArgs(int argc, char** argv) {
   if (a.out.empty() || a.ckpt_dir.empty()) {
     throw w::ConfigError("chaos_workload: --out and --ckpt_dir are required");
   }
-  if (a.fail_mode != "exit" && a.fail_mode != "segv") {
-    throw w::ConfigError("chaos_workload: --fail_mode is exit or segv");
+  if (a.fail_mode != "exit" && a.fail_mode != "segv" && a.fail_mode != "hang") {
+    throw w::ConfigError("chaos_workload: --fail_mode is exit, segv or hang");
   }
   return a;
 }

@@ -143,8 +143,15 @@ TEST_CASE("chaos: rendezvous server SIGKILL and restart mid-training",
   auto& server = s.StartServer(0);
   const int port = server.port();
   REQUIRE(port > 0);
-  Child& a = s.StartAgent("a", GrpcFlags(port, s.marker(), "2", 1, 0), w);
-  Child& b = s.StartAgent("b", GrpcFlags(port, s.marker(), "2", 1, 1), w);
+  // The restarted server waits heartbeat_timeout for the agents to
+  // re-register their round; 4 s leaves room for a loaded machine.
+  const std::string conf =
+      "heartbeat_timeout=4,last_call_timeout=1,join_timeout=20,"
+      "connection_lost_timeout=20";
+  Child& a = s.StartAgent(
+      "a", GrpcFlags(port, s.marker(), "2", 1, 0, "127.0.0.1", conf), w);
+  Child& b = s.StartAgent(
+      "b", GrpcFlags(port, s.marker(), "2", 1, 1, "127.0.0.1", conf), w);
   if (!s.WaitSaved(10)) FAIL("no checkpoint 10\n" << s.Logs());
   const double t0 = WallNow();
   const auto killed = SteadyClock::now();

@@ -61,12 +61,13 @@ void SignalScenario(const std::string& what, int sig, int nproc,
 // Global rank 1 (node b) fails from inside at step 15 (--fail_mode); node
 // b's agent output must show `b_err_says`.
 void InsideScenario(const std::string& what, const std::string& mode,
-                    const std::string& b_err_says) {
+                    const std::string& b_err_says,
+                    const std::vector<std::string>& extra_flags = {}) {
   Scenario s(mode);
   Workload w;
   w.extra = {"--fail_step", "15", "--fail_rank", "1", "--fail_mode", mode};
   REQUIRE(Baseline(2, w.steps).has_value());
-  StartTwoNodes(s, w, 1);
+  StartTwoNodes(s, w, 1, extra_flags);
   WaitBothDone(s, s.agent(0), s.agent(1));
   std::vector<Event> events = ReadEvents(s.out());
   Expect e;
@@ -100,6 +101,14 @@ TEST_CASE("chaos: worker hang (SIGSTOP) killed by --watchdog_timeout",
           "[chaos][watchdog]") {
   SignalScenario("worker hang (SIGSTOP)", SIGSTOP, /*nproc=*/1,
                  {"--watchdog_timeout=2"});
+}
+
+TEST_CASE("chaos: worker deadlock (no heartbeat) killed by --watchdog_timeout",
+          "[chaos][watchdog]") {
+  // The worker calls ddprun::worker::Heartbeat() every step, then sleeps
+  // forever at step 15: running, not stopped, only the heartbeat is silent.
+  InsideScenario("worker deadlock (silent heartbeat)", "hang",
+                 "hung, without a heartbeat for 2.", {"--watchdog_timeout=2"});
 }
 
 }  // namespace ddprun::chaos
