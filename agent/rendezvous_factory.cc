@@ -6,9 +6,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <random>
+
+#include <grpc/support/log.h>
 
 #include "agent/local_rendezvous_client.h"
 #include "common/logging.h"
@@ -31,6 +34,22 @@ using rendezvous::RendezvousServer;
 // --no_python true`, 50 vs 60 ms, VmHWM 12.7 vs 17.3 MB). Only this process
 // knows the port; a random token keeps other local users out unless one was
 // given (then `ddprun-rendezvous --status` can read the job with it).
+
+// gRPC's own log lines go through DDP_LOG (same format as ddprun's), except
+// while a hosting attempt may lose a bind race: that is the normal "join it"
+// case, not gRPC's multi-line "Address already in use" error.
+std::atomic<bool> g_grpc_log_quiet{false};
+
+void GrpcLog(gpr_log_func_args* args) {
+  if (g_grpc_log_quiet.load()) return;
+  if (args->severity == GPR_LOG_SEVERITY_ERROR) {
+    DDP_LOG(WARNING) << "grpc " << args->file << ":" << args->line << ": "
+                     << args->message;
+  } else {
+    DDP_LOG(DEBUG) << "grpc " << args->file << ":" << args->line << ": "
+                   << args->message;
+  }
+}
 
 bool IsNumericIp(const std::string& host) {
   unsigned char buf[sizeof(in6_addr)];
@@ -167,8 +186,14 @@ StatusOr<RendezvousSetup> MakeGrpc(const LaunchOptions& options,
     return Connect(nullptr, client);
   }
   const std::string bind_host = BindHost(ep.host);
-  StatusOr<std::unique_ptr<RendezvousServer>> server =
-      Host(bind_host, ep.port, client);
+  StatusOr<std::unique_ptr<RendezvousServer>> server = [&] {
+    // Another agent on this host may bind between the probe and here.
+    if (is_host.has_value()) return Host(bind_host, ep.port, client);
+    g_grpc_log_quiet = true;
+    auto hosted = Host(bind_host, ep.port, client);
+    g_grpc_log_quiet = false;
+    return hosted;
+  }();
   if (!server.ok()) {
     if (is_host.has_value() ||
         server.status().code() != StatusCode::kUnavailable) {
@@ -279,6 +304,7 @@ RendezvousSetup::~RendezvousSetup() { client.reset(); }
 
 StatusOr<RendezvousSetup> MakeRendezvous(const LaunchOptions& options,
                                          const EnvMap& env) {
+  gpr_set_log_function(GrpcLog);
   const bool grpc =
       options.rdzv_backend == "grpc" || options.rdzv_backend == "c10d";
   if (options.standalone) return MakeStandalone(options, env);
