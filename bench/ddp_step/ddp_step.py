@@ -1,7 +1,11 @@
 """One rank of the DDP step benchmark, Python side: the same model, batch,
 optimizer and timing as ddp_step_bench.cc, with
-torch.nn.parallel.DistributedDataParallel over Gloo (env:// init)."""
+torch.nn.parallel.DistributedDataParallel over Gloo (env:// init).
+run_bench.py also runs it with GLIBC_TUNABLES set to the C++ runtime's malloc
+settings (worker/include/ddprun/worker/host_allocator.h)."""
 import json
+import os
+import resource
 import sys
 import time
 
@@ -28,10 +32,17 @@ def main():
         nn.functional.cross_entropy(ddp(x), y).backward()
         sgd.step()
 
+    def faults():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+    def median(v):
+        return sorted(v)[len(v) // 2]
+
     def timed(sync):
-        ms, cpu = [], []
+        ms, cpu, flt = [], [], []
         for i in range(warmup + steps):
             dist.barrier()
+            f0 = faults()
             c0 = time.process_time()
             t0 = time.perf_counter()
             if sync:
@@ -41,22 +52,26 @@ def main():
                     step()
             t1 = time.perf_counter()
             c1 = time.process_time()
+            f1 = faults()
             if i >= warmup:
+                flt.append(f1 - f0)
                 cpu.append((c1 - c0) * 1000)
                 ms.append((t1 - t0) * 1000)
-        ms.sort()
-        cpu.sort()
-        return ms[len(ms) // 2], cpu[len(cpu) // 2]
+        return median(ms), median(cpu), median(flt)
 
-    sync_ms, sync_cpu = timed(True)
-    nosync_ms, nosync_cpu = timed(False)
+    sync_ms, sync_cpu, sync_flt = timed(True)
+    nosync_ms, nosync_cpu, nosync_flt = timed(False)
     if dist.get_rank() == 0:
         print(json.dumps({"impl": "python", "world": dist.get_world_size(),
                           "step_ms": round(sync_ms, 3),
                           "nosync_ms": round(nosync_ms, 3),
                           "step_cpu_ms": round(sync_cpu, 3),
                           "nosync_cpu_ms": round(nosync_cpu, 3),
-                          "threads": torch.get_num_threads()}))
+                          "step_faults": sync_flt,
+                          "nosync_faults": nosync_flt,
+                          "threads": torch.get_num_threads(),
+                          "malloc_tuned": "glibc.malloc." in
+                          os.environ.get("GLIBC_TUNABLES", "")}))
     dist.destroy_process_group()
 
 

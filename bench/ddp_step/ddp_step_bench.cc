@@ -1,12 +1,18 @@
 // One rank of the DDP step benchmark (see run_bench.py): a small conv net,
 // SGD, Gloo. Measures the median step time with gradient synchronisation
 // and inside NoSync (no communication), prints one JSON line on rank 0.
+// InitFromEnv applies the runtime's malloc tuning (host_allocator.h) like in
+// any trainer; DDPRUN_MALLOC_TUNING=0 measures without it.
 //   ddp_step_bench WARMUP STEPS BATCH
+//   ddp_step_bench --malloc-tunables   (GLIBC_TUNABLES value of that tuning,
+//                                       for the Python run of run_bench.py)
+#include <sys/resource.h>
 #include <time.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -20,6 +26,7 @@
 #include <torch/optim/sgd.h>
 
 #include "ddprun/worker/ddp.h"
+#include "ddprun/worker/host_allocator.h"
 #include "ddprun/worker/run_main.h"
 #include "ddprun/worker/world.h"
 
@@ -34,7 +41,13 @@ double CpuMs() {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-double MedianMs(std::vector<double> v) {
+double MinorFaults() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_minflt);
+}
+
+double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
@@ -56,12 +69,14 @@ int Bench(int warmup, int steps, int batch) {
     ddp.Backward(nn::functional::cross_entropy(net->forward(x), y));
     sgd.step();
   };
-  // Wall time per step, and process CPU time per step (all threads: compute
-  // and Gloo), which a loaded machine distorts much less.
-  auto timed = [&](bool sync, double* cpu_median) {
-    std::vector<double> ms, cpu;
+  // Wall time per step, process CPU time per step (all threads: compute
+  // and Gloo), which a loaded machine distorts much less, and minor page
+  // faults per step (memory the allocator gave back and takes again).
+  auto timed = [&](bool sync, double* cpu_median, double* faults_median) {
+    std::vector<double> ms, cpu, faults;
     for (int i = 0; i < warmup + steps; ++i) {
       world.Barrier();  // same start on all ranks, as the Python side
+      double f0 = MinorFaults();
       double c0 = CpuMs();
       auto t0 = std::chrono::steady_clock::now();
       if (sync) {
@@ -72,25 +87,32 @@ int Bench(int warmup, int steps, int batch) {
       }
       auto t1 = std::chrono::steady_clock::now();
       double c1 = CpuMs();
+      double f1 = MinorFaults();
       if (i >= warmup) {
+        faults.push_back(f1 - f0);
         cpu.push_back(c1 - c0);
         ms.push_back(
             std::chrono::duration<double, std::milli>(t1 - t0).count());
       }
     }
-    *cpu_median = MedianMs(cpu);
-    return MedianMs(ms);
+    *cpu_median = Median(cpu);
+    *faults_median = Median(faults);
+    return Median(ms);
   };
-  double sync_cpu = 0, nosync_cpu = 0;
-  double sync_ms = timed(true, &sync_cpu);
-  double nosync_ms = timed(false, &nosync_cpu);
+  double sync_cpu = 0, nosync_cpu = 0, sync_faults = 0, nosync_faults = 0;
+  double sync_ms = timed(true, &sync_cpu, &sync_faults);
+  double nosync_ms = timed(false, &nosync_cpu, &nosync_faults);
   if (world.is_main()) {
+    auto malloc_state = w::DecideHostAllocatorTuning(
+        [](const char* name) { return std::getenv(name); });
     std::printf(
         "{\"impl\": \"cpp\", \"world\": %d, \"step_ms\": %.3f, "
         "\"nosync_ms\": %.3f, \"step_cpu_ms\": %.3f, "
-        "\"nosync_cpu_ms\": %.3f, \"threads\": %d}\n",
+        "\"nosync_cpu_ms\": %.3f, \"step_faults\": %.0f, "
+        "\"nosync_faults\": %.0f, \"threads\": %d, \"malloc_tuned\": %s}\n",
         world.world_size(), sync_ms, nosync_ms, sync_cpu, nosync_cpu,
-        at::get_num_threads());
+        sync_faults, nosync_faults, at::get_num_threads(),
+        malloc_state.ok() && malloc_state->apply ? "true" : "false");
   }
   return 0;
 }
@@ -98,6 +120,10 @@ int Bench(int warmup, int steps, int batch) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "--malloc-tunables") {
+    std::printf("%s\n", w::MallocTunablesEnvValue().c_str());
+    return 0;
+  }
   return w::RunMain([&] {
     if (argc != 4)
       throw w::ConfigError("usage: ddp_step_bench WARMUP STEPS BATCH");

@@ -11,6 +11,7 @@
 #include "ddprun/worker/hardware.h"
 #include "ddprun/worker/metrics.h"
 #include "ddprun/worker/run_main.h"
+#include "tests/worker/map_env.h"
 
 namespace w = ddprun::worker;
 
@@ -18,10 +19,7 @@ namespace {
 
 ddprun::StatusOr<w::WorkerEnv> Parse(
     const std::map<std::string, std::string>& vars) {
-  return w::ParseWorkerEnv([&](const char* name) -> const char* {
-    auto it = vars.find(name);
-    return it == vars.end() ? nullptr : it->second.c_str();
-  });
+  return w::ParseWorkerEnv(w::testing::MapGetenv(vars));
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #endif
 
 #include "ddprun/worker/errors.h"
+#include "ddprun/worker/host_allocator.h"
 
 namespace ddprun::worker {
 
@@ -283,6 +284,10 @@ World InitWorld(const WorkerEnv& env, const InitOptions& options) {
 }
 
 World InitFromEnv(const InitOptions& options) {
+  if (options.tune_host_allocator) {
+    StatusOr<HostAllocatorDecision> tuned = TuneHostAllocator();
+    if (!tuned.ok()) throw ConfigError(tuned.status().message());
+  }
   StatusOr<WorkerEnv> env = ReadWorkerEnv();
   if (!env.ok()) throw ConfigError(env.status().message());
   return InitWorld(*env, options);

@@ -7,6 +7,7 @@
 #include "ddprun/worker/env.h"
 #include "ddprun/worker/errors.h"
 #include "ddprun/worker/hardware.h"
+#include "ddprun/worker/host_allocator.h"
 #include "ddprun/worker/metrics.h"
 #include "ddprun/worker/precision.h"
 #include "ddprun/worker/run_main.h"

@@ -36,6 +36,10 @@ struct InitOptions {
   bool pin_cuda_device = true;
   // Gloo worker threads (0: Torch's default, 2).
   int gloo_threads = 0;
+  // InitFromEnv keeps freed memory in glibc's heap (TuneHostAllocator in
+  // host_allocator.h; DDPRUN_MALLOC_TUNING=0 or your own malloc settings
+  // turn it off) so steady-state steps do not page-fault.
+  bool tune_host_allocator = true;
 };
 
 // Applies overrides from the environment: DDPRUN_BACKEND,
@@ -95,7 +99,8 @@ class World {
 // have joined or options.store_timeout passes. Throws ConfigError for a bad
 // environment or backend and CollectiveError when the store or the peers
 // cannot be reached in time. With no RANK/WORLD_SIZE/MASTER_* set returns a
-// standalone world.
+// standalone world. Applies TuneHostAllocator() first when
+// options.tune_host_allocator (a bad DDPRUN_MALLOC_TUNING is a ConfigError).
 World InitFromEnv(const InitOptions& options = InitOptionsFromEnv());
 
 // Same from an already parsed environment (tests).
