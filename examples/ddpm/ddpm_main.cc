@@ -9,7 +9,9 @@
 #include "ddprun/worker/worker.h"
 #include "examples/common/metrics.h"
 #include "examples/common/nifti_io.h"
+#include "examples/common/norm_layer.h"
 #include "examples/common/train_loop.h"
+#include "examples/common/trainer_cli.h"
 #include "examples/common/trainer_support.h"
 #include "examples/ddpm/brats_data.h"
 #include "examples/ddpm/fast_ddpm.h"
@@ -26,6 +28,8 @@ struct DdpmOptions {
   std::vector<int64_t> stages{16, 24};
   int64_t target_modality = 3;
   int64_t width = 8;
+  std::string norm = "group";
+  bool sync_batchnorm = false;
   int64_t batch_size = 1;  // per GPU
   int64_t gradient_accumulation_steps = 4;
   int64_t timesteps = 10;
@@ -47,40 +51,31 @@ std::pair<torch::Tensor, torch::Tensor> SplitTarget(
 }
 
 int Train(int argc, char** argv) {
-  CLI::App app{
-      "ddpm_trainer: Fast-DDPM 3D. Synthesizes one modality of 4-channel NIfTI "
-      "volumes "
-      "(BraTS-like, listed in a CSV with an `image` column) from the other "
-      "three with a "
-      "conditional 3D UNet trained and sampled on a short schedule."};
-  CommonOptions common;
-  common.output_dir = "runs/ddpm";
-  common.epochs = 3;  // per stage
-  common.synthetic_n = 40;
   DdpmOptions opt;
-  AddCommonOptions(&app, &common);
+  TrainerCli cli(
+      "ddpm_trainer: Fast-DDPM 3D. Synthesizes one modality of 4-channel "
+      "NIfTI volumes (BraTS-like, listed in a CSV with an `image` column) "
+      "from the other three with a conditional 3D UNet trained and sampled "
+      "on a short schedule.",
+      {"runs/ddpm", /*epochs (per stage)=*/3, /*synthetic_n=*/40});
+  CLI::App& app = cli.app();
+  CommonOptions& common = cli.common();
   app.get_option("--epochs")->description("Training epochs PER STAGE");
-  app.add_option("--csv_path", opt.csv_path,
-                 "CSV with an `image` column of 4-channel NIfTI");
-  app.add_option("--val_fraction", opt.val_fraction,
-                 "Validation fraction (seeded split)")
-      ->check(CLI::Range(0.01, 0.9));
+  cli.AddDataOptions("--csv_path", &opt.csv_path,
+                     "CSV with an `image` column of 4-channel NIfTI",
+                     &opt.val_fraction);
   app.add_option("--stages", opt.stages,
                  "Progressive cubic volume sizes, e.g. 32,48,64 (even "
-                 "numbers); each stage "
-                 "trains --epochs epochs and is resumable")
+                 "numbers); each stage trains --epochs epochs and is "
+                 "resumable")
       ->delimiter(',');
   app.add_option("--target_modality", opt.target_modality,
                  "Channel synthesized (0-3)")
       ->check(CLI::Range(0, 3));
   app.add_option("--width", opt.width, "UNet channels of the first level");
-  app.add_option("--batch_size", opt.batch_size,
-                 "Volumes per GPU per micro-batch")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--gradient_accumulation_steps",
-                 opt.gradient_accumulation_steps,
-                 "Micro-batches per optimizer step")
-      ->check(CLI::PositiveNumber);
+  cli.AddNormOptions(&opt.norm, &opt.sync_batchnorm);
+  cli.AddBatchSize(&opt.batch_size, "Volumes per GPU per micro-batch");
+  cli.AddAccumulation(&opt.gradient_accumulation_steps);
   app.add_option("--timesteps", opt.timesteps,
                  "Fast-DDPM steps used out of 1000")
       ->check(CLI::Range(1, 1000));
@@ -90,22 +85,22 @@ int Train(int argc, char** argv) {
   app.add_option("--clip_grad", opt.clip_grad, "Global gradient-norm clip");
   app.add_option("--synthetic_size", opt.synthetic_size,
                  "Edge of --make_synthetic volumes");
-  if (auto code = ParseFlags(&app, argc, argv)) return *code;
+  if (auto code = cli.Parse(argc, argv)) return *code;
   for (int64_t s : opt.stages) {
     if (s < 4 || s % 2)
       throw dw::ConfigError("--stages sizes must be even and >= 4");
   }
-
-  if (!common.make_synthetic.empty()) {
-    OkOrThrow(WriteSyntheticBrats(common.make_synthetic, common.synthetic_n,
-                                  opt.synthetic_size, common.seed));
-    std::printf("wrote %lld cases to %s/cases.csv\n",
-                static_cast<long long>(common.synthetic_n),
-                common.make_synthetic.c_str());
+  const NormKind norm = ParseNormKind(opt.norm, opt.sync_batchnorm);
+  if (cli.MakeSynthetic(
+          [&] {
+            return WriteSyntheticBrats(common.make_synthetic,
+                                       common.synthetic_n, opt.synthetic_size,
+                                       common.seed);
+          },
+          "cases", "cases.csv")) {
     return 0;
   }
-  if (opt.csv_path.empty())
-    throw dw::ConfigError("--csv_path is required (or --make_synthetic DIR)");
+  TrainerCli::Require("--csv_path", opt.csv_path);
 
   dw::World world = InitTrainerWorld(common);
   const std::vector<std::string> cases =
@@ -134,10 +129,13 @@ int Train(int argc, char** argv) {
                   std::to_string(accum) + " accumulation = " +
                   std::to_string(opt.batch_size * world.world_size() * accum) +
                   ", " + std::to_string(opt.timesteps) + " timesteps, " +
-                  (opt.v_parameterization ? "v" : "eps") + "-prediction");
+                  (opt.v_parameterization ? "v" : "eps") + "-prediction, " +
+                  NormKindName(norm) + " norm");
 
   UNet3dOptions model_options;
   model_options.width = opt.width;
+  model_options.norm = norm;
+  model_options.world = world;
   UNet3d model(model_options);
   torch::optim::Adam optimizer(model->parameters(),
                                torch::optim::AdamOptions(opt.learning_rate));
@@ -149,7 +147,12 @@ int Train(int argc, char** argv) {
   parts.optimizer = &optimizer;
   dw::TrainState state =
       ResumeOrStart(world, &checkpointer, parts, common.resume_from);
-  dw::DistributedDataParallel ddp(world, model.ptr());
+  // SyncBatchNorm computes the same running statistics on every rank, so
+  // DDP's per-step broadcast of rank 0's buffers would only hide a failure
+  // to synchronise (norm_stats_rank_spread reports one).
+  dw::DdpOptions ddp_options;
+  ddp_options.broadcast_buffers = norm != NormKind::kSyncBatch;
+  dw::DistributedDataParallel ddp(world, model.ptr(), ddp_options);
   auto net = [&](const torch::Tensor& x_t, const torch::Tensor& t,
                  const torch::Tensor& cond) {
     dw::AutocastScope autocast(common.amp);
@@ -213,7 +216,10 @@ int Train(int argc, char** argv) {
     auto validate = [&](int64_t epoch) -> nlohmann::json {
       torch::NoGradGuard no_grad;
       model->eval();
-      double psnr = 0, ssim = 0, baseline = 0, count = 0;
+      // Ranks must sample with the same batch-norm statistics.
+      const double norm_spread =
+          norm == NormKind::kGroup ? 0.0 : AlignBuffersWithRank0(world, *model);
+      double psnr = 0, ssim = 0, baseline = 0, ssim_baseline = 0, count = 0;
       for (int64_t item : RankShare(world, val)) {
         torch::Tensor v =
             ValueOrThrow(LoadBratsCase(cases[item], size)).unsqueeze(0);
@@ -224,8 +230,10 @@ int Train(int argc, char** argv) {
                         target.sizes(), target.options());
         psnr += Psnr(sample, target, 2.0);
         ssim += Ssim(sample, target, 2.0);
-        baseline += Psnr(torch::full_like(target, target.mean().item<double>()),
-                         target, 2.0);
+        const torch::Tensor constant =
+            torch::full_like(target, target.mean().item<double>());
+        baseline += Psnr(constant, target, 2.0);
+        ssim_baseline += Ssim(constant, target, 2.0);
         if (count == 0 && world.is_main()) {
           OkOrThrow(WriteNifti(common.output_dir + "/samples/epoch" +
                                    std::to_string(epoch + 1) + "_size" +
@@ -234,17 +242,21 @@ int Train(int argc, char** argv) {
         }
         count += 1;
       }
-      torch::Tensor sums =
-          torch::tensor({psnr, ssim, baseline, count}, torch::kFloat64);
+      torch::Tensor sums = torch::tensor(
+          {psnr, ssim, baseline, count, ssim_baseline}, torch::kFloat64);
       world.AllReduce(sums);
       auto s = sums.accessor<double, 1>();
       const double n = std::max(1.0, s[3]);
-      return {{"stage", stage + 1},
-              {"image_size", size},
-              {"val_psnr", s[0] / n},
-              {"val_ssim", s[1] / n},
-              {"val_psnr_constant", s[2] / n},
-              {"val_cases", static_cast<int64_t>(s[3])}};
+      nlohmann::json record = {{"stage", stage + 1},
+                               {"image_size", size},
+                               {"val_psnr", s[0] / n},
+                               {"val_ssim", s[1] / n},
+                               {"val_psnr_constant", s[2] / n},
+                               {"val_ssim_constant", s[4] / n},
+                               {"val_cases", static_cast<int64_t>(s[3])}};
+      if (norm != NormKind::kGroup)
+        record["norm_stats_rank_spread"] = norm_spread;
+      return record;
     };
     if (world.is_main())
       std::filesystem::create_directories(common.output_dir + "/samples");

@@ -1,30 +1,36 @@
 #include "examples/ddpm/unet3d.h"
 
 #include <cmath>
-#include <numeric>
 
 namespace ddprun::examples {
 namespace {
 
 namespace nn = torch::nn;
 
-nn::GroupNorm Norm(int64_t channels) {
-  return nn::GroupNorm(
-      nn::GroupNormOptions(std::gcd<int64_t>(8, channels), channels));
+nn::AnyModule Norm(const UNet3dOptions& o, int64_t channels) {
+  return MakeNorm(o.norm, channels, /*spatial_dims=*/3, /*groups=*/8, o.world);
+}
+
+// Registers `norm` under `name` and returns it (AnyModule holds the module
+// by pointer, so the registered module is the one forward runs).
+nn::AnyModule Register(nn::Module* parent, const std::string& name,
+                       nn::AnyModule norm) {
+  parent->register_module(name, norm.ptr());
+  return norm;
 }
 
 nn::Conv3d Conv3(int64_t in, int64_t out) {
   return nn::Conv3d(nn::Conv3dOptions(in, out, 3).padding(1));
 }
 
-// GN-SiLU-conv, + time projection, GN-SiLU-conv, + skip.
+// Norm-SiLU-conv, + time projection, norm-SiLU-conv, + skip.
 class ResBlockImpl : public nn::Module {
  public:
-  ResBlockImpl(int64_t in, int64_t out, int64_t time_dim)
-      : norm1_(register_module("norm1", Norm(in))),
+  ResBlockImpl(const UNet3dOptions& o, int64_t in, int64_t out)
+      : norm1_(Register(this, "norm1", Norm(o, in))),
         conv1_(register_module("conv1", Conv3(in, out))),
-        time_(register_module("time", nn::Linear(time_dim, out))),
-        norm2_(register_module("norm2", Norm(out))),
+        time_(register_module("time", nn::Linear(o.time_dim, out))),
+        norm2_(Register(this, "norm2", Norm(o, out))),
         conv2_(register_module("conv2", Conv3(out, out))) {
     if (in != out) {
       skip_ =
@@ -32,17 +38,17 @@ class ResBlockImpl : public nn::Module {
     }
   }
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& temb) {
-    torch::Tensor h = conv1_->forward(torch::silu(norm1_->forward(x)));
+    torch::Tensor h = conv1_->forward(torch::silu(norm1_.forward(x)));
     h = h + time_->forward(temb).view({h.size(0), -1, 1, 1, 1});
-    h = conv2_->forward(torch::silu(norm2_->forward(h)));
+    h = conv2_->forward(torch::silu(norm2_.forward(h)));
     return h + (skip_ ? skip_->forward(x) : x);
   }
 
  private:
-  nn::GroupNorm norm1_;
+  nn::AnyModule norm1_;
   nn::Conv3d conv1_;
   nn::Linear time_;
-  nn::GroupNorm norm2_;
+  nn::AnyModule norm2_;
   nn::Conv3d conv2_;
   nn::Conv3d skip_{nullptr};
 };
@@ -59,11 +65,11 @@ UNet3dImpl::UNet3dImpl(const UNet3dOptions& o) : time_dim_(o.time_dim) {
   down_ = register_module(
       "down", nn::Conv3d(nn::Conv3dOptions(w, w, 3).stride(2).padding(1)));
   blocks_ = register_module("blocks", nn::ModuleList());
-  blocks_->push_back(ResBlock(w, w, o.time_dim));          // level 1
-  blocks_->push_back(ResBlock(w, 2 * w, o.time_dim));      // level 2
-  blocks_->push_back(ResBlock(2 * w, 2 * w, o.time_dim));  // middle
-  blocks_->push_back(ResBlock(3 * w, w, o.time_dim));      // up, after the skip
-  norm_out_ = register_module("norm_out", Norm(w));
+  blocks_->push_back(ResBlock(o, w, w));          // level 1
+  blocks_->push_back(ResBlock(o, w, 2 * w));      // level 2
+  blocks_->push_back(ResBlock(o, 2 * w, 2 * w));  // middle
+  blocks_->push_back(ResBlock(o, 3 * w, w));      // up, after the skip
+  norm_out_ = Register(this, "norm_out", Norm(o, w));
   conv_out_ = register_module("conv_out", Conv3(w, o.out_channels));
 }
 
@@ -89,7 +95,7 @@ torch::Tensor UNet3dImpl::forward(torch::Tensor x, torch::Tensor t) {
           .mode(torch::kTrilinear)
           .align_corners(false));
   torch::Tensor h = block(3, torch::cat({up, h1}, 1));
-  return conv_out_->forward(torch::silu(norm_out_->forward(h)));
+  return conv_out_->forward(torch::silu(norm_out_.forward(h)));
 }
 
 }  // namespace ddprun::examples

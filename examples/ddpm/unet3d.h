@@ -2,16 +2,22 @@
 
 #include <torch/torch.h>
 
+#include "ddprun/worker/world.h"
+#include "examples/common/norm_layer.h"
+
 namespace ddprun::examples {
 
 struct UNet3dOptions {
   int64_t in_channels = 4;  // noisy target + conditioning modalities
   int64_t out_channels = 1;
-  int64_t width = 8;     // channels of the first level (second: 2x)
+  int64_t width = 8;      // channels of the first level (second: 2x)
   int64_t time_dim = 64;  // sinusoidal time embedding size
+  NormKind norm = NormKind::kGroup;
+  worker::World world;  // for NormKind::kSyncBatch
 };
 
-// Small 3D UNet for diffusion: residual blocks with group norm and SiLU, each
+// Small 3D UNet for diffusion: residual blocks with group norm (or batch /
+// sync batch norm, UNet3dOptions::norm) and SiLU, each
 // adding a projection of the timestep embedding (sinusoidal -> MLP); two
 // resolution levels joined by a skip connection. Spatial sizes must be even.
 // forward(x [N,C,D,H,W], t [N] int64 timesteps) -> [N,out,D,H,W].
@@ -25,7 +31,7 @@ class UNet3dImpl : public torch::nn::Module {
   torch::nn::Sequential time_mlp_{nullptr};
   torch::nn::Conv3d conv_in_{nullptr}, down_{nullptr}, conv_out_{nullptr};
   torch::nn::ModuleList blocks_{nullptr};
-  torch::nn::GroupNorm norm_out_{nullptr};
+  torch::nn::AnyModule norm_out_;
 };
 TORCH_MODULE(UNet3d);
 

@@ -5,6 +5,7 @@
 #include "ddprun/worker/worker.h"
 #include "examples/common/metrics.h"
 #include "examples/common/train_loop.h"
+#include "examples/common/trainer_cli.h"
 #include "examples/common/trainer_support.h"
 #include "examples/common/vocabulary.h"
 #include "examples/segmentation/prompt_unet.h"
@@ -61,29 +62,24 @@ torch::Tensor DiceBceLoss(const torch::Tensor& logits,
 }
 
 int Train(int argc, char** argv) {
-  CLI::App app{
+  SegOptions opt;
+  TrainerCli cli(
       "segmentation_trainer: text-prompted 2D segmentation (UNet with a "
       "prompt-conditioned bottleneck) on PNG/JPEG images + masks listed in a "
-      "JSONL {image, mask, prompt}. Runs alone or under ddprun/torchrun."};
-  CommonOptions common;
-  common.output_dir = "runs/segmentation";
-  common.epochs = 8;
-  common.synthetic_n = 192;
-  SegOptions opt;
-  AddCommonOptions(&app, &common);
-  app.add_option("--data_path", opt.data_path,
-                 "JSONL with one {image, mask, prompt} object per line");
-  app.add_option("--val_fraction", opt.val_fraction,
-                 "Fraction held out for validation (seeded split)")
-      ->check(CLI::Range(0.01, 0.9));
+      "JSONL {image, mask, prompt}. Runs alone or under ddprun/torchrun.",
+      {"runs/segmentation", /*epochs=*/8, /*synthetic_n=*/192});
+  CLI::App& app = cli.app();
+  CommonOptions& common = cli.common();
+  cli.AddDataOptions("--data_path", &opt.data_path,
+                     "JSONL with one {image, mask, prompt} object per line",
+                     &opt.val_fraction);
   app.add_option(
          "--image_size", opt.image_size,
          "Images and masks are resized to this square size (multiple of 8)")
       ->check(CLI::PositiveNumber);
   app.add_option("--width", opt.width, "UNet channels of the first level")
       ->check(CLI::PositiveNumber);
-  app.add_option("--batch_size", opt.batch_size, "Batch PER RANK (per GPU)")
-      ->check(CLI::PositiveNumber);
+  cli.AddBatchSize(&opt.batch_size, "Batch PER RANK (per GPU)");
   app.add_option("--learning_rate", opt.learning_rate,
                  "Base Adam learning rate, multiplied by the world size");
   app.add_flag("--no_lr_scaling", opt.no_lr_scaling,
@@ -92,22 +88,19 @@ int Train(int argc, char** argv) {
                  "Weight of the Dice term next to BCE");
   app.add_option("--prompt_length", opt.prompt_length,
                  "Prompt tokens kept (padded/cut)");
-  if (auto code = ParseFlags(&app, argc, argv)) return *code;
+  if (auto code = cli.Parse(argc, argv)) return *code;
   if (opt.image_size % 8 != 0)
     throw dw::ConfigError("--image_size must be a multiple of 8");
-
-  if (!common.make_synthetic.empty()) {
-    OkOrThrow(WriteSyntheticSegmentation(common.make_synthetic,
-                                         common.synthetic_n, opt.image_size,
-                                         common.seed));
-    std::printf("wrote %lld images to %s/prompts.jsonl\n",
-                static_cast<long long>(common.synthetic_n),
-                common.make_synthetic.c_str());
+  if (cli.MakeSynthetic(
+          [&] {
+            return WriteSyntheticSegmentation(common.make_synthetic,
+                                              common.synthetic_n,
+                                              opt.image_size, common.seed);
+          },
+          "images", "prompts.jsonl")) {
     return 0;
   }
-  if (opt.data_path.empty()) {
-    throw dw::ConfigError("--data_path is required (or --make_synthetic DIR)");
-  }
+  TrainerCli::Require("--data_path", opt.data_path);
 
   dw::World world = InitTrainerWorld(common);
   const std::vector<SegRecord> records =

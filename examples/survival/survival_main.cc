@@ -10,6 +10,7 @@
 #include "examples/common/batch_loader.h"
 #include "examples/common/metrics.h"
 #include "examples/common/train_loop.h"
+#include "examples/common/trainer_cli.h"
 #include "examples/common/trainer_support.h"
 #include "examples/survival/cox_loss.h"
 #include "examples/survival/resnet3d.h"
@@ -84,23 +85,16 @@ torch::Tensor PredictValidation(const dw::World& world, ResNet3d& model,
 }
 
 int Train(int argc, char** argv) {
-  CLI::App app{
-      "survival_trainer: 3D ResNet + Cox partial likelihood on NIfTI volumes "
-      "listed in a "
-      "CSV (image,time,event). Runs alone or under ddprun/torchrun (one "
-      "process per "
-      "rank)."};
-  CommonOptions common;
-  common.output_dir = "runs/survival";
-  common.epochs = 4;
-  common.synthetic_n = 160;
   SurvivalOptions opt;
-  AddCommonOptions(&app, &common);
-  app.add_option("--csv_path", opt.csv_path,
-                 "CSV with columns image,time,event");
-  app.add_option("--val_fraction", opt.val_fraction,
-                 "Fraction of the CSV held out for validation (seeded split)")
-      ->check(CLI::Range(0.01, 0.9));
+  TrainerCli cli(
+      "survival_trainer: 3D ResNet + Cox partial likelihood on NIfTI volumes "
+      "listed in a CSV (image,time,event). Runs alone or under "
+      "ddprun/torchrun (one process per rank).",
+      {"runs/survival", /*epochs=*/4, /*synthetic_n=*/160});
+  CLI::App& app = cli.app();
+  CommonOptions& common = cli.common();
+  cli.AddDataOptions("--csv_path", &opt.csv_path,
+                     "CSV with columns image,time,event", &opt.val_fraction);
   app.add_option("--resnet", opt.resnet, "Backbone depth")
       ->check(CLI::IsMember(ResNet3dDepths()));
   app.add_option("--width", opt.width, "Stem channels (stages: w, 2w, 4w, 8w)")
@@ -108,9 +102,9 @@ int Train(int argc, char** argv) {
   app.add_option("--image_size", opt.image_size,
                  "Volume size D H W fed to the network")
       ->expected(3);
-  app.add_option("--batch_size", opt.batch_size,
-                 "TOTAL batch over all ranks (per rank = total / world size)")
-      ->check(CLI::PositiveNumber);
+  cli.AddBatchSize(&opt.batch_size,
+                   "TOTAL batch over all ranks (per rank = total / world "
+                   "size)");
   app.add_option("--learning_rate", opt.learning_rate, "Adam learning rate");
   app.add_option("--weight_decay", opt.weight_decay, "Adam weight decay");
   app.add_flag(
@@ -124,18 +118,17 @@ int Train(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--synthetic_size", opt.synthetic_size,
                  "Edge of the volumes written by --make_synthetic");
-  if (auto code = ParseFlags(&app, argc, argv)) return *code;
-
-  if (!common.make_synthetic.empty()) {
-    OkOrThrow(WriteSyntheticSurvival(common.make_synthetic, common.synthetic_n,
-                                     opt.synthetic_size, common.seed));
-    std::printf("wrote %lld subjects to %s/survival.csv\n",
-                static_cast<long long>(common.synthetic_n),
-                common.make_synthetic.c_str());
+  if (auto code = cli.Parse(argc, argv)) return *code;
+  if (cli.MakeSynthetic(
+          [&] {
+            return WriteSyntheticSurvival(common.make_synthetic,
+                                          common.synthetic_n,
+                                          opt.synthetic_size, common.seed);
+          },
+          "subjects", "survival.csv")) {
     return 0;
   }
-  if (opt.csv_path.empty())
-    throw dw::ConfigError("--csv_path is required (or --make_synthetic DIR)");
+  TrainerCli::Require("--csv_path", opt.csv_path);
 
   dw::World world = InitTrainerWorld(common);
   if (opt.batch_size % world.world_size() != 0) {

@@ -5,7 +5,9 @@
 #include "ddprun/worker/worker.h"
 #include "examples/common/image_io.h"
 #include "examples/common/metrics.h"
+#include "examples/common/norm_layer.h"
 #include "examples/common/train_loop.h"
+#include "examples/common/trainer_cli.h"
 #include "examples/common/trainer_support.h"
 #include "examples/common/vocabulary.h"
 #include "examples/vqa/vqa_data.h"
@@ -21,6 +23,8 @@ struct VqaOptions {
   double val_fraction = 0.2;
   int64_t image_size = 64;
   int64_t width = 16;
+  std::string norm = "group";
+  bool sync_batchnorm = false;
   int64_t batch_size = 16;  // per rank, per micro-batch
   int64_t gradient_accumulation_steps = 1;
   bool auto_optimize = false;
@@ -38,44 +42,34 @@ struct MicroBatch {
 using Batch = std::vector<MicroBatch>;
 
 int Train(int argc, char** argv) {
-  CLI::App app{
-      "vqa_trainer: chest X-ray VQA (CNN image encoder + GRU question encoder, "
-      "closed "
-      "answer vocabulary) with a 14-label CheXpert head, on PNG/JPEG images + "
-      "JSONL "
-      "{image, question, answer, labels}."};
-  CommonOptions common;
-  common.output_dir = "runs/vqa";
-  common.epochs = 6;
-  common.synthetic_n = 320;
   VqaOptions opt;
-  AddCommonOptions(&app, &common);
-  app.add_option("--data_path", opt.data_path,
-                 "JSONL: {image, question, answer, labels[14]}");
-  app.add_option("--val_fraction", opt.val_fraction,
-                 "Validation fraction (seeded split)")
-      ->check(CLI::Range(0.01, 0.9));
+  TrainerCli cli(
+      "vqa_trainer: chest X-ray VQA (CNN image encoder + GRU question "
+      "encoder, closed answer vocabulary) with a 14-label CheXpert head, on "
+      "PNG/JPEG images + JSONL {image, question, answer, labels}.",
+      {"runs/vqa", /*epochs=*/6, /*synthetic_n=*/320});
+  CLI::App& app = cli.app();
+  CommonOptions& common = cli.common();
+  cli.AddDataOptions("--data_path", &opt.data_path,
+                     "JSONL: {image, question, answer, labels[14]}",
+                     &opt.val_fraction);
   app.add_option("--image_size", opt.image_size,
                  "Images are resized to this square size");
   app.add_option("--width", opt.width,
                  "Image encoder channels of the first stage");
-  app.add_option("--batch_size", opt.batch_size, "Micro-batch per rank")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--gradient_accumulation_steps",
-                 opt.gradient_accumulation_steps,
-                 "Micro-batches per optimizer step")
-      ->check(CLI::PositiveNumber);
+  cli.AddNormOptions(&opt.norm, &opt.sync_batchnorm);
+  cli.AddBatchSize(&opt.batch_size, "Micro-batch per rank");
+  cli.AddAccumulation(&opt.gradient_accumulation_steps);
   app.add_flag("--auto_optimize", opt.auto_optimize,
                "Pick batch, accumulation, loader threads and precision from "
-               "the hardware "
-               "table (overrides those flags)");
+               "the hardware table (overrides those flags)");
   app.add_option("--target_batch", opt.target_batch,
                  "Effective batch --auto_optimize aims for (batch x "
                  "accumulation x world)");
   app.add_option("--zero", opt.zero,
                  "Optimizer sharding: 0 = Adam + DDP, 1 = DDP + sharded Adam "
-                 "state, 2 = "
-                 "sharded Adam that also reduces gradients (no DDP)")
+                 "state, 2 = sharded Adam that also reduces gradients (no "
+                 "DDP)")
       ->check(CLI::Range(0, 2));
   app.add_option("--learning_rate", opt.learning_rate, "Adam learning rate");
   app.add_option("--label_weight", opt.label_weight,
@@ -86,19 +80,17 @@ int Train(int argc, char** argv) {
       ->check(CLI::IsMember({"ignore", "zeros", "ones"}));
   app.add_option("--question_length", opt.question_length,
                  "Question tokens kept");
-  if (auto code = ParseFlags(&app, argc, argv)) return *code;
-
-  if (!common.make_synthetic.empty()) {
-    OkOrThrow(WriteSyntheticVqa(common.make_synthetic, common.synthetic_n,
-                                opt.image_size, common.seed));
-    std::printf("wrote %lld questions to %s/vqa.jsonl\n",
-                static_cast<long long>(common.synthetic_n),
-                common.make_synthetic.c_str());
+  if (auto code = cli.Parse(argc, argv)) return *code;
+  const NormKind norm = ParseNormKind(opt.norm, opt.sync_batchnorm);
+  if (cli.MakeSynthetic(
+          [&] {
+            return WriteSyntheticVqa(common.make_synthetic, common.synthetic_n,
+                                     opt.image_size, common.seed);
+          },
+          "questions", "vqa.jsonl")) {
     return 0;
   }
-  if (opt.data_path.empty()) {
-    throw dw::ConfigError("--data_path is required (or --make_synthetic DIR)");
-  }
+  TrainerCli::Require("--data_path", opt.data_path);
 
   dw::World world = InitTrainerWorld(common);
   if (opt.auto_optimize) {
@@ -143,12 +135,15 @@ int Train(int argc, char** argv) {
                   std::to_string(accum) + " x world " +
                   std::to_string(world.world_size()) + " = effective " +
                   std::to_string(opt.batch_size * accum * world.world_size()) +
-                  ", zero " + std::to_string(opt.zero));
+                  ", zero " + std::to_string(opt.zero) + ", " +
+                  NormKindName(norm) + " norm");
 
   VqaModelOptions model_options;
   model_options.vocab_size = vocab.size();
   model_options.num_answers = answer_set.size();
   model_options.width = opt.width;
+  model_options.norm = norm;
+  model_options.world = world;
   VqaModel model(model_options);
   std::unique_ptr<torch::optim::Adam> adam;
   std::unique_ptr<dw::ShardedAdam> sharded;
@@ -251,6 +246,10 @@ int Train(int argc, char** argv) {
   auto validate = [&](int64_t) -> nlohmann::json {
     torch::NoGradGuard no_grad;
     model->eval();
+    // Without DDP (--zero 2) nothing keeps the ranks' batch-norm statistics
+    // equal; every rank must evaluate with the same ones.
+    const double norm_spread =
+        norm == NormKind::kGroup ? 0.0 : AlignBuffersWithRank0(world, *model);
     std::vector<torch::Tensor> rows;
     for (const auto& items :
          MakeBatches(RankShare(world, val), opt.batch_size, false)) {
@@ -268,12 +267,16 @@ int Train(int argc, char** argv) {
                               : torch::cat(rows);
     torch::Tensor all = world.AllGatherVariable(local);
     const int64_t k = kCheXpertLabels;
-    return {{"val_answer_accuracy",
-             all.size(0) ? all.select(1, 0).mean().item<double>() : 0.0},
-            {"val_mean_auroc",
-             MeanAuroc(all.narrow(1, 1, k), all.narrow(1, 1 + k, k),
-                       all.narrow(1, 1 + 2 * k, k))},
-            {"val_questions", all.size(0)}};
+    nlohmann::json record = {
+        {"val_answer_accuracy",
+         all.size(0) ? all.select(1, 0).mean().item<double>() : 0.0},
+        {"val_mean_auroc",
+         MeanAuroc(all.narrow(1, 1, k), all.narrow(1, 1 + k, k),
+                   all.narrow(1, 1 + 2 * k, k))},
+        {"val_questions", all.size(0)}};
+    if (norm != NormKind::kGroup)
+      record["norm_stats_rank_spread"] = norm_spread;
+    return record;
   };
   loop.Run<Batch>(nullptr, load, step, validate, num_workers);
   const auto& last = loop.last_metrics();

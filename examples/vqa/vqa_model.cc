@@ -11,7 +11,8 @@ VqaModelImpl::VqaModelImpl(const VqaModelOptions& o) {
     const int64_t out = o.width << s;
     encoder_->push_back(nn::Conv2d(
         nn::Conv2dOptions(in, out, 3).stride(2).padding(1).bias(false)));
-    encoder_->push_back(nn::GroupNorm(nn::GroupNormOptions(4, out)));
+    encoder_->push_back(
+        MakeNorm(o.norm, out, /*spatial_dims=*/2, /*groups=*/4, o.world));
     encoder_->push_back(nn::ReLU(true));
     in = out;
   }

@@ -66,7 +66,10 @@ std::string SyntheticData(const std::string& trainer, const std::string& args,
   static std::map<std::string, std::string> made;
   const std::string key = trainer + " " + args;
   if (!made.count(key)) {
-    const std::string dir = FreshDir(trainer + "_data");
+    // One directory per distinct `args`: a second data set must not wipe
+    // the first.
+    const std::string dir =
+        FreshDir(trainer + "_data" + std::to_string(made.size()));
     CommandResult r = RunCommand(
         Bin(trainer + "_trainer") + " --make_synthetic " + dir + " " + args,
         120);
