@@ -20,6 +20,19 @@ std::vector<std::string> GrpcFlags(int port, const std::string& id,
           "--rdzv_conf=" + rdzv_conf};
 }
 
+void StartTwoNodes(Scenario& s, const TwoNodes& nodes, const Workload& w) {
+  for (int node = 0; node < 2; ++node) {
+    std::vector<std::string> flags =
+        GrpcFlags(nodes.port, s.marker(), nodes.nnodes, nodes.nproc, node,
+                  nodes.host, nodes.rdzv_conf);
+    flags.insert(flags.end(), nodes.extra_flags.begin(),
+                 nodes.extra_flags.end());
+    s.StartAgent(node == 0 ? "a" : "b", flags, w,
+                 nodes.prefixes.empty() ? std::vector<std::string>{}
+                                        : nodes.prefixes.at(node));
+  }
+}
+
 int64_t SavedBefore(const std::vector<Event>& events, double t) {
   int64_t saved = 0;
   for (const Event& e : events) {

@@ -15,11 +15,34 @@ inline const char* kFastRdzvConf =
     "heartbeat_timeout=2,last_call_timeout=1,join_timeout=20,"
     "connection_lost_timeout=20";
 
+// For scenarios where a node goes away: last_call_timeout >
+// heartbeat_timeout, so the survivor's next round can only complete after
+// the server declared the node lost, and the failure its worker saw is
+// charged to the node loss (no restart budget). With a shorter last call the
+// round may complete first and the budget is spent (timing-dependent).
+inline const char* kNodeLossRdzvConf =
+    "heartbeat_timeout=2,last_call_timeout=3,join_timeout=20,"
+    "connection_lost_timeout=20";
+
 // ddprun flags of node `node_rank` in a grpc job `id` on `host`:`port`.
 std::vector<std::string> GrpcFlags(
     int port, const std::string& id, const std::string& nnodes, int nproc,
     int node_rank, const std::string& host = "127.0.0.1",
     const std::string& rdzv_conf = kFastRdzvConf);
+
+// The two nodes of a grpc job named s.marker(): agent "a" (node rank 0)
+// and "b" (node rank 1).
+struct TwoNodes {
+  int port = 0;
+  std::string nnodes = "2";
+  int nproc = 1;
+  std::string host = "127.0.0.1";
+  std::string rdzv_conf = kFastRdzvConf;
+  std::vector<std::string> extra_flags;
+  // Per node, what to run ddprun behind (ip netns exec NS); empty = none.
+  std::vector<std::vector<std::string>> prefixes;
+};
+void StartTwoNodes(Scenario& s, const TwoNodes& nodes, const Workload& w);
 
 // What a scenario expects of the job once its agents are done.
 struct Expect {

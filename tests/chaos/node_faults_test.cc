@@ -63,19 +63,13 @@ TEST_CASE("chaos: agent SIGKILL with --nnodes=1:2, the survivor finishes",
   REQUIRE(Baseline(2, w.steps).has_value());
   auto& server = s.StartServer(0);
   REQUIRE(server.port() > 0);
-  // last_call_timeout > heartbeat_timeout: the survivor's new round can
-  // only complete after the server declared b lost, so the failure its
-  // worker saw is charged to the node loss (no restart budget). With a
-  // shorter last call the round may complete first and the budget is spent.
-  const std::string conf =
-      "heartbeat_timeout=2,last_call_timeout=3,join_timeout=20,"
-      "connection_lost_timeout=20";
-  Child& a = s.StartAgent(
-      "a", GrpcFlags(server.port(), s.marker(), "1:2", 1, 0, "127.0.0.1", conf),
-      w);
-  Child& b = s.StartAgent(
-      "b", GrpcFlags(server.port(), s.marker(), "1:2", 1, 1, "127.0.0.1", conf),
-      w);
+  TwoNodes nodes;
+  nodes.port = server.port();
+  nodes.nnodes = "1:2";
+  nodes.rdzv_conf = kNodeLossRdzvConf;
+  StartTwoNodes(s, nodes, w);
+  Child& a = s.agent(0);
+  Child& b = s.agent(1);
   if (!WaitTrainingTogether(s, 2, 10))
     FAIL("not training together\n" << s.Logs());
   Expect e;
@@ -101,15 +95,14 @@ TEST_CASE("chaos: agent SIGKILL with --nnodes=2:2 fails clearly in bounds",
   Workload w;
   auto& server = s.StartServer(0);
   REQUIRE(server.port() > 0);
-  const std::string conf =
+  TwoNodes nodes;
+  nodes.port = server.port();
+  nodes.rdzv_conf =
       "heartbeat_timeout=2,last_call_timeout=1,join_timeout=4,"
       "connection_lost_timeout=20";
-  Child& a = s.StartAgent(
-      "a", GrpcFlags(server.port(), s.marker(), "2", 1, 0, "127.0.0.1", conf),
-      w);
-  Child& b = s.StartAgent(
-      "b", GrpcFlags(server.port(), s.marker(), "2", 1, 1, "127.0.0.1", conf),
-      w);
+  StartTwoNodes(s, nodes, w);
+  Child& a = s.agent(0);
+  Child& b = s.agent(1);
   if (!s.WaitSaved(10)) FAIL("no checkpoint 10\n" << s.Logs());
   const auto killed = SteadyClock::now();
   const int64_t saved_before = s.LastSaved();
@@ -145,13 +138,14 @@ TEST_CASE("chaos: rendezvous server SIGKILL and restart mid-training",
   REQUIRE(port > 0);
   // The restarted server waits heartbeat_timeout for the agents to
   // re-register their round; 4 s leaves room for a loaded machine.
-  const std::string conf =
+  TwoNodes nodes;
+  nodes.port = port;
+  nodes.rdzv_conf =
       "heartbeat_timeout=4,last_call_timeout=1,join_timeout=20,"
       "connection_lost_timeout=20";
-  Child& a = s.StartAgent(
-      "a", GrpcFlags(port, s.marker(), "2", 1, 0, "127.0.0.1", conf), w);
-  Child& b = s.StartAgent(
-      "b", GrpcFlags(port, s.marker(), "2", 1, 1, "127.0.0.1", conf), w);
+  StartTwoNodes(s, nodes, w);
+  Child& a = s.agent(0);
+  Child& b = s.agent(1);
   if (!s.WaitSaved(10)) FAIL("no checkpoint 10\n" << s.Logs());
   const double t0 = WallNow();
   const auto killed = SteadyClock::now();

@@ -101,15 +101,13 @@ TEST_CASE("chaos: network partition of one node (link down, then up)",
   REQUIRE(Baseline(2, w.steps).has_value());
   auto& server = s.StartServer(0, net.Exec(0), Testbed::Addr(0));
   REQUIRE(server.port() > 0);
-  const std::string conf =
-      "heartbeat_timeout=2,last_call_timeout=3,join_timeout=20,"
-      "connection_lost_timeout=20";
-  for (int node = 0; node < 2; ++node) {
-    s.StartAgent(node == 0 ? "a" : "b",
-                 GrpcFlags(server.port(), s.marker(), "1:2", 1, node,
-                           Testbed::Addr(0), conf),
-                 w, net.Exec(1 + node));
-  }
+  TwoNodes nodes;
+  nodes.port = server.port();
+  nodes.nnodes = "1:2";
+  nodes.host = Testbed::Addr(0);
+  nodes.rdzv_conf = kNodeLossRdzvConf;
+  nodes.prefixes = {net.Exec(1), net.Exec(2)};
+  StartTwoNodes(s, nodes, w);
   if (!s.WaitForEvents(
           [](const std::vector<Event>& events) {
             bool together = false;

@@ -12,17 +12,16 @@
 namespace ddprun::chaos {
 namespace {
 
-// Starts agents a (node rank 0) and b (node rank 1) of a 2-node grpc job.
-void StartTwoNodes(Scenario& s, const Workload& w, int nproc,
-                   const std::vector<std::string>& extra_flags = {}) {
+// Starts the 2-node job on a fresh server.
+void StartJob(Scenario& s, const Workload& w, int nproc,
+              const std::vector<std::string>& extra_flags = {}) {
   auto& server = s.StartServer(0);
   REQUIRE(server.port() > 0);
-  for (int node = 0; node < 2; ++node) {
-    std::vector<std::string> flags =
-        GrpcFlags(server.port(), s.marker(), "2", nproc, node);
-    flags.insert(flags.end(), extra_flags.begin(), extra_flags.end());
-    s.StartAgent(node == 0 ? "a" : "b", flags, w);
-  }
+  TwoNodes nodes;
+  nodes.port = server.port();
+  nodes.nproc = nproc;
+  nodes.extra_flags = extra_flags;
+  StartTwoNodes(s, nodes, w);
 }
 
 void WaitBothDone(Scenario& s, Child& a, Child& b) {
@@ -39,7 +38,7 @@ void SignalScenario(const std::string& what, int sig, int nproc,
   Scenario s(what.substr(0, what.find(' ')));
   Workload w;
   REQUIRE(Baseline(2 * nproc, w.steps).has_value());
-  StartTwoNodes(s, w, nproc, extra_flags);
+  StartJob(s, w, nproc, extra_flags);
   if (!s.WaitSaved(10)) FAIL("no checkpoint 10\n" << s.Logs());
   const int pid = s.WorkerPid("b", 0);
   REQUIRE(pid > 0);
@@ -67,7 +66,7 @@ void InsideScenario(const std::string& what, const std::string& mode,
   Workload w;
   w.extra = {"--fail_step", "15", "--fail_rank", "1", "--fail_mode", mode};
   REQUIRE(Baseline(2, w.steps).has_value());
-  StartTwoNodes(s, w, 1, extra_flags);
+  StartJob(s, w, 1, extra_flags);
   WaitBothDone(s, s.agent(0), s.agent(1));
   std::vector<Event> events = ReadEvents(s.out());
   Expect e;
