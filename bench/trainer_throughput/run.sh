@@ -13,18 +13,26 @@ BIN="$BUILD/bin"
 WORK=$(mktemp -d /tmp/trainer_throughput.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 
-# name | synthetic flags | training flags (data path appended by data_flag)
+# name | synthetic flags | training flags (data path appended by data_flag).
+# ddpm+syncbn is ddpm with --norm batch --sync_batchnorm (two all-reduces per
+# norm layer per forward/backward): the price of synchronised statistics.
+declare -A EXE=(
+  [survival]=survival [segmentation]=segmentation [vqa]=vqa [ddpm]=ddpm
+  [ddpm+syncbn]=ddpm
+)
 declare -A SYNTH=(
   [survival]="--n 96"
   [segmentation]="--n 128"
   [vqa]="--n 320"
   [ddpm]="--n 24 --synthetic_size 16"
+  [ddpm+syncbn]="--n 24 --synthetic_size 16"
 )
 declare -A DATA=(
   [survival]="--csv_path DATA/survival.csv"
   [segmentation]="--data_path DATA/prompts.jsonl"
   [vqa]="--data_path DATA/vqa.jsonl"
   [ddpm]="--csv_path DATA/cases.csv --stages 16"
+  [ddpm+syncbn]="--csv_path DATA/cases.csv --stages 16 --norm batch --sync_batchnorm"
 )
 
 samples_per_s() {
@@ -32,8 +40,8 @@ samples_per_s() {
 }
 
 printf '%-14s %14s %14s %8s\n' trainer "1 rank (s/s)" "2 ranks (s/s)" speedup
-for name in survival segmentation vqa ddpm; do
-  exe="$BIN/${name}_trainer"
+for name in survival segmentation vqa ddpm ddpm+syncbn; do
+  exe="$BIN/${EXE[$name]}_trainer"
   [[ -x "$exe" ]] || { printf '%-14s %14s\n' "$name" "not built"; continue; }
   data="$WORK/$name-data"
   "$exe" --make_synthetic "$data" ${SYNTH[$name]} >/dev/null

@@ -36,6 +36,22 @@ TEST_CASE("survival_trainer: a short run alone beats chance (C-index > 0.62)",
   CHECK(!std::filesystem::is_empty(out + "/checkpoints"));
 
   SECTION("a second run continues from the newest checkpoint") {
+    // --resume_from FILE continues that checkpoint in a fresh output dir.
+    const std::string fresh = FreshDir("survival_resume_from");
+    CommandResult from =
+        RunCommand(Trainer(fresh) + " --epochs 4 --resume_from " + out +
+                       "/checkpoints/ckpt-000000000036.pt",
+                   240);
+    INFO(from.output);
+    REQUIRE(from.exit_code == 0);
+    CHECK(from.output.find("resumed from " + out +
+                           "/checkpoints/ckpt-000000000036.pt at step 36") !=
+          std::string::npos);
+    auto resumed = ReadMetrics(fresh);
+    REQUIRE(resumed.size() == 1);
+    CHECK(resumed[0]["epoch"] == 4);
+    CHECK(resumed[0]["step"] == 48);
+
     CommandResult again = RunCommand(Trainer(out) + " --epochs 4", 240);
     INFO(again.output);
     REQUIRE(again.exit_code == 0);
