@@ -259,15 +259,20 @@ TEST_CASE("World: ranks under Debian's torchrun use its agent store",
   }
 }
 
-TEST_CASE("ShardedAdam: 2 ranks equal AdamW on the full batch, state 1/world",
-          "[worker][process][zero]") {
-  // Tolerance 1e-5 absolute after 5 AdamW steps (fp32 summation order).
+namespace {
+
+// ShardedAdam (gradients reduce-scattered by the optimizer) on `ranks`
+// ranks x batch 8 vs AdamW on one process x batch 8*ranks: equal parameters
+// after 5 steps (1e-5 absolute: fp32 summation order) and optimizer state
+// 1/ranks of the unsharded one.
+void CheckShardedAdam(int ranks) {
   std::string dir = TempDir();
   std::string multi = dir + "/multi.bin", single = dir + "/single.bin";
   auto results =
-      wt::RunRanks({Helper(), "zero", multi, "5", "8", "sharded"}, 2);
+      wt::RunRanks({Helper(), "zero", multi, "5", "8", "sharded"}, ranks);
   RequireAllOk(results);
-  wt::RankProcess p({Helper(), "zero", single, "5", "16", "plain"}, {});
+  wt::RankProcess p(
+      {Helper(), "zero", single, "5", std::to_string(8 * ranks), "plain"}, {});
   REQUIRE(p.Wait(std::chrono::seconds(60)));
   REQUIRE(p.exit_code() == 0);
   REQUIRE(MaxAbsDiff(ReadFloats(multi), ReadFloats(single)) < 1e-5);
@@ -275,12 +280,25 @@ TEST_CASE("ShardedAdam: 2 ranks equal AdamW on the full batch, state 1/world",
   REQUIRE(std::sscanf(results[0].output.c_str(),
                       "rank 0 numel %lld state_bytes %lld", &numel,
                       &bytes) == 2);
-  // exp_avg + exp_avg_sq in fp32 for half of the (padded) parameters.
-  REQUIRE(bytes == 2 * 4 * ((numel + 1) / 2));
+  // exp_avg + exp_avg_sq in fp32 for 1/ranks of the (padded) parameters.
+  REQUIRE(bytes == 2 * 4 * ((numel + ranks - 1) / ranks));
   long long full = 0;
   REQUIRE(std::sscanf(p.Output().c_str(), "rank 0 numel %lld state_bytes %lld",
                       &numel, &full) == 2);
-  REQUIRE(static_cast<double>(bytes) / full == Approx(0.5).epsilon(0.01));
+  REQUIRE(static_cast<double>(bytes) / full ==
+          Approx(1.0 / ranks).epsilon(0.01));
+}
+
+}  // namespace
+
+TEST_CASE("ShardedAdam: 2 ranks equal AdamW on the full batch, state 1/world",
+          "[worker][process][zero]") {
+  CheckShardedAdam(2);
+}
+
+TEST_CASE("ShardedAdam: 3 ranks (ring reduce-scatter on Gloo) equal AdamW",
+          "[worker][process][zero]") {
+  CheckShardedAdam(3);
 }
 
 TEST_CASE("SyncBatchNorm: 2 ranks x batch 4 normalise like 1 rank x batch 8",

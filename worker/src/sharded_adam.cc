@@ -71,21 +71,9 @@ void ShardedAdam::Step() {
   at::Tensor grad;
   at::Tensor flat_grad = FlatGrads();
   if (options_.reduce_gradients && n > 1) {
-    if (world_.backend() == "nccl") {
-      // Reduce-scatter: each rank receives only the sum of its own shard.
-      grad = at::empty({shard_size_}, flat_grad.options());
-      std::vector<at::Tensor> out{grad};
-      std::vector<std::vector<at::Tensor>> in{flat_grad.split(shard_size_)};
-      try {
-        world_.process_group()->reduce_scatter(out, in)->wait();
-      } catch (const std::exception& e) {
-        throw CollectiveError(std::string("reduce_scatter: ") + e.what());
-      }
-    } else {
-      // Gloo in Torch 1.13 has no reduce_scatter: all-reduce, keep a shard.
-      world_.AllReduce(flat_grad, ReduceOp::kSum);
-      grad = flat_grad.narrow(0, shard_size_ * r, shard_size_);
-    }
+    // Each rank receives only the sum of its own shard (Gloo: ring over
+    // send/recv, see World::ReduceScatter).
+    grad = world_.ReduceScatter(flat_grad);
     grad = grad / n;
   } else {
     grad = flat_grad.narrow(0, shard_size_ * r, shard_size_);

@@ -197,6 +197,45 @@ at::Tensor World::AllGatherVariable(const at::Tensor& t) const {
   return at::cat(parts, 0);
 }
 
+at::Tensor World::ReduceScatter(const at::Tensor& input) const {
+  const int n = world_size(), r = rank();
+  if (input.dim() != 1 || input.numel() % n != 0) {
+    throw ConfigError("ReduceScatter: input must be 1-D with a multiple of " +
+                      std::to_string(n) + " elements, got " +
+                      std::to_string(input.numel()));
+  }
+  if (!impl_->pg) return input.clone();
+  const int64_t chunk = input.numel() / n;
+  if (impl_->backend == "nccl") {
+    std::vector<at::Tensor> out{at::empty({chunk}, input.options())};
+    std::vector<std::vector<at::Tensor>> in{input.contiguous().split(chunk)};
+    Collective("reduce_scatter", *impl_,
+               [&] { return impl_->pg->reduce_scatter(out, in); });
+    return out[0];
+  }
+  // Ring: at step s rank r sends its partial sum of chunk (r-s-1) mod n to
+  // rank r+1 and adds the partial sum of chunk (r-s-2) mod n received from
+  // rank r-1. A chunk is never written after it was sent; after n-1 steps
+  // chunk r holds every rank's contribution.
+  at::Tensor work = input.contiguous().clone();
+  std::vector<at::Tensor> chunks = work.split(chunk);
+  at::Tensor incoming = at::empty({chunk}, input.options());
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  constexpr int kTag = 0x5253;  // "RS"; send/recv match in order per peer
+  for (int s = 0; s < n - 1; ++s) {
+    std::vector<at::Tensor> send{chunks[((r - s - 1) % n + n) % n]};
+    std::vector<at::Tensor> recv{incoming};
+    Collective("reduce_scatter (ring send/recv)", *impl_, [&] {
+      auto sent = impl_->pg->send(send, next, kTag);
+      auto received = impl_->pg->recv(recv, prev, kTag);
+      sent->wait();
+      return received;
+    });
+    chunks[((r - s - 2) % n + n) % n].add_(incoming);
+  }
+  return chunks[r].clone();
+}
+
 void World::Barrier() const {
   if (!impl_->pg) return;
   Collective("barrier", *impl_, [&] { return impl_->pg->barrier(); });

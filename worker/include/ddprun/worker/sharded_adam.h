@@ -34,9 +34,12 @@ struct ShardedAdamOptions {
 // fp32 vector split into world_size contiguous shards; rank r keeps state
 // only for shard r, so optimizer-state bytes per rank ~ 2*4*numel/world.
 // Step(), collective:
-//   1. gradients flattened; with reduce_gradients, reduce-scattered
-//      (Gloo in Torch 1.13 has no reduce_scatter: all-reduce then keep the
-//      shard; NCCL uses reduce_scatter) and divided by world_size;
+//   1. gradients flattened; with reduce_gradients, reduce-scattered with
+//      World::ReduceScatter (NCCL: reduce_scatter; Gloo, whose Torch 1.13
+//      process group throws on reduce_scatter: a ring over send/recv) and
+//      divided by world_size. Each rank sends (world-1)/world of the
+//      gradient bytes, as a reduce-scatter should, not the 2(world-1)/world
+//      of an all-reduce;
 //   2. Adam update of this rank's shard of the parameters;
 //   3. parameters all-gathered from their owners and copied back.
 // Results equal torch::optim::Adam(W) on the averaged gradients within fp32

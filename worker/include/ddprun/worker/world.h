@@ -78,6 +78,15 @@ class World {
   // Concatenation along dim 0 of every rank's `t` in rank order; the sizes
   // along dim 0 may differ between ranks (other dims must match).
   at::Tensor AllGatherVariable(const at::Tensor& t) const;
+  // Reduce-scatter (sum): `input` is 1-D with numel a multiple of
+  // world_size(), the same length on every rank; returns this rank's chunk
+  // (numel/world_size elements at rank()*numel/world_size) of the sum over
+  // ranks. NCCL: c10d reduce_scatter. Gloo: ProcessGroupGloo in Torch 1.13
+  // throws "does not support reduce_scatter", so this runs a ring over
+  // send/recv (world_size-1 steps, each rank sends (world_size-1)/world_size
+  // of the input's bytes, half of what an all-reduce moves). Standalone: a
+  // copy of `input`.
+  at::Tensor ReduceScatter(const at::Tensor& input) const;
   // Barrier across all ranks.
   void Barrier() const;
 
