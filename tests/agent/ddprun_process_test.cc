@@ -567,3 +567,27 @@ TEST_CASE("ddprun: --watchdog_timeout restarts a SIGSTOPped worker",
                  "T) for 1.") != std::string::npos);
   CHECK(WaitDead({second}));
 }
+
+TEST_CASE("ddprun: a stopped worker is continued so SIGTERM stops it at once",
+          "[agent][process]") {
+  TempDir dir;
+  // Rank 0 fails once `go` exists; rank 1 sleeps and will be stopped. A
+  // stopped process only acts on SIGTERM once continued: without SIGCONT the
+  // agent would wait --shutdown_timeout (30 s) before its SIGKILL.
+  Ddprun run(
+      dir,
+      {"--nproc_per_node=2", "--shutdown_timeout=30", "--no_python", "sh", "-c",
+       "echo $$ > $DDPRUN_TEST_OUT/pid_$RANK.tmp && "
+       "mv $DDPRUN_TEST_OUT/pid_$RANK.tmp $DDPRUN_TEST_OUT/pid_$RANK; "
+       "if [ $RANK = 0 ]; then "
+       "while [ ! -e $DDPRUN_TEST_OUT/go ]; do sleep 0.05; done; "
+       "exit 1; fi; exec sleep 60"});
+  REQUIRE(WaitForFiles(PidFiles(dir, 2)));
+  std::vector<int> pids = ReadPids(dir, 2);
+  kill(pids[1], SIGSTOP);
+  const auto start = Clock::now();
+  std::ofstream(dir.path() + "/go").put('1');
+  REQUIRE(run.Wait(20s) == 1);
+  CHECK(Clock::now() - start < 5s);
+  CHECK(WaitDead(pids));
+}
