@@ -228,13 +228,24 @@ std::string Checkpointer::Save(const TrainState& state,
     int fd =
         ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) ThrowErrno("create " + tmp);
-    WriteAll(fd, data.data(), data.size(), tmp);
-    WriteAll(fd, trailer, kTrailerSize, tmp);
-    if (::fsync(fd) != 0) ThrowErrno("fsync " + tmp);
-    ::close(fd);
-    if (BeforeRenameHook()) BeforeRenameHook()(tmp);
-    if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
-      ThrowErrno("rename " + tmp);
+    try {
+      WriteAll(fd, data.data(), data.size(), tmp);
+      WriteAll(fd, trailer, kTrailerSize, tmp);
+      if (::fsync(fd) != 0) ThrowErrno("fsync " + tmp);
+      const int closed = ::close(fd);
+      fd = -1;
+      // NFS and some FUSE filesystems report write errors only at close.
+      if (closed != 0) ThrowErrno("close " + tmp);
+      if (BeforeRenameHook()) BeforeRenameHook()(tmp);
+      if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
+        ThrowErrno("rename " + tmp);
+      }
+    } catch (...) {
+      // A full disk must not also lose the space of the partial file: the
+      // previous checkpoint stays the newest complete one.
+      if (fd >= 0) ::close(fd);
+      ::unlink(tmp.c_str());
+      throw;
     }
     FsyncDir(options_.dir);
     // Retention and leftovers of crashed writers.
