@@ -13,11 +13,11 @@ namespace ddprun::worker {
 // dynamically up to the largest freed mmapped chunk) is munmap'ed, and a
 // free top of the heap larger than twice that is trimmed with brk. A
 // training step allocates and frees the same tens of MB of activations and
-// gradients every iteration, so depending on where long-lived small
-// allocations happen to sit in the heap, every step can fault all of that
-// memory back in (measured: 4,000-15,000 page faults and ~10-20 ms per step
-// of bench/ddp_step, in C++ and in Python alike). With these settings the
-// heap keeps freed memory and a steady-state step faults nothing.
+// gradients every iteration, so depending on the heap's layout (it varies
+// from run to run) every step can fault much of that memory back in (measured
+// in bench/ddp_step: 4,000-15,000 page faults and ~10 ms of CPU per 50 ms step,
+// in C++ and in Python alike). With these settings the heap keeps freed memory
+// and a steady-state step faults nothing.
 //  - mmap threshold: blocks below it come from the heap; 32 MiB is the
 //    largest value glibc accepts (larger tensors are still mmapped and
 //    returned on free).
