@@ -294,17 +294,24 @@ void RendezvousJob::Complete(std::vector<Outcome>* out) {
     out->push_back(Outcome::Joined(n->join_waiter, a));
     n->join_waiter = 0;
   }
-  // Nodes of the previous round that did not make it must re-join.
+  // Nodes of the previous round that did not make it must re-join. One that
+  // is merely slow keeps heartbeating; one that is dead may still turn out
+  // to be the cause of a pending worker failure.
   for (auto it = nodes_.begin(); it != nodes_.end();) {
     if (it->second.state == NodeState::kExpected) {
+      if (pending_failure_ && pending_failure_->charged) {
+        pending_failure_->missing[it->first] = it->second.last_seen;
+      }
       it = EraseNode(it);
     } else {
       ++it;
     }
   }
-  // Every node of the failed round that is still around is back: the
-  // failure stands as a worker failure.
-  pending_failure_.reset();
+  // Every node of the failed round is back: the failure stands as a worker
+  // failure.
+  if (pending_failure_ && pending_failure_->missing.empty()) {
+    pending_failure_.reset();
+  }
   phase_ = Phase::kRunning;
   reformed_ = false;
   last_call_deadline_.reset();
@@ -440,6 +447,12 @@ StatusOr<v1::HeartbeatResponse> RendezvousJob::Heartbeat(
     }
   }
   if (node != nullptr) node->last_seen = clock_->Now();
+  if (node == nullptr && pending_failure_) {
+    auto missing = pending_failure_->missing.find(info.node_id());
+    if (missing != pending_failure_->missing.end()) {
+      missing->second = clock_->Now();  // alive: not the failure's cause
+    }
+  }
   reply.set_round(round_);
   reply.set_nodes_waiting(CountNodes(NodeState::kWaiting));
   const bool in_round =

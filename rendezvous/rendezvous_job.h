@@ -242,6 +242,11 @@ class RendezvousJob {
     std::vector<WaiterId> waiters;  // reports waiting for the decision
     std::string host;               // reporter's addr (bad-host policy)
     Clock::TimePoint reported_at;
+    // Nodes of the failed round left out of the next round before their
+    // heartbeats expired (last_call_timeout < heartbeat_timeout), by node id,
+    // with when they were last seen: if one goes silent for
+    // heartbeat_timeout before decide_at, the failure was its loss.
+    std::map<std::string, Clock::TimePoint> missing;
   };
   std::optional<PendingFailure> pending_failure_;
   uint64_t next_join_seq_ = 0;

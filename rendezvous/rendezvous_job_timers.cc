@@ -60,6 +60,18 @@ void RendezvousJob::Tick(std::vector<Outcome>* out) {
                    std::to_string(rebuild_expected_) + " nodes re-registered",
                out);
   }
+  if (pending_failure_ && pending_failure_->charged) {
+    for (const auto& [id, seen] : pending_failure_->missing) {
+      if (now - seen > heartbeat_timeout_) {
+        const std::string node_id = id;  // OnNodeLost resets the pending
+        DDP_LOG(WARNING) << "rendezvous '" << id_ << "': node '" << node_id
+                         << "', left out of round " << round_
+                         << ", lost: no heartbeat for " << Seconds(now - seen);
+        OnNodeLost(pending_failure_->round, node_id, out);
+        break;
+      }
+    }
+  }
   if (pending_failure_ && now >= pending_failure_->decide_at) {
     if (pending_failure_->charged) {
       pending_failure_.reset();  // no node was lost: the charge stands
@@ -100,7 +112,12 @@ std::optional<Clock::TimePoint> RendezvousJob::NextDeadline() const {
     if (last_call_deadline_) consider(*last_call_deadline_);
   }
   if (rebuild_deadline_) consider(*rebuild_deadline_);
-  if (pending_failure_) consider(pending_failure_->decide_at);
+  if (pending_failure_) {
+    consider(pending_failure_->decide_at);
+    for (const auto& [id, seen] : pending_failure_->missing) {
+      consider(seen + heartbeat_timeout_ + std::chrono::milliseconds(1));
+    }
+  }
   for (const auto& [host, record] : hosts_) {
     if (record.excluded_until) {
       consider(*record.excluded_until);

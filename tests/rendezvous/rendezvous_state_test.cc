@@ -310,6 +310,72 @@ TEST_CASE("RendezvousState: a failure caused by a node loss spends no budget",
   CHECK(h.Job().state() == v1::JobStatus::STATE_RUNNING);
 }
 
+TEST_CASE(
+    "RendezvousState: a node lost after the next round formed still "
+    "refunds the restart",
+    "[rendezvous]") {
+  // last_call_timeout (1 s) < heartbeat_timeout (3 s): the survivors' round
+  // completes before the dead node's heartbeats expire.
+  Harness h(2, 3, /*max_restarts=*/1);
+  h.config_.set_last_call_timeout_ms(1000);
+  for (const char* n : {"a", "b", "c"}) REQUIRE(h.Join(n).ok());
+  h.Advance(milliseconds(500));
+  h.Heartbeat("a");
+  h.Heartbeat("b");
+  h.Heartbeat("c");
+  // c dies now; a's collectives break at once.
+  REQUIRE(h.Fail("a").ok());
+  REQUIRE(h.Answered("a/failure"));
+  CHECK(h.Answer("a/failure").failure.will_restart());
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Join("b").ok());
+  h.Advance(milliseconds(1100));  // last call: a and b form round 2
+  REQUIRE(h.Answered("b"));
+  CHECK(h.Of("b").round() == 2);
+  CHECK(h.Of("b").group_world_size() == 2);
+  for (int i = 0; i < 30; ++i) {  // c silent for 3 s: it was c's loss
+    h.Advance(milliseconds(100));
+    h.Heartbeat("a");
+    h.Heartbeat("b");
+  }
+  CHECK(h.Job().restart_count() == 0);
+  // The refunded unit is there for a real worker failure.
+  h.ForgetAnswers();
+  REQUIRE(h.Fail("b").ok());
+  REQUIRE(h.Answered("b/failure"));
+  CHECK(h.Answer("b/failure").failure.will_restart());
+}
+
+TEST_CASE(
+    "RendezvousState: a slow but alive node left out of a round keeps "
+    "the charge",
+    "[rendezvous]") {
+  Harness h(2, 3, /*max_restarts=*/1);
+  h.config_.set_last_call_timeout_ms(1000);
+  for (const char* n : {"a", "b", "c"}) REQUIRE(h.Join(n).ok());
+  REQUIRE(h.Fail("a").ok());
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Join("b").ok());
+  h.Advance(milliseconds(1100));
+  REQUIRE(h.Answered("b"));
+  for (int i = 0; i < 40; ++i) {  // c still stopping its workers, alive
+    h.Advance(milliseconds(100));
+    h.Heartbeat("a");
+    h.Heartbeat("b");
+    (void)h.TryHeartbeat("c");
+  }
+  CHECK(h.Job().restart_count() == 1);
+  h.ForgetAnswers();
+  REQUIRE(h.Fail("b").ok());
+  for (int i = 0; i < 36 && !h.Answered("b/failure"); ++i) {
+    h.Advance(milliseconds(100));
+    h.Heartbeat("a");
+    h.Heartbeat("b");
+  }
+  REQUIRE(h.Answered("b/failure"));
+  CHECK_FALSE(h.Answer("b/failure").failure.will_restart());
+}
+
 TEST_CASE("RendezvousState: a node loss refunds a spent restart",
           "[rendezvous]") {
   Harness h(2, 3, /*max_restarts=*/1);
