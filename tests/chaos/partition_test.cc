@@ -13,60 +13,13 @@
 #include <thread>
 
 #include "tests/chaos/chaos_job.h"
+#include "tests/multinode/netns_testbed.h"
 
 namespace ddprun::chaos {
+
+using multinode::kIpTool;
+using multinode::NetnsTestbed;
 namespace {
-
-const char* kIp = "/usr/sbin/ip";
-
-int Sh(const std::string& cmd) {
-  return std::system((cmd + " >/dev/null 2>&1").c_str());
-}
-
-// The namespaces and links of one test, deleted by the destructor
-// (deleting a namespace deletes its veth ends and the bridge).
-class Testbed {
- public:
-  Testbed() {
-    const std::string p = "ddpch" + std::to_string(::getpid());
-    sw_ = p + "sw";
-    hosts_ = {p + "srv", p + "a", p + "b"};
-    ok_ = Sh(std::string(kIp) + " netns add " + sw_) == 0 &&
-          Run(sw_, "link add br0 type bridge") && Run(sw_, "link set br0 up");
-    for (size_t i = 0; ok_ && i < hosts_.size(); ++i) {
-      const std::string h = hosts_[i], port = "p" + std::to_string(i);
-      ok_ = Sh(std::string(kIp) + " netns add " + h) == 0 &&
-            Sh(std::string(kIp) + " link add eth0 netns " + h +
-               " type veth peer name " + port + " netns " + sw_) == 0 &&
-            Run(sw_, "link set " + port + " master br0") &&
-            Run(sw_, "link set " + port + " up") &&
-            Run(h, "addr add " + Addr(i) + "/24 dev eth0") &&
-            Run(h, "link set eth0 up") && Run(h, "link set lo up");
-    }
-  }
-  ~Testbed() {
-    for (const auto& h : hosts_) Sh(std::string(kIp) + " netns del " + h);
-    Sh(std::string(kIp) + " netns del " + sw_);
-  }
-
-  bool ok() const { return ok_; }
-  // Host i: 0 the server, 1 and 2 the agents.
-  const std::string& Host(size_t i) const { return hosts_[i]; }
-  static std::string Addr(size_t i) {
-    return "10.231.8." + std::to_string(i + 1);
-  }
-  bool Run(const std::string& ns, const std::string& args) {
-    return Sh(std::string(kIp) + " -n " + ns + " " + args) == 0;
-  }
-  std::vector<std::string> Exec(size_t i) const {
-    return {kIp, "netns", "exec", hosts_[i]};
-  }
-
- private:
-  std::string sw_;
-  std::vector<std::string> hosts_;
-  bool ok_ = false;
-};
 
 // First start event after `t0` for which `pred` holds.
 std::optional<Event> StartAfterWhere(
@@ -82,11 +35,11 @@ std::optional<Event> StartAfterWhere(
 
 TEST_CASE("chaos: network partition of one node (link down, then up)",
           "[chaos][netns][root]") {
-  if (::geteuid() != 0 || ::access(kIp, X_OK) != 0) {
-    WARN("skipped: network namespaces need root and " << kIp);
+  if (::geteuid() != 0 || ::access(kIpTool, X_OK) != 0) {
+    WARN("skipped: network namespaces need root and " << kIpTool);
     return;
   }
-  Testbed net;
+  NetnsTestbed net("ddpch", 8);
   if (!net.ok()) {
     WARN("skipped: `ip netns` / veth / bridge setup failed on this machine");
     return;
@@ -99,12 +52,12 @@ TEST_CASE("chaos: network partition of one node (link down, then up)",
   w.steps = 100;  // 10 s of training: b is back before the end
   w.step_ms = 100;
   REQUIRE(Baseline(2, w.steps).has_value());
-  auto& server = s.StartServer(0, net.Exec(0), Testbed::Addr(0));
+  auto& server = s.StartServer(0, net.Exec(0), net.Addr(0));
   REQUIRE(server.port() > 0);
   TwoNodes nodes;
   nodes.port = server.port();
   nodes.nnodes = "1:2";
-  nodes.host = Testbed::Addr(0);
+  nodes.host = net.Addr(0);
   nodes.rdzv_conf = kNodeLossRdzvConf;
   nodes.prefixes = {net.Exec(1), net.Exec(2)};
   StartTwoNodes(s, nodes, w);
