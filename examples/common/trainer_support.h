@@ -49,6 +49,15 @@ T ValueOrThrow(StatusOr<T> value) {
 }
 void OkOrThrow(const Status& status);
 
+// `value`, or its error with `where` (a list file's "<path>:<line>: ")
+// prepended: an error in a volume or image names the CSV row or JSONL line
+// that refers to it as well as the file itself.
+template <typename T>
+StatusOr<T> AtRow(const std::string& where, StatusOr<T> value) {
+  if (value.ok() || where.empty()) return value;
+  return Status(value.status().code(), where + value.status().message());
+}
+
 // Initializes the process group (falls back to a single process) and sets
 // Torch's intra-op threads to OMP_NUM_THREADS when set, else cores / local
 // ranks, so ranks sharing a machine do not oversubscribe it.

@@ -11,18 +11,19 @@
 
 namespace ddprun::examples {
 
-StatusOr<std::vector<std::string>> ReadBratsCsv(const std::string& csv_path) {
+StatusOr<std::vector<BratsCase>> ReadBratsCsv(const std::string& csv_path) {
   DDP_ASSIGN_OR_RETURN(CsvTable table, CsvTable::Read(csv_path));
   DDP_ASSIGN_OR_RETURN(int column, table.ColumnIndex("image"));
   const std::filesystem::path base =
       std::filesystem::path(csv_path).parent_path();
-  std::vector<std::string> paths;
+  std::vector<BratsCase> paths;
   for (const CsvRow& row : table.rows()) {
     const std::string& p = row.fields[column];
     if (p.empty())
       return InvalidArgumentError(table.Where(row) + "empty image path");
-    paths.push_back(std::filesystem::path(p).is_relative() ? (base / p).string()
-                                                           : p);
+    paths.push_back(
+        {std::filesystem::path(p).is_relative() ? (base / p).string() : p,
+         table.Where(row)});
   }
   if (paths.empty()) return InvalidArgumentError(csv_path + ": no data rows");
   return paths;

@@ -11,9 +11,15 @@ namespace ddprun::examples {
 
 inline constexpr int64_t kBratsModalities = 4;  // e.g. T1, T1ce, T2, FLAIR
 
+// One row of the case list.
+struct BratsCase {
+  std::string image;  // 4-channel NIfTI, resolved against the CSV's folder
+  std::string where;  // "<csv>:<line>: " for errors about the image
+};
+
 // Reads the case list: a CSV with an `image` column of 4-channel NIfTI
 // volumes (paths relative to the CSV's folder). Errors name file and row.
-StatusOr<std::vector<std::string>> ReadBratsCsv(const std::string& csv_path);
+StatusOr<std::vector<BratsCase>> ReadBratsCsv(const std::string& csv_path);
 
 // Loads one case as [4, S, S, S]: checks it has 4 channels (error naming the
 // file otherwise), resizes to `size`, scales each channel to [-1, 1].

@@ -52,6 +52,10 @@ std::pair<torch::Tensor, torch::Tensor> SplitTarget(
           volumes.index_select(1, torch::tensor(cond))};
 }
 
+StatusOr<torch::Tensor> LoadCase(const BratsCase& c, int64_t size) {
+  return AtRow(c.where, LoadBratsCase(c.image, size));
+}
+
 int Train(int argc, char** argv) {
   DdpmOptions opt;
   TrainerCli cli(
@@ -105,8 +109,7 @@ int Train(int argc, char** argv) {
   TrainerCli::Require("--csv_path", opt.csv_path);
 
   dw::World world = InitTrainerWorld(common);
-  const std::vector<std::string> cases =
-      ValueOrThrow(ReadBratsCsv(opt.csv_path));
+  const std::vector<BratsCase> cases = ValueOrThrow(ReadBratsCsv(opt.csv_path));
   std::vector<int64_t> train, val;
   std::tie(train, val) =
       SplitTrainVal(cases.size(), opt.val_fraction, common.seed);
@@ -183,8 +186,7 @@ int Train(int argc, char** argv) {
         [&](const std::vector<int64_t>& positions) -> StatusOr<torch::Tensor> {
       std::vector<torch::Tensor> volumes;
       for (int64_t p : positions) {
-        DDP_ASSIGN_OR_RETURN(torch::Tensor v,
-                             LoadBratsCase(cases[train[p]], size));
+        DDP_ASSIGN_OR_RETURN(torch::Tensor v, LoadCase(cases[train[p]], size));
         volumes.push_back(v);
       }
       return torch::stack(volumes);
@@ -224,7 +226,7 @@ int Train(int argc, char** argv) {
       double psnr = 0, ssim = 0, baseline = 0, ssim_baseline = 0, count = 0;
       for (int64_t item : RankShare(world, val)) {
         torch::Tensor v =
-            ValueOrThrow(LoadBratsCase(cases[item], size)).unsqueeze(0);
+            ValueOrThrow(LoadCase(cases[item], size)).unsqueeze(0);
         auto [target, cond] = SplitTarget(v, opt.target_modality);
         torch::Tensor sample =
             ddpm.Sample([&](const torch::Tensor& x,

@@ -20,6 +20,7 @@ StatusOr<std::vector<SegRecord>> ReadSegJsonl(const std::string& path) {
   std::vector<SegRecord> records;
   for (const JsonlRecord& line : lines) {
     SegRecord r;
+    r.where = path + ":" + std::to_string(line.line) + ": ";
     DDP_ASSIGN_OR_RETURN(r.image, JsonlString(path, line, "image"));
     DDP_ASSIGN_OR_RETURN(r.mask, JsonlString(path, line, "mask"));
     DDP_ASSIGN_OR_RETURN(r.prompt, JsonlString(path, line, "prompt"));

@@ -16,6 +16,7 @@ struct SegRecord {
   std::string image;
   std::string mask;
   std::string prompt;
+  std::string where;  // "<jsonl>:<line>: " for errors about its files
 };
 
 // Reads the JSONL. Errors name the file and line (missing field, bad JSON),

@@ -40,7 +40,8 @@ StatusOr<Batch> LoadBatch(const std::vector<SegRecord>& records,
   std::vector<torch::Tensor> images, masks, tokens;
   for (int64_t item : items) {
     DDP_ASSIGN_OR_RETURN(SegSample s,
-                         LoadSegSample(records[item], opt.image_size));
+                         AtRow(records[item].where,
+                               LoadSegSample(records[item], opt.image_size)));
     images.push_back(s.image);
     masks.push_back(s.mask);
     tokens.push_back(

@@ -23,6 +23,7 @@ StatusOr<std::vector<SurvivalRecord>> ReadSurvivalCsv(
   std::vector<SurvivalRecord> records;
   for (const CsvRow& row : table.rows()) {
     SurvivalRecord r;
+    r.where = table.Where(row);
     r.image = row.fields[image_col];
     if (r.image.empty())
       return InvalidArgumentError(table.Where(row) + "empty image path");

@@ -13,8 +13,9 @@ namespace ddprun::examples {
 // ignored). `image` is resolved against the CSV's folder when relative.
 struct SurvivalRecord {
   std::string image;
-  double time = 0;   // time to event or censoring, > 0
-  double event = 0;  // 1 = event observed, 0 = censored
+  double time = 0;    // time to event or censoring, > 0
+  double event = 0;   // 1 = event observed, 0 = censored
+  std::string where;  // "<csv>:<line>: " for errors about the image
 };
 
 // Reads and validates the CSV. INVALID_ARGUMENT "<csv>:<line>: ..." for a

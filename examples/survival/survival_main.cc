@@ -70,7 +70,8 @@ torch::Tensor PredictValidation(const dw::World& world, ResNet3d& model,
   std::vector<torch::Tensor> rows;
   for (const auto& items : MakeBatches(mine, batch_size, false)) {
     Batch b = ValueOrThrow(MakeBatch(records, items, [&](int64_t item) {
-      return LoadSurvivalVolume(records[item].image, image_size);
+      return AtRow(records[item].where,
+                   LoadSurvivalVolume(records[item].image, image_size));
     }));
     torch::Tensor risk;
     {
@@ -178,7 +179,8 @@ int Train(int argc, char** argv) {
   dw::DistributedDataParallel ddp(world, model.ptr());
 
   auto load_volume = [&](int64_t item) {
-    return LoadSurvivalVolume(records[item].image, opt.image_size);
+    return AtRow(records[item].where,
+                 LoadSurvivalVolume(records[item].image, opt.image_size));
   };
   std::unique_ptr<SmartCache> cache;
   if (opt.use_smart_cache) {

@@ -19,6 +19,7 @@ StatusOr<std::vector<VqaRecord>> ReadVqaJsonl(const std::string& path,
   for (const JsonlRecord& line : lines) {
     const std::string where = path + ":" + std::to_string(line.line) + ": ";
     VqaRecord r;
+    r.where = where;
     DDP_ASSIGN_OR_RETURN(r.image, JsonlString(path, line, "image"));
     DDP_ASSIGN_OR_RETURN(r.question, JsonlString(path, line, "question"));
     DDP_ASSIGN_OR_RETURN(r.answer, JsonlString(path, line, "answer"));

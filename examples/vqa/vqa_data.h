@@ -24,6 +24,7 @@ struct VqaRecord {
   std::string answer;
   std::vector<float> labels;  // 14 targets after the policy
   std::vector<float> mask;    // 14: 1 = counts in the loss/AUROC
+  std::string where;          // "<jsonl>:<line>: " for errors about image
 };
 
 // Reads the JSONL; errors name the file and line (bad JSON, missing field,

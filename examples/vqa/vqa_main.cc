@@ -174,8 +174,9 @@ int Train(int argc, char** argv) {
     std::vector<int64_t> answer_ids;
     for (int64_t item : items) {
       const VqaRecord& r = records[item];
-      DDP_ASSIGN_OR_RETURN(torch::Tensor image,
-                           ReadGrayImage(r.image, opt.image_size));
+      DDP_ASSIGN_OR_RETURN(
+          torch::Tensor image,
+          AtRow(r.where, ReadGrayImage(r.image, opt.image_size)));
       images.push_back(image);
       tokens.push_back(
           torch::tensor(vocab.Encode(r.question, opt.question_length)));

@@ -99,6 +99,7 @@ TEST_CASE("ddpm_trainer: a volume without 4 modalities fails naming the file",
       r.output.find(
           dir + "/images/subject_0000.nii: wrong shape 1x8x8x8 (expected 4") !=
       std::string::npos);
+  CHECK(r.output.find(dir + "/cases.csv:") != std::string::npos);  // the row
 }
 
 TEST_CASE("ddpm_trainer: --help documents the options with defaults",

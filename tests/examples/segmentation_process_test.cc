@@ -72,8 +72,8 @@ TEST_CASE(
       run(many + "{\"image\": \"" + data +
           "/images/0001.png\", \"mask\": \"nomask.png\", \"prompt\": \"x\"}\n");
   CHECK(missing.exit_code == 2);
-  CHECK(missing.output.find("image file not found: " + dir + "/nomask.png") !=
-        std::string::npos);
+  CHECK(missing.output.find(dir + "/p.jsonl:7: image file not found: " + dir +
+                            "/nomask.png") != std::string::npos);
 
   WriteText(dir + "/corrupt.png", "\x89PNG\r\n\x1a\n truncated");
   CommandResult corrupt =

@@ -98,16 +98,17 @@ TEST_CASE(
     rows += data + "/images/subject_000" + std::to_string(i) + ".nii,1,1\n";
   CommandResult missing = run(rows + dir + "/missing.nii,2,1\n");
   CHECK(missing.exit_code == 2);
-  CHECK(missing.output.find("NIfTI file not found: " + dir + "/missing.nii") !=
-        std::string::npos);
+  // The row that names the file (line 10: header + 8 rows before it) too.
+  CHECK(missing.output.find(dir + "/bad.csv:10: NIfTI file not found: " + dir +
+                            "/missing.nii") != std::string::npos);
 
   std::filesystem::copy_file(data + "/images/subject_0000.nii",
                              dir + "/cut.nii");
   std::filesystem::resize_file(dir + "/cut.nii", 2000);
   CommandResult truncated = run(rows + dir + "/cut.nii,2,1\n");
   CHECK(truncated.exit_code == 2);
-  CHECK(truncated.output.find(dir + "/cut.nii: truncated") !=
-        std::string::npos);
+  CHECK(truncated.output.find(dir + "/bad.csv:10: " + dir +
+                              "/cut.nii: truncated") != std::string::npos);
 
   CommandResult no_csv = RunCommand(
       Bin("survival_trainer") + " --csv_path " + dir + "/none.csv", 60);

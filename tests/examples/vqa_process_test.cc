@@ -61,6 +61,26 @@ TEST_CASE("vqa_trainer: bad labels fail naming the file and line",
       std::string::npos);
 }
 
+TEST_CASE("vqa_trainer: a missing image fails naming the file and its line",
+          "[vqa][errors]") {
+  const std::string dir = FreshDir("vqa_noimage");
+  std::string lines;
+  for (int i = 0; i < 5; ++i) {
+    lines +=
+        "{\"image\": \"none.png\", \"question\": \"q?\", \"answer\": "
+        "\"yes\", \"labels\": [0,0,0,0,0,0,0,0,0,0,0,0,0,0]}\n";
+  }
+  WriteText(dir + "/t.jsonl", lines);
+  CommandResult r =
+      RunCommand(Bin("vqa_trainer") + " --data_path " + dir +
+                     "/t.jsonl --debug --output_dir " + dir + "/out",
+                 60);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find(dir + "/t.jsonl:") != std::string::npos);
+  CHECK(r.output.find(": image file not found: " + dir + "/none.png") !=
+        std::string::npos);
+}
+
 #ifdef DDPRUN_LAUNCHER_BIN
 TEST_CASE("vqa_trainer: ZeRO-1 and ZeRO-2 train under 2 ranks",
           "[vqa][ddprun]") {
