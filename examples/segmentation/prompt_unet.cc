@@ -1,17 +1,25 @@
 #include "examples/segmentation/prompt_unet.h"
 
+#include "examples/common/norm_layer.h"
+
 namespace ddprun::examples {
 namespace {
 
 namespace nn = torch::nn;
 
+// Batch norm with warm-started running statistics (see MakeNorm).
+nn::AnyModule Norm(int64_t channels) {
+  return MakeNorm(NormKind::kBatch, channels, /*spatial_dims=*/2,
+                  /*groups=*/1, worker::World());
+}
+
 // Two 3x3 conv + batch norm + relu.
 nn::Sequential DoubleConv(int64_t in, int64_t out) {
   return nn::Sequential(
       nn::Conv2d(nn::Conv2dOptions(in, out, 3).padding(1).bias(false)),
-      nn::BatchNorm2d(out), nn::ReLU(true),
+      Norm(out), nn::ReLU(true),
       nn::Conv2d(nn::Conv2dOptions(out, out, 3).padding(1).bias(false)),
-      nn::BatchNorm2d(out), nn::ReLU(true));
+      Norm(out), nn::ReLU(true));
 }
 
 nn::ConvTranspose2d Up(int64_t in, int64_t out) {

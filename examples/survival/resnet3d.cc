@@ -2,10 +2,18 @@
 
 #include <stdexcept>
 
+#include "examples/common/norm_layer.h"
+
 namespace ddprun::examples {
 namespace {
 
 namespace nn = torch::nn;
+
+// Batch norm with warm-started running statistics (see MakeNorm).
+nn::AnyModule BatchNorm3d(int64_t channels) {
+  return MakeNorm(NormKind::kBatch, channels, /*spatial_dims=*/3,
+                  /*groups=*/1, worker::World());
+}
 
 nn::Conv3d Conv(int64_t in, int64_t out, int64_t k, int64_t stride) {
   return nn::Conv3d(
@@ -22,7 +30,7 @@ class ResidualBlockImpl : public nn::Module {
     if (stride != 1 || in != out) {
       shortcut_ = register_module(
           "shortcut",
-          nn::Sequential(Conv(in, out, 1, stride), nn::BatchNorm3d(out)));
+          nn::Sequential(Conv(in, out, 1, stride), BatchNorm3d(out)));
     }
   }
   torch::Tensor forward(torch::Tensor x) {
@@ -40,18 +48,18 @@ constexpr int64_t kBottleneckExpansion = 4;
 
 // conv3-bn-relu-conv3-bn (resnet10/18/34).
 nn::Sequential BasicBody(int64_t in, int64_t planes, int64_t stride) {
-  return nn::Sequential(Conv(in, planes, 3, stride), nn::BatchNorm3d(planes),
+  return nn::Sequential(Conv(in, planes, 3, stride), BatchNorm3d(planes),
                         nn::ReLU(true), Conv(planes, planes, 3, 1),
-                        nn::BatchNorm3d(planes));
+                        BatchNorm3d(planes));
 }
 
 // 1x1 reduce, 3x3, 1x1 expand x4 (resnet50).
 nn::Sequential BottleneckBody(int64_t in, int64_t planes, int64_t stride) {
   const int64_t out = planes * kBottleneckExpansion;
-  return nn::Sequential(Conv(in, planes, 1, 1), nn::BatchNorm3d(planes),
+  return nn::Sequential(Conv(in, planes, 1, 1), BatchNorm3d(planes),
                         nn::ReLU(true), Conv(planes, planes, 3, stride),
-                        nn::BatchNorm3d(planes), nn::ReLU(true),
-                        Conv(planes, out, 1, 1), nn::BatchNorm3d(out));
+                        BatchNorm3d(planes), nn::ReLU(true),
+                        Conv(planes, out, 1, 1), BatchNorm3d(out));
 }
 
 std::vector<int64_t> BlocksPerStage(const std::string& depth) {
@@ -75,10 +83,10 @@ ResNet3dImpl::ResNet3dImpl(const ResNet3dOptions& options) {
   const bool bottleneck = options.depth == "resnet50";
   const int64_t w = options.width;
   stem_ = register_module(
-      "stem", nn::Sequential(
-                  Conv(options.in_channels, w, 7, 2), nn::BatchNorm3d(w),
-                  nn::ReLU(true),
-                  nn::MaxPool3d(nn::MaxPool3dOptions(3).stride(2).padding(1))));
+      "stem",
+      nn::Sequential(
+          Conv(options.in_channels, w, 7, 2), BatchNorm3d(w), nn::ReLU(true),
+          nn::MaxPool3d(nn::MaxPool3dOptions(3).stride(2).padding(1))));
   stages_ = nn::Sequential();
   int64_t in = w;
   for (size_t s = 0; s < blocks.size(); ++s) {

@@ -102,8 +102,8 @@ TEST_CASE("vqa_trainer: ZeRO-1 and ZeRO-2 train under 2 ranks",
 // The image encoder with batch norm once evaluated to the majority answer
 // (accuracy 0.39) after this 48-step run while training was fine: the
 // initial running_var of 1 outweighed conv outputs of variance ~0.01 under
-// momentum 0.1. With a cumulative average it measured 0.69 (group norm:
-// 0.70).
+// momentum 0.1. With warm-started running statistics (MakeNorm) it measured
+// 0.70 (group norm: 0.70).
 TEST_CASE(
     "vqa_trainer: batch norm under 2 ranks evaluates as well as it trains "
     "(accuracy > 0.5)",
