@@ -44,6 +44,12 @@ void TrainerCli::AddAccumulation(int64_t* steps) {
 }
 
 std::optional<int> TrainerCli::Parse(int argc, char** argv) {
+  // CLI11 shows no default for flags; say it so --help documents every
+  // option's default.
+  for (CLI::Option* option : app_.get_options()) {
+    if (option->get_items_expected_max() == 0 && option != app_.get_help_ptr())
+      option->description(option->get_description() + " (off by default)");
+  }
   return ParseFlags(&app_, argc, argv);
 }
 

@@ -45,7 +45,8 @@ class TrainerCli {
   // --gradient_accumulation_steps (positive).
   void AddAccumulation(int64_t* steps);
 
-  // Parses argv. Returns the exit code when the program should stop
+  // Parses argv (call once: it appends "(off by default)" to flags' help).
+  // Returns the exit code when the program should stop
   // (--help: 0; a bad flag or config file: CLI11's code after printing the
   // error), nullopt to continue.
   std::optional<int> Parse(int argc, char** argv);

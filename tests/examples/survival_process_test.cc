@@ -149,6 +149,12 @@ TEST_CASE("survival_trainer: --help documents every option with its default",
         "--checkpoint_every", "--resume_from", "--debug", "--config"}) {
     CHECK(r.output.find(text) != std::string::npos);
   }
+  // Values show "=default"; flags say they are off unless given.
+  CHECK(r.output.find("--epochs INT:POSITIVE=4") != std::string::npos);
+  CHECK(r.output.find("one epoch, for a quick check (off by default)") !=
+        std::string::npos);
+  CHECK(r.output.find("Print this help message and exit (off") ==
+        std::string::npos);
 }
 
 }  // namespace
