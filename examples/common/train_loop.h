@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddprun/worker/checkpoint.h"
+#include "ddprun/worker/heartbeat.h"
 #include "ddprun/worker/metrics.h"
 #include "ddprun/worker/sampler.h"
 #include "examples/common/batch_loader.h"
@@ -79,6 +80,7 @@ class TrainLoop {
       for (size_t b = 0; b < loader.size(); ++b) {
         Batch batch = ValueOrThrow(loader.Next());
         const double loss = worker::AllReduceMean(world_, step(batch));
+        worker::Heartbeat();  // --watchdog_timeout: this rank progresses
         loss_sum += loss;
         ++state_->step;
         state_->epoch = epoch;

@@ -174,10 +174,20 @@ TEST_CASE(
     "chance",
     "[survival][ddprun]") {
   const std::string out = FreshDir("survival_2ranks");
-  CommandResult r = RunCommand(Launch("") + Trainer(out) + " --epochs 3", 240);
+  // With the hang watchdog on, the training loop heartbeats every step.
+  CommandResult r =
+      RunCommand(Launch("--watchdog_timeout 120 --log_dir " + out + "/logs") +
+                     Trainer(out) + " --epochs 3",
+                 240);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK(r.output.find("batch 8 total (4 per rank)") != std::string::npos);
+  int heartbeats = 0;
+  for (const auto& e :
+       std::filesystem::recursive_directory_iterator(out + "/logs")) {
+    heartbeats += e.path().filename() == "heartbeat";
+  }
+  CHECK(heartbeats == 2);
   auto metrics = ReadMetrics(out);
   REQUIRE(metrics.size() == 3);
   CHECK(metrics.back()["world_size"] == 2);
