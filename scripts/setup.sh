@@ -7,11 +7,16 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libboost-dev libboost-filesystem-dev
   nlohmann-json3-dev catch2 libcli11-dev libspdlog-dev
-  libtorch-dev libgloo-dev python3-torch
+  libtorch-dev libgloo-dev
   libnifti2-dev libstb-dev libyaml-cpp-dev
-  iproute2 procps openssl
-  slurmctld slurmd slurm-client munge
+  procps openssl
 )
+# Only the tests need these (torch.distributed compatibility, network
+# namespaces, a real SLURM cluster): DDPRUN_SETUP_TESTS=0 skips them (the
+# Docker build stage does).
+if [[ "${DDPRUN_SETUP_TESTS:-1}" != 0 ]]; then
+  PACKAGES+=(python3-torch iproute2 slurmctld slurmd slurm-client munge)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
