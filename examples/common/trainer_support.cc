@@ -64,6 +64,15 @@ void OkOrThrow(const Status& status) {
   if (!status.ok()) throw worker::ConfigError(status.message());
 }
 
+void ToDevice(const c10::Device& device,
+              std::initializer_list<at::Tensor*> tensors) {
+  for (at::Tensor* t : tensors) {
+    if (t->defined() && t->device() != device) {
+      *t = t->to(device, /*non_blocking=*/true);
+    }
+  }
+}
+
 worker::World InitTrainerWorld(const CommonOptions& options) {
   worker::InitOptions init = worker::InitOptionsFromEnv();
   if (options.backend != "auto") init.backend = options.backend;

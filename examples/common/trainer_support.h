@@ -1,9 +1,11 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 
+#include <ATen/core/Tensor.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -62,6 +64,12 @@ StatusOr<T> AtRow(const std::string& where, StatusOr<T> value) {
 // Torch's intra-op threads to OMP_NUM_THREADS when set, else cores / local
 // ranks, so ranks sharing a machine do not oversubscribe it.
 worker::World InitTrainerWorld(const CommonOptions& options);
+
+// Moves each defined tensor to `device` (the world's: CUDA under NCCL, CPU
+// under Gloo). Batches are built on CPU by loader threads and moved here, on
+// the training thread, right before use.
+void ToDevice(const c10::Device& device,
+              std::initializer_list<at::Tensor*> tensors);
 
 // Where training starts: the newest complete checkpoint in the checkpoint
 // dir (a restart after a failure), else --resume_from, else a fresh state.

@@ -142,6 +142,7 @@ int Train(int argc, char** argv) {
   model_options.norm = norm;
   model_options.world = world;
   UNet3d model(model_options);
+  model->to(world.device());  // before the optimizer takes its parameters
   torch::optim::Adam optimizer(model->parameters(),
                                torch::optim::AdamOptions(opt.learning_rate));
   const FastDdpm ddpm(opt.timesteps, opt.v_parameterization);
@@ -192,6 +193,7 @@ int Train(int argc, char** argv) {
       return torch::stack(volumes);
     };
     auto step = [&](torch::Tensor& volumes) {
+      ToDevice(world.device(), {&volumes});
       model->train();
       optimizer.zero_grad();
       const auto micro = volumes.split(opt.batch_size);
@@ -227,6 +229,7 @@ int Train(int argc, char** argv) {
       for (int64_t item : RankShare(world, val)) {
         torch::Tensor v =
             ValueOrThrow(LoadCase(cases[item], size)).unsqueeze(0);
+        ToDevice(world.device(), {&v});
         auto [target, cond] = SplitTarget(v, opt.target_modality);
         torch::Tensor sample =
             ddpm.Sample([&](const torch::Tensor& x,
@@ -239,16 +242,19 @@ int Train(int argc, char** argv) {
         baseline += Psnr(constant, target, 2.0);
         ssim_baseline += Ssim(constant, target, 2.0);
         if (count == 0 && world.is_main()) {
-          OkOrThrow(WriteNifti(common.output_dir + "/samples/epoch" +
-                                   std::to_string(epoch + 1) + "_size" +
-                                   std::to_string(size) + ".nii",
-                               torch::cat({sample, target}, 1).squeeze(0)));
+          OkOrThrow(WriteNifti(
+              common.output_dir + "/samples/epoch" + std::to_string(epoch + 1) +
+                  "_size" + std::to_string(size) + ".nii",
+              torch::cat({sample, target}, 1).squeeze(0).cpu()));
         }
         count += 1;
       }
-      torch::Tensor sums = torch::tensor(
-          {psnr, ssim, baseline, count, ssim_baseline}, torch::kFloat64);
+      torch::Tensor sums =
+          torch::tensor({psnr, ssim, baseline, count, ssim_baseline},
+                        torch::kFloat64)
+              .to(world.device());
       world.AllReduce(sums);
+      sums = sums.cpu();
       auto s = sums.accessor<double, 1>();
       const double n = std::max(1.0, s[3]);
       nlohmann::json record = {{"stage", stage + 1},

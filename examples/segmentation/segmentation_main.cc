@@ -134,6 +134,7 @@ int Train(int argc, char** argv) {
   model_options.vocab_size = vocab.size();
   model_options.width = opt.width;
   PromptUNet model(model_options);
+  model->to(world.device());  // before the optimizer takes its parameters
   torch::optim::Adam optimizer(model->parameters(),
                                torch::optim::AdamOptions(lr));
   dw::Checkpointer checkpointer(
@@ -157,6 +158,7 @@ int Train(int argc, char** argv) {
     return LoadBatch(records, vocab, opt, items);
   };
   auto step = [&](Batch& batch) {
+    ToDevice(world.device(), {&batch.images, &batch.masks, &batch.tokens});
     model->train();
     torch::Tensor logits;
     {
@@ -178,6 +180,7 @@ int Train(int argc, char** argv) {
     for (const auto& items :
          MakeBatches(RankShare(world, val), opt.batch_size, false)) {
       Batch b = ValueOrThrow(LoadBatch(records, vocab, opt, items));
+      ToDevice(world.device(), {&b.images, &b.masks, &b.tokens});
       torch::Tensor logits;
       {
         dw::AutocastScope autocast(common.amp);
@@ -191,8 +194,10 @@ int Train(int argc, char** argv) {
       total += t;
     }
     torch::Tensor sums =
-        torch::tensor({loss_sum, count, inter, total}, torch::kFloat64);
+        torch::tensor({loss_sum, count, inter, total}, torch::kFloat64)
+            .to(world.device());
     world.AllReduce(sums);
+    sums = sums.cpu();
     auto s = sums.accessor<double, 1>();
     return {{"val_loss", s[1] > 0 ? s[0] / s[1] : 0.0},
             {"val_dice", DiceFromSums(s[2], s[3])},

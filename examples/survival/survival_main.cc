@@ -73,6 +73,7 @@ torch::Tensor PredictValidation(const dw::World& world, ResNet3d& model,
       return AtRow(records[item].where,
                    LoadSurvivalVolume(records[item].image, image_size));
     }));
+    ToDevice(world.device(), {&b.images, &b.time, &b.event});
     torch::Tensor risk;
     {
       dw::AutocastScope autocast(amp);
@@ -81,7 +82,9 @@ torch::Tensor PredictValidation(const dw::World& world, ResNet3d& model,
     rows.push_back(torch::stack(
         {risk.reshape({-1}).to(torch::kFloat32), b.time, b.event}, 1));
   }
-  torch::Tensor local = rows.empty() ? torch::zeros({0, 3}) : torch::cat(rows);
+  torch::Tensor local =
+      rows.empty() ? torch::zeros({0, 3}, torch::Device(world.device()))
+                   : torch::cat(rows);
   return world.AllGatherVariable(local);
 }
 
@@ -165,6 +168,7 @@ int Train(int argc, char** argv) {
   model_options.depth = opt.resnet;
   model_options.width = opt.width;
   ResNet3d model(model_options);
+  model->to(world.device());  // before the optimizer takes its parameters
   torch::optim::Adam optimizer(model->parameters(),
                                torch::optim::AdamOptions(opt.learning_rate)
                                    .weight_decay(opt.weight_decay));
@@ -213,6 +217,7 @@ int Train(int argc, char** argv) {
                      });
   };
   auto train_step = [&](Batch& batch) {
+    ToDevice(world.device(), {&batch.images, &batch.time, &batch.event});
     model->train();
     torch::Tensor risk;
     {
@@ -227,9 +232,10 @@ int Train(int argc, char** argv) {
     return loss.item<double>();
   };
   auto validate = [&](int64_t) -> nlohmann::json {
-    torch::Tensor gathered =
+    const torch::Tensor gathered =
         PredictValidation(world, model, records, RankShare(world, val),
-                          opt.image_size, per_rank, common.amp);
+                          opt.image_size, per_rank, common.amp)
+            .cpu();
     std::vector<double> risk, time, event;
     for (int64_t i = 0; i < gathered.size(0); ++i) {
       risk.push_back(gathered[i][0].item<double>());

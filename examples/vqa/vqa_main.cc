@@ -145,6 +145,7 @@ int Train(int argc, char** argv) {
   model_options.norm = norm;
   model_options.world = world;
   VqaModel model(model_options);
+  model->to(world.device());  // before an optimizer takes its parameters
   std::unique_ptr<torch::optim::Adam> adam;
   std::unique_ptr<dw::ShardedAdam> sharded;
   dw::CheckpointParts parts;
@@ -226,6 +227,9 @@ int Train(int argc, char** argv) {
     if (sharded) sharded->ZeroGrad();
     double total = 0;
     for (size_t m = 0; m < batch.size(); ++m) {
+      MicroBatch& mb = batch[m];
+      ToDevice(world.device(),
+               {&mb.images, &mb.tokens, &mb.answers, &mb.labels, &mb.mask});
       torch::Tensor a, l;
       torch::Tensor loss =
           losses(batch[m], &a, &l) / static_cast<double>(batch.size());
@@ -255,6 +259,8 @@ int Train(int argc, char** argv) {
     for (const auto& items :
          MakeBatches(RankShare(world, val), opt.batch_size, false)) {
       MicroBatch b = ValueOrThrow(load_micro(items));
+      ToDevice(world.device(),
+               {&b.images, &b.tokens, &b.answers, &b.labels, &b.mask});
       torch::Tensor a, l;
       losses(b, &a, &l);
       torch::Tensor correct =
@@ -264,9 +270,10 @@ int Train(int argc, char** argv) {
           1));
     }
     torch::Tensor local = rows.empty()
-                              ? torch::zeros({0, 1 + 3 * kCheXpertLabels})
+                              ? torch::zeros({0, 1 + 3 * kCheXpertLabels},
+                                             torch::Device(world.device()))
                               : torch::cat(rows);
-    torch::Tensor all = world.AllGatherVariable(local);
+    const torch::Tensor all = world.AllGatherVariable(local).cpu();
     const int64_t k = kCheXpertLabels;
     nlohmann::json record = {
         {"val_answer_accuracy",

@@ -300,6 +300,22 @@ TrainState LoadVerifiedFile(const std::string& path,
   }
   torch::serialize::InputArchive archive;
   archive.load_from(payload.data(), payload.size());
+  // Model and optimizer state go where the model lives: an optimizer loaded
+  // onto the CPU under a CUDA model fails at its first step. Metadata and
+  // RNG states stay on the CPU (the CPU generator only takes CPU state).
+  c10::Device device(c10::kCPU);
+  if (parts.model != nullptr) {
+    for (const at::Tensor& p : parts.model->parameters()) {
+      device = p.device();
+      break;
+    }
+  }
+  torch::serialize::InputArchive on_device;
+  if (!device.is_cpu()) {
+    on_device.load_from(payload.data(), payload.size(), device);
+  }
+  torch::serialize::InputArchive& state_archive =
+      device.is_cpu() ? archive : on_device;
   TrainState state;
   state.epoch = ReadInt64(archive, "meta/epoch");
   state.step = ReadInt64(archive, "meta/step");
@@ -315,21 +331,21 @@ TrainState LoadVerifiedFile(const std::string& path,
   }
   if (parts.model != nullptr) {
     torch::serialize::InputArchive sub;
-    if (!archive.try_read("model", sub)) {
+    if (!state_archive.try_read("model", sub)) {
       throw WorkerError("checkpoint " + path + " has no model state");
     }
     LoadModule(*parts.model, sub, "");
   }
   if (parts.optimizer != nullptr) {
     torch::serialize::InputArchive sub;
-    if (!archive.try_read("optimizer", sub)) {
+    if (!state_archive.try_read("optimizer", sub)) {
       throw WorkerError("checkpoint " + path + " has no optimizer state");
     }
     parts.optimizer->load(sub);
   }
   if (parts.sharded_optimizer != nullptr) {
     torch::serialize::InputArchive sub;
-    if (!archive.try_read("sharded_optimizer", sub)) {
+    if (!state_archive.try_read("sharded_optimizer", sub)) {
       throw WorkerError("checkpoint " + path +
                         " has no sharded optimizer state");
     }
