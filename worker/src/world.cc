@@ -65,6 +65,13 @@ void Collective(const char* what, const World::Impl& w, F&& f) {
   }
 }
 
+// NCCL only reduces tensors on its CUDA device and Gloo only CPU tensors, but
+// callers hold both kinds (a CPU RNG state, a CUDA metric): collectives run
+// on a copy on the world's device and the result is copied back.
+at::Tensor OnDevice(const at::Tensor& t, c10::Device device) {
+  return t.device() == device ? t : t.to(device);
+}
+
 int EnvSeconds(const char* name, int fallback) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return fallback;
@@ -189,31 +196,36 @@ c10::intrusive_ptr<c10d::Store> World::store() const { return impl_->store; }
 
 void World::AllReduce(at::Tensor& t, ReduceOp op) const {
   if (!impl_->pg) return;
-  std::vector<at::Tensor> v{t};
+  std::vector<at::Tensor> v{OnDevice(t, impl_->device)};
   c10d::AllreduceOptions opts;
   opts.reduceOp = ToC10d(op);
   Collective("all_reduce", *impl_,
              [&] { return impl_->pg->allreduce(v, opts); });
+  if (!v[0].is_same(t)) t.copy_(v[0]);
   if (op == ReduceOp::kAvg) t.div_(world_size());
 }
 
 void World::Broadcast(at::Tensor& t, int root) const {
   if (!impl_->pg) return;
-  std::vector<at::Tensor> v{t};
+  std::vector<at::Tensor> v{OnDevice(t, impl_->device)};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
   Collective("broadcast", *impl_,
              [&] { return impl_->pg->broadcast(v, opts); });
+  if (!v[0].is_same(t)) t.copy_(v[0]);
 }
 
 std::vector<at::Tensor> World::AllGather(const at::Tensor& t) const {
   if (!impl_->pg) return {t.clone()};
-  at::Tensor in = t.contiguous();
+  at::Tensor in = OnDevice(t, impl_->device).contiguous();
   std::vector<std::vector<at::Tensor>> out(1);
   for (int i = 0; i < world_size(); ++i) out[0].push_back(at::empty_like(in));
   std::vector<at::Tensor> inputs{in};
   Collective("all_gather", *impl_,
              [&] { return impl_->pg->allgather(out, inputs); });
+  if (in.device() != t.device()) {
+    for (at::Tensor& part : out[0]) part = part.to(t.device());
+  }
   return out[0];
 }
 
@@ -249,19 +261,20 @@ at::Tensor World::ReduceScatter(const at::Tensor& input) const {
   if (!impl_->pg) return input.clone();
   const int64_t chunk = input.numel() / n;
   if (impl_->backend == "nccl") {
-    std::vector<at::Tensor> out{at::empty({chunk}, input.options())};
-    std::vector<std::vector<at::Tensor>> in{input.contiguous().split(chunk)};
+    at::Tensor on_device = OnDevice(input, impl_->device).contiguous();
+    std::vector<at::Tensor> out{at::empty({chunk}, on_device.options())};
+    std::vector<std::vector<at::Tensor>> in{on_device.split(chunk)};
     Collective("reduce_scatter", *impl_,
                [&] { return impl_->pg->reduce_scatter(out, in); });
-    return out[0];
+    return out[0].to(input.device());
   }
   // Ring: at step s rank r sends its partial sum of chunk (r-s-1) mod n to
   // rank r+1 and adds the partial sum of chunk (r-s-2) mod n received from
   // rank r-1. A chunk is never written after it was sent; after n-1 steps
   // chunk r holds every rank's contribution.
-  at::Tensor work = input.contiguous().clone();
+  at::Tensor work = OnDevice(input, impl_->device).contiguous().clone();
   std::vector<at::Tensor> chunks = work.split(chunk);
-  at::Tensor incoming = at::empty({chunk}, input.options());
+  at::Tensor incoming = at::empty({chunk}, work.options());
   const int next = (r + 1) % n, prev = (r + n - 1) % n;
   constexpr int kTag = 0x5253;  // "RS"; send/recv match in order per peer
   for (int s = 0; s < n - 1; ++s) {
@@ -275,7 +288,7 @@ at::Tensor World::ReduceScatter(const at::Tensor& input) const {
     });
     chunks[((r - s - 2) % n + n) % n].add_(incoming);
   }
-  return chunks[r].clone();
+  return chunks[r].to(input.device(), /*non_blocking=*/false, /*copy=*/true);
 }
 
 void World::Barrier() const {
@@ -302,6 +315,10 @@ World InitWorld(const WorkerEnv& env, const InitOptions& options) {
       c10::cuda::set_device(static_cast<c10::DeviceIndex>(dev));
       impl->device =
           c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(dev));
+    } else {
+      // The caller chose the device (e.g. CUDA_VISIBLE_DEVICES per rank or
+      // its own set_device); NCCL uses the current one, so do collectives.
+      impl->device = c10::Device(c10::kCUDA, c10::cuda::current_device());
     }
 #else
     throw ConfigError(

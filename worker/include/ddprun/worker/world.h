@@ -65,11 +65,14 @@ class World {
   const WorkerEnv& env() const;
   // "gloo", "nccl" or "none" (standalone).
   const std::string& backend() const;
-  // Device tensors for collectives live on: CPU for Gloo, cuda:LOCAL_RANK
-  // for NCCL.
+  // Device the collectives run on: CPU for Gloo, cuda:LOCAL_RANK for NCCL
+  // (the current CUDA device when pin_cuda_device is off). Tensors on
+  // another device are accepted by every collective below: they travel on a
+  // copy on device() and results come back on the caller's device (a CPU
+  // RNG state gathers fine under NCCL), at the cost of two copies.
   c10::Device device() const;
 
-  // In-place all-reduce of `t` (contiguous, on device()).
+  // In-place all-reduce of `t`.
   void AllReduce(at::Tensor& t, ReduceOp op = ReduceOp::kSum) const;
   // In-place broadcast of `t` from `root` to every rank.
   void Broadcast(at::Tensor& t, int root = 0) const;
