@@ -10,9 +10,12 @@
 #include <cstring>
 #include <mutex>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/archive.h>
@@ -26,6 +29,27 @@ namespace {
 
 constexpr char kMagic[8] = {'D', 'D', 'P', 'C', 'K', 'P', 'T', '1'};
 constexpr size_t kTrailerSize = 32;  // magic, length, hash, reserved
+
+// Where the model lives (CPU when there is no model or no parameter).
+c10::Device ModelDevice(const torch::nn::Module* model) {
+  if (model != nullptr) {
+    for (const at::Tensor& p : model->parameters()) return p.device();
+  }
+  return c10::Device(c10::kCPU);
+}
+
+// The generators a checkpoint keeps, by archive name: Torch's default CPU
+// generator, and the default generator of the model's CUDA device (dropout
+// on the GPU draws from it). Their states are CPU byte tensors.
+std::vector<std::pair<std::string, at::Generator>> RankGenerators(
+    c10::Device device) {
+  std::vector<std::pair<std::string, at::Generator>> gens;
+  gens.emplace_back("cpu", at::detail::getDefaultCPUGenerator());
+  if (device.is_cuda()) {
+    gens.emplace_back("cuda", at::globalContext().defaultGenerator(device));
+  }
+  return gens;
+}
 
 std::function<void(const std::string&)>& BeforeRenameHook() {
   static std::function<void(const std::string&)> hook;
@@ -205,11 +229,17 @@ std::string Checkpointer::Save(const TrainState& state,
     archive.write("sharded_optimizer", sub);
   }
   if (parts.rng) {
-    // Every rank's generator: ranks draw different dropout masks.
-    at::Tensor mine = at::detail::getDefaultCPUGenerator().get_state();
-    std::vector<at::Tensor> all = world_.AllGather(mine);
-    for (size_t r = 0; r < all.size(); ++r) {
-      archive.write("rng/cpu/" + std::to_string(r), all[r]);
+    // Every rank's generators: ranks draw different dropout masks.
+    for (auto& [kind, gen] : RankGenerators(ModelDevice(parts.model))) {
+      at::Tensor mine;
+      {
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        mine = gen.get_state();
+      }
+      std::vector<at::Tensor> all = world_.AllGather(mine);
+      for (size_t r = 0; r < all.size(); ++r) {
+        archive.write("rng/" + kind + "/" + std::to_string(r), all[r]);
+      }
     }
   }
 
@@ -303,13 +333,7 @@ TrainState LoadVerifiedFile(const std::string& path,
   // Model and optimizer state go where the model lives: an optimizer loaded
   // onto the CPU under a CUDA model fails at its first step. Metadata and
   // RNG states stay on the CPU (the CPU generator only takes CPU state).
-  c10::Device device(c10::kCPU);
-  if (parts.model != nullptr) {
-    for (const at::Tensor& p : parts.model->parameters()) {
-      device = p.device();
-      break;
-    }
-  }
+  const c10::Device device = ModelDevice(parts.model);
   torch::serialize::InputArchive on_device;
   if (!device.is_cpu()) {
     on_device.load_from(payload.data(), payload.size(), device);
@@ -352,12 +376,14 @@ TrainState LoadVerifiedFile(const std::string& path,
     parts.sharded_optimizer->Load(sub);
   }
   if (parts.rng) {
-    at::Tensor state_t;
-    if (archive.try_read("rng/cpu/" + std::to_string(rank), state_t) ||
-        archive.try_read("rng/cpu/0", state_t)) {
-      at::Generator gen = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(state_t);
+    for (auto& [kind, gen] : RankGenerators(device)) {
+      at::Tensor state_t;
+      if (archive.try_read("rng/" + kind + "/" + std::to_string(rank),
+                           state_t) ||
+          archive.try_read("rng/" + kind + "/0", state_t)) {
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        gen.set_state(state_t);
+      }
     }
   }
   return state;

@@ -42,8 +42,9 @@ struct CheckpointParts {
   // rank takes its shard on load, so a checkpoint can be resumed with a
   // different world size.
   ShardedAdam* sharded_optimizer = nullptr;
-  // Save/restore Torch's default CPU generator (and CUDA generators when
-  // present) so data augmentation and dropout continue identically.
+  // Save/restore every rank's default CPU generator and, when the model is
+  // on a CUDA device, that device's default generator, so data augmentation
+  // and dropout continue identically.
   bool rng = true;
 };
 
