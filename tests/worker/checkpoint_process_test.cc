@@ -115,13 +115,22 @@ void RunKillResume(bool sharded) {
   for (int round = 0; round < 3; ++round) {
     int before = LastLoggedStep(dir + "/log");
     Job job = Start(args(dir), 2, {{"SLOW_MS", "15"}});
-    std::uniform_int_distribution<int> delay_ms(400, 1400);
+    // Kill only once the ranks have resumed (start-up time varies with the
+    // machine's load), then at a random moment of training: with SLOW_MS 15
+    // a step takes ~15 ms, so 0-300 ms covers several steps and saves.
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (job.ranks[0]->Output().find("resumed from step") ==
+               std::string::npos &&
+           !job.ranks[0]->Wait(std::chrono::milliseconds(20)) &&
+           std::chrono::steady_clock::now() < deadline) {
+    }
+    std::uniform_int_distribution<int> delay_ms(0, 300);
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
     for (auto& r : job.ranks) r->Kill();
     for (auto& r : job.ranks) r->Wait(std::chrono::seconds(5));
     std::string out = job.ranks[0]->Output();
     INFO("round " << round << " output:\n" << out);
-    if (out.find("resumed from step") == std::string::npos) continue;
     int resumed = ResumedStep(out);
     // At most one checkpoint interval is lost.
     REQUIRE(resumed % kEvery == 0);

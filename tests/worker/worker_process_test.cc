@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include <catch2/catch.hpp>
 
 #include "ddprun/worker/errors.h"
+#include "ddprun/worker/hardware.h"
 #include "tests/worker/rank_process.h"
 
 namespace wt = ddprun::worker::testing;
@@ -73,6 +75,81 @@ TEST_CASE("World: all-reduce, broadcast and variable all-gather on 3 ranks",
   }
 }
 
+TEST_CASE("World: DDPRUN_BACKEND picks the backend or names what is wrong",
+          "[worker][process]") {
+  SECTION("gloo forced") {
+    auto results = wt::RunRanks({Helper(), "collectives"}, 2,
+                                {{"DDPRUN_BACKEND", "gloo"}});
+    RequireAllOk(results);
+    for (auto& r : results) {
+      REQUIRE(r.output.find("ok backend gloo") != std::string::npos);
+    }
+  }
+  SECTION("an unknown backend is a usage error, not a hang") {
+    auto results =
+        wt::RunRanks({Helper(), "collectives"}, 2, {{"DDPRUN_BACKEND", "mpi"}});
+    for (auto& r : results) {
+      INFO(r.output);
+      REQUIRE(r.exit_code == ddprun::worker::kExitUsage);
+      REQUIRE(r.output.find("unknown backend 'mpi' (expected auto, gloo or "
+                            "nccl)") != std::string::npos);
+    }
+  }
+#if !DDPRUN_WORKER_WITH_CUDA
+  SECTION("nccl on a CPU-only LibTorch says so") {
+    auto results = wt::RunRanks({Helper(), "collectives"}, 2,
+                                {{"DDPRUN_BACKEND", "nccl"}});
+    for (auto& r : results) {
+      INFO(r.output);
+      REQUIRE(r.exit_code == ddprun::worker::kExitUsage);
+      REQUIRE(r.output.find("built without CUDA") != std::string::npos);
+    }
+  }
+#endif
+}
+
+TEST_CASE("ddp-hwinfo: prints this machine and the settings for the flags",
+          "[worker][process][hardware]") {
+  const std::string tool = wt::BinPath("ddp-hwinfo");
+  ddprun::worker::HardwareInfo hw = ddprun::worker::DetectHardware();
+  SECTION("report") {
+    wt::RankProcess p({tool, "--world_size", "4", "--local_world_size", "2",
+                       "--target_batch", "256"},
+                      {});
+    REQUIRE(p.Wait(std::chrono::seconds(30)));
+    const std::string out = p.Output();
+    INFO(out);
+    REQUIRE(p.exit_code() == 0);
+    REQUIRE(out.find("CPU cores: " + std::to_string(hw.cpu_cores) + "\n") !=
+            std::string::npos);
+    REQUIRE(out.find("GPUs: " + std::to_string(hw.gpus.size())) !=
+            std::string::npos);
+    // The same table the trainers use, for 4 processes, 2 per node.
+    ddprun::worker::AutoSettings s =
+        ddprun::worker::RecommendSettings(hw, 4, 2, 256);
+    REQUIRE(s.effective_batch >= 200);
+    REQUIRE(s.effective_batch <= 320);
+    std::ostringstream line;
+    line << "Recommended: device " << s.device << ", batch "
+         << s.per_device_batch << " per process, grad accumulation "
+         << s.grad_accum_steps << ", effective batch " << s.effective_batch
+         << ", threads " << std::max(1, hw.cpu_cores / 2);
+    REQUIRE(out.find(line.str()) != std::string::npos);
+  }
+  SECTION("bad flags exit 2 with a message") {
+    wt::RankProcess bad({tool, "--world_size", "0"}, {});
+    REQUIRE(bad.Wait(std::chrono::seconds(30)));
+    REQUIRE(bad.exit_code() == 2);
+    REQUIRE(bad.Output().find("--world_size must be a positive integer") !=
+            std::string::npos);
+    wt::RankProcess unknown({tool, "--gpus", "2"}, {});
+    REQUIRE(unknown.Wait(std::chrono::seconds(30)));
+    REQUIRE(unknown.exit_code() == 2);
+    REQUIRE(unknown.Output().find("unknown argument '--gpus'") !=
+            std::string::npos);
+  }
+}
+
 TEST_CASE("World: with no launcher env a trainer runs as a single process",
           "[worker][process]") {
   wt::RankProcess p({Helper(), "collectives"}, {});
@@ -103,7 +180,13 @@ TEST_CASE("DistributedDataParallel: 2 ranks x batch 8 equal 1 rank x batch 16",
   std::string dir = TempDir();
   std::string multi = dir + "/multi.bin", single = dir + "/single.bin";
   SECTION("plain") {
-    RequireAllOk(wt::RunRanks({Helper(), "ddp", multi, "5", "8"}, 2));
+    auto results = wt::RunRanks({Helper(), "ddp", multi, "5", "8"}, 2);
+    RequireAllOk(results);
+    // bucket_cap_mb 0.001 splits the 3244 gradient bytes in two buckets.
+    for (auto& r : results) {
+      INFO(r.output);
+      REQUIRE(r.output.find("buckets 2 bytes 3244") != std::string::npos);
+    }
     wt::RankProcess p({Helper(), "ddp", single, "5", "16"}, {});
     REQUIRE(p.Wait(std::chrono::seconds(60)));
     REQUIRE(p.exit_code() == 0);
