@@ -31,8 +31,9 @@ std::vector<FlagSpec> MakeFlags() {
       {"rdzv_id", 0, kV, "RDZV_ID", "none",
        "User-defined job id; becomes TORCHELASTIC_RUN_ID.", false, false},
       {"rdzv_conf", 0, kV, "RDZV_CONF", "",
-       "Extra rendezvous configuration as key1=value1,key2=value2.", false,
-       false},
+       "Extra rendezvous configuration as key1=value1,key2=value2; unknown "
+       "keys are errors (rendezvous/README.md lists them).",
+       false, false},
       {"standalone", 0, kB, nullptr, "off",
        "Single-node job with an embedded rendezvous on a free port and a "
        "fresh run id; explicit --rdzv_* flags are ignored.",
@@ -62,7 +63,9 @@ std::vector<FlagSpec> MakeFlags() {
        "plain script. Takes precedence over --no_python.",
        false, false},
       {"log_dir", 0, kV, "LOG_DIR", "a fresh torchelastic_* temp dir",
-       "Base directory for worker log files.", false, false},
+       "Base directory for worker log files; /dev/null writes none (every "
+       "stream goes to the console, TORCHELASTIC_ERROR_FILE is empty).",
+       false, false},
       {"redirects", 'r', kV, "REDIRECTS", "0",
        "Redirect worker streams to files: 0-3 (1=stdout, 2=stderr, 3=both) "
        "or per local rank, e.g. 0:1,1:2.",

@@ -83,8 +83,9 @@ std::string HelpText(bool legacy) {
   out += '\n';
   AppendWrapped(
       "environment: PYTHON_EXEC (worker interpreter, default python3), "
-      "TORCH_ELASTIC_SHUTDOWN_TIMEOUT, LOGLEVEL or DDPRUN_LOG_LEVEL "
-      "(DEBUG|INFO|WARNING|ERROR).",
+      "TORCH_ELASTIC_SHUTDOWN_TIMEOUT, TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE "
+      "(worker line prefix with ${role_name}, ${rank}, ${local_rank}), "
+      "LOGLEVEL or DDPRUN_LOG_LEVEL (DEBUG|INFO|WARNING|ERROR).",
       2, &out);
   return out;
 }

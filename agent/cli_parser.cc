@@ -7,8 +7,9 @@
 #include "agent/cli_entrypoint.h"
 #include "agent/cli_flags.h"
 #include "agent/cli_values.h"
+#include "agent/log_line_prefix.h"
 #include "agent/nproc_resolver.h"
-#include "common/logging.h"
+#include "rendezvous/rdzv_conf.h"
 
 namespace ddprun::agent {
 namespace {
@@ -221,7 +222,7 @@ Status CheckChoice(const Values& v, const std::string& dest,
 }
 
 // Flags that ddprun accepts for compatibility but does not act on.
-Status CheckNoEffectFlags(const Values& v) {
+Status CheckNoEffectFlags(const Values& v, std::vector<std::string>* warnings) {
   DDP_RETURN_IF_ERROR(CheckChoice(
       v, "numa_binding", {"node", "socket", "exclusive", "core-complex"}));
   DDP_RETURN_IF_ERROR(CheckChoice(v, "event_log_handler",
@@ -238,14 +239,15 @@ Status CheckNoEffectFlags(const Values& v) {
     if (std::string(flag.dest) == "event_log_handler" && raw->text == "null") {
       continue;  // the default: nothing is lost
     }
-    DDP_LOG(WARNING) << raw->source << "=" << raw->text
-                     << " is accepted for torchrun compatibility but has no "
-                        "effect in ddprun";
+    warnings->push_back(raw->source + "=" + raw->text +
+                        " is accepted for torchrun compatibility but has no "
+                        "effect in ddprun");
   }
   return Status::Ok();
 }
 
-Status FillRendezvous(const Values& v, LaunchOptions* o) {
+Status FillRendezvous(const Values& v, LaunchOptions* o,
+                      std::vector<std::string>* warnings) {
   DDP_ASSIGN_OR_RETURN(o->standalone, v.Bool("standalone"));
   DDP_RETURN_IF_ERROR(CheckChoice(
       v, "rdzv_backend", {"static", "c10d", "grpc", "etcd", "etcd-v2"}));
@@ -266,12 +268,15 @@ Status FillRendezvous(const Values& v, LaunchOptions* o) {
   }
   if (const RawValue* conf = v.Find("rdzv_conf")) {
     DDP_ASSIGN_OR_RETURN(o->rdzv_conf, ParseRdzvConf(conf->source, conf->text));
+    // Every backend: a typo is an error even where the key would be unused.
+    DDP_RETURN_IF_ERROR(
+        rendezvous::ValidateRdzvConf(conf->source, o->rdzv_conf, warnings));
   }
   if (!o->standalone) return Status::Ok();
   for (const char* dest : {"rdzv_backend", "rdzv_endpoint", "rdzv_id"}) {
     if (const RawValue* raw = v.Find(dest)) {
-      DDP_LOG(WARNING) << "--standalone ignores " << raw->source << "="
-                       << raw->text;
+      warnings->push_back("--standalone ignores " + raw->source + "=" +
+                          raw->text);
     }
   }
   if (o->min_nodes > 1) {
@@ -328,8 +333,15 @@ Status FillAddressing(const Values& v, LaunchOptions* o) {
   return Status::Ok();
 }
 
-Status FillLogs(const Values& v, LaunchOptions* o) {
+Status FillLogs(const Values& v, const std::map<std::string, std::string>& env,
+                LaunchOptions* o) {
   o->log_dir = v.Text("log_dir", "");
+  auto prefix = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+  if (prefix != env.end() && !prefix->second.empty()) {
+    o->log_line_prefix_template = prefix->second;
+    DDP_RETURN_IF_ERROR(
+        LogLinePrefix(o->log_line_prefix_template, "default", 0, 0).status());
+  }
   if (const RawValue* r = v.Find("redirects")) {
     DDP_ASSIGN_OR_RETURN(o->redirects, ParseStdSpec(r->source, r->text));
   }
@@ -435,7 +447,7 @@ StatusOr<CommandLine> ParseCommandLine(
       ResolveNprocPerNode(v.Source("nproc_per_node"), o.nproc_per_node_spec,
                           symbolic ? ProbeHostDevices() : HostDevices{}, env));
 
-  DDP_RETURN_IF_ERROR(FillRendezvous(v, &o));
+  DDP_RETURN_IF_ERROR(FillRendezvous(v, &o, &cl.warnings));
 
   DDP_ASSIGN_OR_RETURN(long restarts, v.Int("max_restarts", 0, 0));
   o.max_restarts = static_cast<int>(restarts);
@@ -447,11 +459,11 @@ StatusOr<CommandLine> ParseCommandLine(
   o.role = v.Text("role", "default");
   if (o.role.empty()) return InvalidArgumentError("--role: must not be empty");
 
-  DDP_RETURN_IF_ERROR(FillLogs(v, &o));
+  DDP_RETURN_IF_ERROR(FillLogs(v, env, &o));
   DDP_RETURN_IF_ERROR(FillAddressing(v, &o));
   DDP_RETURN_IF_ERROR(FillShutdown(v, env, &o));
   DDP_ASSIGN_OR_RETURN(o.virtual_local_rank, v.Bool("virtual_local_rank"));
-  DDP_RETURN_IF_ERROR(CheckNoEffectFlags(v));
+  DDP_RETURN_IF_ERROR(CheckNoEffectFlags(v, &cl.warnings));
   DDP_RETURN_IF_ERROR(FillEntrypoint(v, tokens, env, &o));
   return cl;
 }

@@ -13,6 +13,9 @@ struct CommandLine {
   bool show_help = false;  // --help/-h seen before the entrypoint: print
                            // HelpText(), exit 0
   LaunchOptions options;
+  // One line each, to print (as warnings) only now that the whole command
+  // line parsed: bad input never gets a warning before its error line.
+  std::vector<std::string> warnings;
 };
 
 // Parses torchrun's command line into LaunchOptions.
@@ -46,8 +49,13 @@ struct CommandLine {
 //    --run_path) must exist; --no_python needs an executable file, looked up
 //    on env PATH when the name has no '/'.
 //
-// Warnings (explicit --rdzv_* ignored under --standalone, flags that have no
-// effect in ddprun) go to DDP_LOG(WARNING).
+// --rdzv_conf is checked against rendezvous/rdzv_conf.h's key table on every
+// backend (unknown key, bad value, unreadable file). The environment's
+// TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE is checked (agent/log_line_prefix.h).
+//
+// Warnings (explicit --rdzv_* ignored under --standalone, flags and rdzv_conf
+// keys that have no effect in ddprun) are returned in CommandLine::warnings,
+// never printed: a failed parse yields only its error.
 // Errors: kInvalidArgument with one line naming the flag or env var and the
 // bad value. Not thread-safe only in that it reads the filesystem.
 StatusOr<CommandLine> ParseCommandLine(

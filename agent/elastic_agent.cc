@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "agent/log_dir.h"
+#include "agent/log_line_prefix.h"
 #include "agent/signal_names.h"
 #include "common/logging.h"
 
@@ -167,22 +168,29 @@ Status ElasticAgent::StartWorkers() {
   failures_.clear();
   stop_pending_ = false;
   stop_reason_ = StopReason::kNone;
+  // No run log directory (--log_dir /dev/null): no files at all, and every
+  // stream goes to the console, as torchrun's DefaultLogsSpecs does.
+  const bool files = !config_.run_log_dir.empty();
   std::string attempt_dir =
       config_.run_log_dir + "/attempt_" + std::to_string(round_.restart_count);
-  DDP_RETURN_IF_ERROR(RecreateDir(attempt_dir));
+  if (files) DDP_RETURN_IF_ERROR(RecreateDir(attempt_dir));
   for (int lr = 0; lr < o.nproc_per_node; ++lr) {
     auto w = std::make_unique<Worker>();
     w->local_rank = lr;
     w->global_rank = round_.rank_offset + lr;
     std::string dir = attempt_dir + "/" + std::to_string(lr);
-    DDP_RETURN_IF_ERROR(MakeDirs(dir));
-    w->error_file = dir + "/error.json";
-    if (watchdog_) w->heartbeat_file = dir + "/heartbeat";
-    std::string prefix = "[" + o.role + std::to_string(lr) + "]:";
+    if (files) {
+      DDP_RETURN_IF_ERROR(MakeDirs(dir));
+      w->error_file = dir + "/error.json";
+      if (watchdog_) w->heartbeat_file = dir + "/heartbeat";
+    }
+    DDP_ASSIGN_OR_RETURN(
+        std::string prefix,
+        LogLinePrefix(o.log_line_prefix_template, o.role, w->global_rank, lr));
     bool shown = !o.local_ranks_filter.has_value() ||
                  o.local_ranks_filter->count(lr) > 0;
-    StdStreams redirect = o.redirects.ForRank(lr);
-    StdStreams tee = o.tee.ForRank(lr);
+    StdStreams redirect = files ? o.redirects.ForRank(lr) : StdStreams::kNone;
+    StdStreams tee = files ? o.tee.ForRank(lr) : StdStreams::kNone;
     auto make_output = [&](StdStreams bit, const char* file,
                            Console::Stream stream) {
       WorkerOutput::Options wo;
@@ -204,7 +212,9 @@ Status ElasticAgent::StartWorkers() {
     spec.argv = BuildWorkerArgv(o, w->local_rank, config_.parent_env);
     spec.env = BuildWorkerEnv(o, round_, config_.run_id, w->local_rank,
                               w->error_file, config_.parent_env);
-    if (watchdog_) spec.env["DDPRUN_WATCHDOG_FILE"] = w->heartbeat_file;
+    if (!w->heartbeat_file.empty()) {
+      spec.env["DDPRUN_WATCHDOG_FILE"] = w->heartbeat_file;
+    }
     ProcessCallbacks cb;
     Worker* raw = w.get();
     int generation = generation_;

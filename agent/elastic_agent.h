@@ -32,11 +32,15 @@ const char* WorkerStateName(WorkerState state);
 // Everything the agent needs besides its collaborators.
 struct AgentConfig {
   LaunchOptions options;
-  std::string run_id;       // TORCHELASTIC_RUN_ID
-  std::string run_log_dir;  // <log_dir>/<run_id>_<rand>, already created
-  EnvMap parent_env;        // the environment workers inherit
-  std::string hostname;     // for the failure table; "" = getfqdn()
-  std::string node_id;      // unique per agent, for the rendezvous
+  std::string run_id;  // TORCHELASTIC_RUN_ID
+  // <log_dir>/<run_id>_<rand>, already created; "" = no log files at all
+  // (--log_dir /dev/null): TORCHELASTIC_ERROR_FILE is empty, -r/-t are
+  // ignored (every stream goes to the console) and the watchdog has no
+  // heartbeat file (it still sees stopped workers).
+  std::string run_log_dir;
+  EnvMap parent_env;     // the environment workers inherit
+  std::string hostname;  // for the failure table; "" = getfqdn()
+  std::string node_id;   // unique per agent, for the rendezvous
   // The agent's own TORCHELASTIC_ERROR_FILE ("" if unset): receives the root
   // cause's error file with errorCode added.
   std::string agent_error_file;
@@ -60,9 +64,10 @@ struct AgentConfig {
 // is stopped and the agent finishes with 128+N.
 //
 // Worker output always flows through the agent (pipes), also without -r/-t:
-// console lines get torchrun's tee prefix `[<role><local_rank>]:` and are
-// written whole, so lines of different workers never interleave mid-line
-// (pytorch#75087). --local_ranks_filter applies to the console only.
+// console lines get torchrun's tee prefix `[<role><local_rank>]:` (or the
+// TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE expansion) and are written whole, so
+// lines of different workers never interleave mid-line (pytorch#75087).
+// --local_ranks_filter applies to the console only.
 //
 // With --watchdog_timeout > 0 a worker that stays stopped (state T), or that
 // touched its heartbeat file (env DDPRUN_WATCHDOG_FILE) and then stopped

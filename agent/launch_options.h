@@ -62,6 +62,9 @@ struct LaunchOptions {
   StdSpec redirects;
   StdSpec tee;
   std::optional<std::set<int>> local_ranks_filter;  // console only
+  // $TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, checked at parse time; "" =
+  // torchrun's `[<role><local_rank>]:` (agent/log_line_prefix.h).
+  std::string log_line_prefix_template;
 
   // Static rendezvous / addressing.
   int node_rank = 0;  // -1 would mean "no hint" for grpc

@@ -9,8 +9,9 @@ namespace ddprun::agent {
 
 // torchrun's run log directory: `<log_dir>/<run_id>_<random>`, where an
 // empty `log_dir` means a fresh mkdtemp("$TMPDIR|/tmp/torchelastic_XXXXXX").
-// Creates `log_dir` (with parents) when missing. Errors: the directory
-// cannot be created.
+// Creates `log_dir` (with parents) when missing. `log_dir` "/dev/null" (as
+// torchrun >= 2.3's os.devnull) returns "": no log files. Errors: the
+// directory cannot be created.
 StatusOr<std::string> MakeRunLogDir(const std::string& log_dir,
                                     const std::string& run_id);
 

@@ -27,6 +27,7 @@
 #include "agent/signal_watcher.h"
 #include "agent/worker_env.h"
 #include "common/logging.h"
+#include "rendezvous/rdzv_conf.h"
 #include "rendezvous/rendezvous_server.h"
 
 namespace ddprun::agent {
@@ -65,6 +66,7 @@ int Run(int argc, char** argv) {
     std::cout << HelpText(legacy);
     return 0;
   }
+  for (const std::string& warning : cl->warnings) DDP_LOG(WARNING) << warning;
   LaunchOptions options = std::move(cl->options);
 
   // Signals go to a watcher thread, not to the loop: the loop thread may sit
@@ -87,8 +89,10 @@ int Run(int argc, char** argv) {
 
   StatusOr<RendezvousSetup> setup = MakeRendezvous(options, env);
   if (!setup.ok()) {
+    // Flags that contradict each other are bad input (2); a rendezvous that
+    // cannot be hosted or reached is a runtime failure (1).
     std::cerr << prog << ": error: " << setup.status().message() << "\n";
-    return 2;
+    return setup.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   if (!setup->local_addr.empty()) options.local_addr = setup->local_addr;
   InterruptibleRendezvous rendezvous(setup->client.get(), ExitNow);
@@ -113,11 +117,12 @@ int Run(int argc, char** argv) {
   if (own_error_file != env.end()) {
     config.agent_error_file = own_error_file->second;
   }
-  auto join_timeout = options.rdzv_conf.find("join_timeout");
-  if (join_timeout != options.rdzv_conf.end()) {
-    double seconds = std::strtod(join_timeout->second.c_str(), nullptr);
-    config.join_timeout = std::chrono::duration_cast<Clock::Duration>(
-        std::chrono::duration<double>(std::max(0.1, seconds)));
+  // Checked by the parser: the value is a positive number of seconds.
+  StatusOr<std::optional<std::chrono::milliseconds>> join_timeout =
+      rendezvous::RdzvConfSeconds(options.rdzv_conf, "join_timeout");
+  if (join_timeout.ok() && join_timeout->has_value()) {
+    config.join_timeout = std::max<Clock::Duration>(
+        std::chrono::milliseconds(100), **join_timeout);
   }
   StatusOr<std::string> run_dir = MakeRunLogDir(options.log_dir, config.run_id);
   if (!run_dir.ok()) {

@@ -5,7 +5,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -17,6 +16,7 @@
 #include "common/logging.h"
 #include "rendezvous/endpoint.h"
 #include "rendezvous/grpc_rendezvous_client.h"
+#include "rendezvous/rdzv_conf.h"
 #include "rendezvous/rendezvous_server.h"
 
 namespace ddprun::agent {
@@ -55,22 +55,6 @@ bool IsNumericIp(const std::string& host) {
   unsigned char buf[sizeof(in6_addr)];
   return inet_pton(AF_INET, host.c_str(), buf) == 1 ||
          inet_pton(AF_INET6, host.c_str(), buf) == 1;
-}
-
-// rdzv_conf is_host: nullopt when absent.
-StatusOr<std::optional<bool>> IsHostConf(const LaunchOptions& options) {
-  auto it = options.rdzv_conf.find("is_host");
-  if (it == options.rdzv_conf.end()) return std::optional<bool>();
-  std::string v = it->second;
-  std::transform(v.begin(), v.end(), v.begin(), ::tolower);
-  if (v == "1" || v == "true" || v == "yes" || v == "y" || v == "on") {
-    return std::optional<bool>(true);
-  }
-  if (v == "0" || v == "false" || v == "no" || v == "n" || v == "off") {
-    return std::optional<bool>(false);
-  }
-  return InvalidArgumentError("--rdzv_conf is_host=" + it->second +
-                              ": expected true or false");
 }
 
 // Where a hosted server listens: the endpoint's own address when it is one,
@@ -163,7 +147,8 @@ StatusOr<RendezvousSetup> MakeGrpc(const LaunchOptions& options,
   const std::string& text = options.rdzv_endpoint;
   const bool any_port = text.size() > 2 && text.substr(text.size() - 2) == ":0";
   if (ep.port == 0 && !any_port) ep.port = 29400;
-  DDP_ASSIGN_OR_RETURN(std::optional<bool> is_host, IsHostConf(options));
+  DDP_ASSIGN_OR_RETURN(std::optional<bool> is_host,
+                       rendezvous::RdzvConfBool(options.rdzv_conf, "is_host"));
   DDP_ASSIGN_OR_RETURN(GrpcClientOptions client,
                        ClientOptions(options, env, ep.ToString()));
   const bool host_it =

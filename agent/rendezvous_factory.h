@@ -53,8 +53,10 @@ struct RendezvousSetup {
 // The token is rdzv_conf token=/token_file=, else $DDPRUN_RDZV_TOKEN; the
 // embedded server requires the same token. With rdzv_conf tls_ca, tls_cert
 // and tls_key a hosting agent serves mutual TLS with its own certificate.
-// Blocks only to bind a server. Errors (INVALID_ARGUMENT, NOT_FOUND,
-// UNAVAILABLE) carry one clear line.
+// Blocks only to bind a server. Errors carry one clear line:
+// INVALID_ARGUMENT = the options contradict each other (bad input, exit 2);
+// anything else (UNAVAILABLE: the port is taken or not local; NOT_FOUND: a
+// file vanished since parsing) is a runtime failure (exit 1).
 StatusOr<RendezvousSetup> MakeRendezvous(const LaunchOptions& options,
                                          const EnvMap& env);
 

@@ -18,6 +18,7 @@
 #include "common/logging.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/endpoint.h"
+#include "rendezvous/rdzv_conf.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -500,6 +501,7 @@ void GrpcRendezvousClient::HeartbeatLoop() {
 
 Status ApplyRdzvConf(const std::map<std::string, std::string>& conf,
                      GrpcClientOptions* options) {
+  DDP_RETURN_IF_ERROR(ValidateRdzvConf("rdzv_conf", conf, nullptr));
   const std::pair<const char*, std::chrono::milliseconds*> keys[] = {
       {"join_timeout", &options->join_timeout},
       {"last_call_timeout", &options->last_call_timeout},
@@ -510,25 +512,14 @@ Status ApplyRdzvConf(const std::map<std::string, std::string>& conf,
       {"bad_host_cooldown", &options->bad_host_cooldown},
   };
   for (const auto& [key, field] : keys) {
-    auto it = conf.find(key);
-    if (it == conf.end()) continue;
-    char* end = nullptr;
-    const double seconds = std::strtod(it->second.c_str(), &end);
-    if (it->second.empty() || *end != '\0' || !(seconds > 0) || seconds > 1e6) {
-      return InvalidArgumentError("rdzv_conf " + std::string(key) + "=" +
-                                  it->second +
-                                  ": expected a positive number of seconds");
-    }
-    *field = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+    DDP_ASSIGN_OR_RETURN(std::optional<std::chrono::milliseconds> value,
+                         RdzvConfSeconds(conf, key));
+    if (value.has_value()) *field = *value;
   }
-  if (auto it = conf.find("bad_host_failures"); it != conf.end()) {
-    char* end = nullptr;
-    const long n = std::strtol(it->second.c_str(), &end, 10);
-    if (it->second.empty() || *end != '\0' || n < 0 || n > 1000) {
-      return InvalidArgumentError("rdzv_conf bad_host_failures=" + it->second +
-                                  ": expected a count in 0..1000 (0 = off)");
-    }
-    options->bad_host_failures = static_cast<uint32_t>(n);
+  DDP_ASSIGN_OR_RETURN(std::optional<long> failures,
+                       RdzvConfCount(conf, "bad_host_failures"));
+  if (failures.has_value()) {
+    options->bad_host_failures = static_cast<uint32_t>(*failures);
   }
   if (auto it = conf.find("token"); it != conf.end()) {
     options->token = it->second;

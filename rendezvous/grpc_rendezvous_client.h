@@ -51,9 +51,10 @@ struct GrpcClientOptions {
 // heartbeat_interval, heartbeat_timeout, connection_lost_timeout,
 // bad_host_window, bad_host_cooldown (seconds, fractions allowed);
 // bad_host_failures (a count, 0..1000); token (the value), token_file, tls_ca,
-// tls_cert, tls_key (paths of files to read). Other keys are left to the caller
-// (is_host...). INVALID_ARGUMENT for a bad number, NOT_FOUND for a file that
-// cannot be read.
+// tls_cert, tls_key (paths of files to read). Other known keys are left to the
+// caller (is_host...). `conf` is first checked with ValidateRdzvConf
+// (rendezvous/rdzv_conf.h, the one list of keys): INVALID_ARGUMENT for an
+// unknown key, a bad number or a file that cannot be read.
 Status ApplyRdzvConf(const std::map<std::string, std::string>& conf,
                      GrpcClientOptions* options);
 

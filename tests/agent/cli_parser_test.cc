@@ -274,7 +274,7 @@ TEST_CASE("CliParser: PET_* environment provides defaults", "[cli]") {
                    {"PET_RDZV_BACKEND", "grpc"},
                    {"PET_RDZV_ENDPOINT", "[::1]:29400"},
                    {"PET_RDZV_ID", "k8s-job"},
-                   {"PET_RDZV_CONF", "a=1,b=2"},
+                   {"PET_RDZV_CONF", "join_timeout=1,last_call_timeout=2"},
                    {"PET_MAX_RESTARTS", "3"},
                    {"PET_ROLE", "r"},
                    {"PET_TEE", "3"},
@@ -290,8 +290,8 @@ TEST_CASE("CliParser: PET_* environment provides defaults", "[cli]") {
   CHECK(o.rdzv_backend == "grpc");
   CHECK(o.rdzv_endpoint == "[::1]:29400");
   CHECK(o.rdzv_id == "k8s-job");
-  CHECK(o.rdzv_conf ==
-        std::map<std::string, std::string>{{"a", "1"}, {"b", "2"}});
+  CHECK(o.rdzv_conf == std::map<std::string, std::string>{
+                           {"join_timeout", "1"}, {"last_call_timeout", "2"}});
   CHECK(o.max_restarts == 3);
   CHECK(o.role == "r");
   CHECK(o.tee.ForRank(1) == StdStreams::kAll);
@@ -414,7 +414,8 @@ TEST_CASE("CliParser: rendezvous endpoints and conf", "[cli]") {
   CHECK(Contains(ParseErr(With({"--rdzv_endpoint", "h:x"})), "'h:x'"));
   CHECK(Contains(ParseErr(With({"--rdzv_endpoint", ":29400"})), "empty host"));
   CHECK(Contains(ParseErr(With({"--rdzv_endpoint", "[::1"})), "']'"));
-  CHECK(Contains(ParseErr(With({"--rdzv_conf", "a=1,b"})), "'b' is not"));
+  CHECK(Contains(ParseErr(With({"--rdzv_conf", "join_timeout=1,b"})),
+                 "'b' is not"));
   CHECK(Contains(ParseErr(With({"--rdzv_conf", "=1"})), "empty key"));
   CHECK(Contains(ParseErr(With({"--rdzv_conf", "a="})), "has no value"));
   CHECK(ParseOk(With({"--rdzv_conf", "timeout=900,is_host=true"}))
@@ -598,11 +599,18 @@ TEST_CASE("CliParser: shutdown timeout from TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
 }
 
 TEST_CASE("CliParser: no-effect flags are validated and accepted", "[cli]") {
-  LaunchOptions o = ParseOk(
+  auto cl = ParseCommandLine(
       With({"--logs_specs", "my_plugin", "--event-log-handler", "console",
             "--numa_binding", "socket", "--duplicate_stdout_filters",
-            "loss,,x,acc", "--duplicate-stderr-filters", "Error"}));
-  CHECK(o.entrypoint == Script());
+            "loss,,x,acc", "--duplicate-stderr-filters", "Error"}),
+      {}, false);
+  REQUIRE(cl.ok());
+  CHECK(cl->options.entrypoint == Script());
+  // One warning per flag, returned for the caller to print.
+  REQUIRE(cl->warnings.size() == 5);
+  CHECK(cl->warnings[0] ==
+        "--logs_specs=my_plugin is accepted for torchrun compatibility but "
+        "has no effect in ddprun");
   CHECK(Contains(ParseErr(With({"--numa_binding", "everywhere"})),
                  "--numa_binding: invalid value 'everywhere'"));
   CHECK(Contains(ParseErr(With({"--event_log_handler", "kafka"})),
@@ -745,6 +753,91 @@ TEST_CASE("CliParser: --watchdog_timeout (off by default, PET_, checked)",
   const std::string help = HelpText(false);
   CHECK(Contains(help, "--watchdog_timeout SECONDS"));
   CHECK(Contains(help, "PET_WATCHDOG_TIMEOUT"));
+}
+
+}  // namespace
+}  // namespace ddprun::agent
+
+namespace ddprun::agent {
+namespace {
+
+TEST_CASE("CliParser: warnings are returned, never printed before an error",
+          "[cli]") {
+  auto ok =
+      ParseCommandLine(With({"--standalone", "--rdzv_id=job7"}), {}, false);
+  REQUIRE(ok.ok());
+  CHECK(ok->warnings ==
+        std::vector<std::string>{"--standalone ignores --rdzv_id=job7"});
+  CHECK(ParseCommandLine(With({}), {}, false)->warnings.empty());
+  // The same warning-worthy flag with a later error: only the error.
+  auto bad =
+      ParseCommandLine(With({"--standalone", "--rdzv_id=job7",
+                             "--numa_binding=node", "--shutdown_timeout=-1"}),
+                       {}, false);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(Contains(bad.status().message(), "--shutdown_timeout"));
+}
+
+TEST_CASE("CliParser: --rdzv_conf keys are checked on every backend", "[cli]") {
+  const std::vector<Args> backends = {
+      {"--standalone"},
+      {},                                     // static, one node
+      {"--nnodes=2", "--master_port=29500"},  // static, several nodes
+      {"--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_endpoint=h:1"},
+      {"--nnodes=2", "--rdzv_backend=grpc", "--rdzv_endpoint=h:1"},
+  };
+  for (const Args& backend : backends) {
+    Args flags = backend;
+    const std::string name = flags.empty() ? "static" : flags[0];
+    INFO(name);
+    flags.push_back("--rdzv_conf=join_timout=5");
+    const std::string unknown = ParseErr(With(flags));
+    CHECK(Contains(unknown, "--rdzv_conf: unknown key 'join_timout'"));
+    CHECK(Contains(unknown, "known keys: join_timeout, last_call_timeout,"));
+    CHECK(Contains(unknown, "is_host"));
+    flags.back() = "--rdzv_conf=is_host=1,join_timeout=abc";
+    CHECK(Contains(ParseErr(With(flags)),
+                   "--rdzv_conf join_timeout=abc: expected a positive number "
+                   "of seconds"));
+  }
+  CHECK(Contains(ParseErr({Script()}, {{"PET_RDZV_CONF", "bogus=1"}}),
+                 "PET_RDZV_CONF: unknown key 'bogus'"));
+  CHECK(Contains(ParseErr(With({"--rdzv_conf=is_host=maybe"})),
+                 "is_host=maybe: expected true or false"));
+  CHECK(Contains(ParseErr(With({"--rdzv_conf=bad_host_failures=-1"})),
+                 "bad_host_failures=-1: expected a count"));
+  CHECK(Contains(ParseErr(With({"--rdzv_conf=last_call_timeout=0"})),
+                 "last_call_timeout=0"));
+  CHECK(Contains(ParseErr(With({"--rdzv_conf=tls_ca=/no/such/ca.pem"})),
+                 "tls_ca=/no/such/ca.pem: expected a readable file"));
+  // Every consumed key parses; torchrun's own keys are accepted with a
+  // warning that they do nothing here.
+  auto cl = ParseCommandLine(
+      With({"--rdzv_conf",
+            "join_timeout=1.5,last_call_timeout=2,heartbeat_interval=0.5,"
+            "heartbeat_timeout=3,connection_lost_timeout=9,"
+            "bad_host_failures=0,bad_host_window=60,bad_host_cooldown=30,"
+            "is_host=false,token=t,token_file=" +
+                Script() + ",close_timeout=30,read_timeout=60"}),
+      {}, false);
+  INFO(cl.status().ToString());
+  REQUIRE(cl.ok());
+  CHECK(cl->options.rdzv_conf.size() == 13);
+  REQUIRE(cl->warnings.size() == 2);
+  CHECK(cl->warnings[0] ==
+        "--rdzv_conf close_timeout=30 is accepted for torchrun compatibility "
+        "but has no effect in ddprun");
+}
+
+TEST_CASE("CliParser: TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE is checked",
+          "[cli]") {
+  const char* kVar = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE";
+  CHECK(ParseOk({Script()}).log_line_prefix_template.empty());
+  CHECK(ParseOk({Script()}, {{kVar, "[${rank}]: "}}).log_line_prefix_template ==
+        "[${rank}]: ");
+  const std::string err = ParseErr({Script()}, {{kVar, "[${node}]:"}});
+  CHECK(Contains(err, kVar));
+  CHECK(Contains(err, "unknown placeholder 'node'"));
 }
 
 }  // namespace

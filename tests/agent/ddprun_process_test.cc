@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -590,4 +591,212 @@ TEST_CASE("ddprun: a stopped worker is continued so SIGTERM stops it at once",
   REQUIRE(run.Wait(20s) == 1);
   CHECK(Clock::now() - start < 5s);
   CHECK(WaitDead(pids));
+}
+
+namespace {
+
+// stdout of `sh -c cmd`.
+std::string Shell(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[512];
+  while (p != nullptr && fgets(buf, sizeof(buf), p)) out += buf;
+  if (p != nullptr) pclose(p);
+  return out;
+}
+
+long Lines(const std::string& text) {
+  return std::count(text.begin(), text.end(), '\n');
+}
+
+// Runs ddprun to its end: exit code, and stderr that must be one line.
+int RunBad(const std::vector<std::string>& args, std::string* err,
+           std::map<std::string, std::string> env = {}) {
+  TempDir dir;
+  Ddprun run(dir, args, std::move(env));
+  const int code = run.Wait();
+  *err = run.Stderr();
+  INFO(*err);
+  CHECK(Lines(*err) == 1);
+  CHECK(run.Stdout().empty());
+  return code;
+}
+
+}  // namespace
+
+TEST_CASE("ddprun: warnings wait until the whole command line parsed",
+          "[agent][process]") {
+  std::string err;
+  // --standalone ignoring --rdzv_id and --numa_binding are warnings, but the
+  // bad --nproc_per_node after them makes it one error line only.
+  CHECK(RunBad({"--standalone", "--rdzv_id=job7", "--numa_binding=node",
+                "--nproc_per_node=0", "--no_python", "true"},
+               &err) == 2);
+  CHECK(err.find("--nproc_per_node") != std::string::npos);
+  CHECK(err.find("ignores") == std::string::npos);
+  // Without the error the warnings are printed.
+  TempDir dir;
+  Ddprun ok(dir, {"--standalone", "--rdzv_id=job7", "--numa_binding=node",
+                  "--no_python", "true"});
+  REQUIRE(ok.Wait() == 0);
+  CHECK(ok.Stderr().find("--standalone ignores --rdzv_id=job7") !=
+        std::string::npos);
+  CHECK(ok.Stderr().find("--numa_binding=node is accepted") !=
+        std::string::npos);
+}
+
+TEST_CASE("ddprun: a rendezvous that cannot be hosted exits 1, not 2",
+          "[agent][process]") {
+  // Something else listens on the port node 0 must host the rendezvous on.
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  REQUIRE(listen(fd, 1) == 0);
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const std::string port = std::to_string(ntohs(a.sin_port));
+  std::string err;
+  CHECK(RunBad({"--nnodes=2", "--node_rank=0", "--master_addr=127.0.0.1",
+                "--master_port=" + port, "--no_python", "true"},
+               &err) == 1);
+  CHECK(err.find("127.0.0.1:" + port) != std::string::npos);
+  CHECK(err.find("address already in use") != std::string::npos);
+  close(fd);
+  // Rendezvous flags that contradict each other stay bad input.
+  CHECK(RunBad({"--nnodes=2", "--rdzv_backend=grpc", "--no_python", "true"},
+               &err) == 2);
+  CHECK(err.find("needs --rdzv_endpoint") != std::string::npos);
+}
+
+TEST_CASE("ddprun: --rdzv_conf typos and bad values are exit 2",
+          "[agent][process]") {
+  std::string err;
+  CHECK(RunBad({"--standalone", "--rdzv_conf=join_timout=5", "--no_python",
+                "true"},
+               &err) == 2);
+  CHECK(err.find("unknown key 'join_timout'") != std::string::npos);
+  CHECK(err.find("known keys: join_timeout,") != std::string::npos);
+  CHECK(RunBad({"--rdzv_conf=join_timeout=abc", "--no_python", "true"}, &err) ==
+        2);
+  CHECK(err.find("join_timeout=abc") != std::string::npos);
+}
+
+TEST_CASE("ddprun: --log_dir /dev/null writes no files (torchrun >= 2.3)",
+          "[agent][process]") {
+  TempDir dir;
+  const std::string tmp = dir.path() + "/tmp";
+  REQUIRE(mkdir(tmp.c_str(), 0755) == 0);
+  // -r/-t have no file to write to: every stream reaches the console.
+  Ddprun run(dir,
+             {"--nproc_per_node=2", "--log_dir", "/dev/null", "-r", "3", "-t",
+              "1", "--no_python", kData + "/env_dump.sh"},
+             {{"TMPDIR", tmp}});
+  REQUIRE(run.Wait() == 0);
+  for (int r = 0; r < 2; ++r) {
+    auto env = ParseEnv(ReadFile(dir.path() + "/env_" + std::to_string(r)));
+    REQUIRE(env.count("TORCHELASTIC_ERROR_FILE"));
+    CHECK(env["TORCHELASTIC_ERROR_FILE"].empty());
+    const std::string lr = std::to_string(r);
+    CHECK(run.Stdout().find("[default" + lr + "]:hello from " + lr + "\n") !=
+          std::string::npos);
+    CHECK(run.Stderr().find("[default" + lr + "]:warning from " + lr + "\n") !=
+          std::string::npos);
+  }
+  CHECK(Shell("ls -A " + tmp).empty());
+  // A failure is still reported, without an error file.
+  Ddprun fail(dir, {"--log_dir=/dev/null", "--no_python", "sh", "-c", "exit 3"},
+              {{"TMPDIR", tmp}});
+  REQUIRE(fail.Wait() == 1);
+  CHECK(fail.Stderr().find("  exitcode  : 3 (pid: ") != std::string::npos);
+  CHECK(fail.Stderr().find("  error_file: <N/A>") != std::string::npos);
+  CHECK(Shell("ls -A " + tmp).empty());
+}
+
+TEST_CASE("ddprun: TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE shapes the prefix",
+          "[agent][process]") {
+  TempDir dir;
+  Ddprun run(dir,
+             {"--nproc_per_node=2", "--role=trainer", "--no_python",
+              kData + "/env_dump.sh"},
+             {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
+               "<${role_name}:$rank/${local_rank}> "}});
+  REQUIRE(run.Wait() == 0);
+  CHECK(run.Stdout().find("<trainer:0/0> hello from 0\n") != std::string::npos);
+  CHECK(run.Stdout().find("<trainer:1/1> hello from 1\n") != std::string::npos);
+  CHECK(run.Stderr().find("<trainer:1/1> warning from 1\n") !=
+        std::string::npos);
+  CHECK(run.Stdout().find("[trainer") == std::string::npos);
+  std::string err;
+  CHECK(RunBad({"--no_python", "true"}, &err,
+               {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[${group}]:"}}) ==
+        2);
+  CHECK(err.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE") != std::string::npos);
+  CHECK(err.find("unknown placeholder 'group'") != std::string::npos);
+}
+
+TEST_CASE("ddprun: per-rank -r/-t maps decide console and files per rank",
+          "[agent][process]") {
+  TempDir dir;
+  const std::string logs = dir.path() + "/logs";
+  // Rank 0 tees both streams, rank 1 tees stdout only (its stderr is not
+  // redirected: console only), rank 2 redirects both (files only).
+  Ddprun run(dir, {"--nproc_per_node=3", "--log_dir", logs, "-r", "2:3", "-t",
+                   "0:3,1:1", "--no_python", kData + "/env_dump.sh"});
+  REQUIRE(run.Wait() == 0);
+  const std::string out = run.Stdout(), err = run.Stderr();
+  CHECK(out.find("[default0]:hello from 0\n") != std::string::npos);
+  CHECK(err.find("[default0]:warning from 0\n") != std::string::npos);
+  CHECK(out.find("[default1]:hello from 1\n") != std::string::npos);
+  CHECK(err.find("[default1]:warning from 1\n") != std::string::npos);
+  CHECK(out.find("from 2") == std::string::npos);
+  CHECK(err.find("from 2") == std::string::npos);
+  const std::string run_dir = Shell("ls -d " + logs + "/*/ | head -1");
+  REQUIRE_FALSE(run_dir.empty());
+  const std::string a0 = run_dir.substr(0, run_dir.size() - 1) + "attempt_0/";
+  CHECK(ReadFile(a0 + "0/stdout.log") == "hello from 0\n");
+  CHECK(ReadFile(a0 + "0/stderr.log") == "warning from 0\n");
+  CHECK(ReadFile(a0 + "1/stdout.log") == "hello from 1\n");
+  CHECK_FALSE(Exists(a0 + "1/stderr.log"));
+  CHECK(ReadFile(a0 + "2/stdout.log") == "hello from 2\n");
+  CHECK(ReadFile(a0 + "2/stderr.log") == "warning from 2\n");
+}
+
+TEST_CASE("ddprun: --help exits 0 and lists every flag", "[agent][process]") {
+  TempDir dir;
+  Ddprun run(dir, {"--help"});
+  REQUIRE(run.Wait() == 0);
+  const std::string help = run.Stdout();
+  CHECK(run.Stderr().empty());
+  for (const char* flag : {"--nnodes",
+                           "--nproc_per_node",
+                           "--standalone",
+                           "--max_restarts",
+                           "--rdzv_backend",
+                           "--rdzv_endpoint",
+                           "--rdzv_id",
+                           "--rdzv_conf",
+                           "--log_dir",
+                           "--redirects",
+                           "--tee",
+                           "--local_ranks_filter",
+                           "--no_python",
+                           "--module",
+                           "--run_path",
+                           "--signals_to_handle",
+                           "--shutdown_timeout",
+                           "--monitor_interval",
+                           "--role",
+                           "--node_rank",
+                           "--master_addr",
+                           "--master_port",
+                           "--local_addr",
+                           "--exit_barrier_timeout",
+                           "--virtual_local_rank"}) {
+    INFO(flag);
+    CHECK((help.find(std::string(flag) + " ") != std::string::npos ||
+           help.find(std::string(flag) + "\n") != std::string::npos));
+  }
+  CHECK(help.find("usage: ddprun") == 0);
 }

@@ -548,7 +548,12 @@ TEST_CASE("ApplyRdzvConf: timeouts in seconds, token file, bad values",
   REQUIRE(ApplyRdzvConf({{"token_file", path}}, &o).ok());
   CHECK(o.token == "abc");
   std::remove(path.c_str());
-  CHECK(ApplyRdzvConf({{"tls_ca", path}}, &o).code() == StatusCode::kNotFound);
+  Status unreadable = ApplyRdzvConf({{"tls_ca", path}}, &o);
+  CHECK(unreadable.code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(unreadable.message(), Catch::Contains("tls_ca=" + path));
+  Status unknown = ApplyRdzvConf({{"join_timout", "5"}}, &o);
+  CHECK(unknown.code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(unknown.message(), Catch::Contains("unknown key 'join_timout'"));
 }
 
 TEST_CASE("ApplyRdzvConf: bad-host keys reach the server's job config",

@@ -1,0 +1,50 @@
+#include "agent/log_line_prefix.h"
+
+#include <catch2/catch.hpp>
+#include <string>
+
+namespace ddprun::agent {
+namespace {
+
+std::string Prefix(const std::string& templ) {
+  auto p = LogLinePrefix(templ, "trainer", 5, 1);
+  INFO(p.status().ToString());
+  REQUIRE(p.ok());
+  return *p;
+}
+
+std::string Error(const std::string& templ) {
+  auto p = LogLinePrefix(templ, "trainer", 5, 1);
+  REQUIRE_FALSE(p.ok());
+  CHECK(p.status().code() == StatusCode::kInvalidArgument);
+  CHECK(p.status().message().find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE") !=
+        std::string::npos);
+  return p.status().message();
+}
+
+TEST_CASE("LogLinePrefix: torchrun's default and its template", "[cli]") {
+  CHECK(Prefix("") == "[trainer1]:");
+  // torchrun's own test: "[rank${rank}]: " -> "[rank0]: creating ...".
+  CHECK(Prefix("[rank${rank}]: ") == "[rank5]: ");
+  CHECK(Prefix("${role_name}/$local_rank|$rank:") == "trainer/1|5:");
+  CHECK(Prefix("$$${rank}$$") == "$5$");
+  // Not placeholders (Python's Template leaves them): "$ ", "$1", a final $.
+  CHECK(Prefix("$ x $1 $") == "$ x $1 $");
+  CHECK(Prefix("${rank}${rank}_x") == "55_x");
+}
+
+TEST_CASE("LogLinePrefix: bad placeholders are one clear error", "[cli]") {
+  // "$rank_x" is the (unknown) name rank_x, as in Python.
+  CHECK(Error("$rank_x").find("unknown placeholder 'rank_x'") !=
+        std::string::npos);
+  const std::string unknown = Error("[${group_rank}]");
+  CHECK(unknown.find("unknown placeholder 'group_rank'") != std::string::npos);
+  CHECK(unknown.find("${role_name}, ${rank}, ${local_rank}") !=
+        std::string::npos);
+  CHECK(Error("[${rank]").find("without a closing") != std::string::npos);
+  CHECK(Error("${}").find("bad placeholder") != std::string::npos);
+  CHECK(Error("${1x}").find("bad placeholder") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace ddprun::agent
