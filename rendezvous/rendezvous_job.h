@@ -160,12 +160,16 @@ class RendezvousJob {
     std::optional<Clock::TimePoint> excluded_until;
   };
 
-  Status JoinOpenRound(const v1::JoinRequest& request, WaiterId waiter,
-                       std::vector<Outcome>* out);
-  // Parks a node on the wait list. `excluded`: its host is in a bad-host
-  // cool-down, so it neither starts a new round nor joins one until then.
-  Status ParkWaiting(const v1::JoinRequest& request, WaiterId waiter,
-                     bool excluded, std::vector<Outcome>* out);
+  // The open round takes the node, or (host `excluded`) its wait list.
+  void EnterOpenRound(const v1::JoinRequest& request, WaiterId waiter,
+                      bool excluded, std::vector<Outcome>* out);
+  void JoinOpenRound(const v1::JoinRequest& request, WaiterId waiter,
+                     std::vector<Outcome>* out);
+  // Parks a node on the wait list (Join checked that there is room).
+  // `excluded`: its host is in a bad-host cool-down, so it neither starts a
+  // new round nor joins one until then.
+  void ParkWaiting(const v1::JoinRequest& request, WaiterId waiter,
+                   bool excluded, std::vector<Outcome>* out);
   // Bad-host policy (rendezvous_job_bad_hosts.cc). Records a worker
   // failure of `host` now; true if that excludes the host.
   bool RecordHostFailure(const std::string& host);
