@@ -294,6 +294,13 @@ StatusOr<agent::RendezvousResult> GrpcRendezvousClient::Join(
     return FromGrpc(s, options_.endpoint);
   }
 
+  if (resp.job_succeeded()) {
+    // A spare: the job ended well without it. Nothing left to heartbeat.
+    StopHeartbeats();
+    agent::RendezvousResult done;
+    done.job_succeeded = true;
+    return done;
+  }
   const v1::Assignment& a = resp.assignment();
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -123,7 +123,7 @@ void RendezvousJob::ReplaceJoinWaiter(Node* node, WaiterId waiter,
 Status RendezvousJob::Join(const v1::JoinRequest& request, WaiterId waiter,
                            std::vector<Outcome>* out) {
   const v1::NodeInfo& info = request.node();
-  if (finished()) return FailedPreconditionError(Closed());
+  if (finished()) return AnswerFinished(info, waiter, out);
   DDP_RETURN_IF_ERROR(CheckInstance(info.node_id(), info.instance()));
   auto it = nodes_.find(info.node_id());
   const bool known = it != nodes_.end();
@@ -176,6 +176,21 @@ Status RendezvousJob::Join(const v1::JoinRequest& request, WaiterId waiter,
   }
   ParkWaiting(request, waiter, excluded, out);
   return Status::Ok();
+}
+
+Status RendezvousJob::AnswerFinished(const v1::NodeInfo& info, WaiterId waiter,
+                                     std::vector<Outcome>* out) {
+  auto it = nodes_.find(info.node_id());
+  if (phase_ == Phase::kSucceeded && it != nodes_.end() &&
+      it->second.info.instance() == info.instance() &&
+      (it->second.state == NodeState::kWaiting ||
+       it->second.state == NodeState::kJoining)) {
+    // A node whose parked Join was answered job_succeeded while it was away
+    // (a retry after a lost connection): the same answer again.
+    out->push_back(Outcome::JobSucceeded(waiter));
+    return Status::Ok();
+  }
+  return FailedPreconditionError(Closed());
 }
 
 void RendezvousJob::ParkWaiting(const v1::JoinRequest& request, WaiterId waiter,
@@ -404,8 +419,9 @@ void RendezvousJob::Succeed(const std::string& reason,
       node.success_waiter = 0;
     }
     if (node.join_waiter != 0) {
-      out->push_back(
-          Outcome::Of(node.join_waiter, FailedPreconditionError(Closed())));
+      // A spare (or a node still joining a job closed as succeeded): there
+      // is nothing left to run, and nothing went wrong.
+      out->push_back(Outcome::JobSucceeded(node.join_waiter));
       node.join_waiter = 0;
     }
   }
