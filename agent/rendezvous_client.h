@@ -71,7 +71,9 @@ class RendezvousClient {
   // Joins the next round and blocks until it completes, the job succeeds
   // without this node (a result with job_succeeded), `deadline` passes
   // (kDeadlineExceeded) or the job is closed/failed (kFailedPrecondition or
-  // kAborted with a clear message).
+  // kAborted with a clear message). A backend whose server decides the join
+  // timeout may wait a little past `deadline` for the server's verdict, so
+  // that every node reports the same reason.
   virtual StatusOr<RendezvousResult> Join(const JoinRequest& request,
                                           Clock::TimePoint deadline) = 0;
 
