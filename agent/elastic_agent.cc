@@ -135,6 +135,13 @@ void ElasticAgent::RendezvousAndStart() {
     Finish(WorkerState::kFailed, 1);
     return;
   }
+  if (round->job_succeeded) {
+    DDP_LOG(INFO) << "job " << config_.run_id
+                  << " finished successfully while this node was waiting as "
+                     "a spare";
+    Finish(WorkerState::kSucceeded, 0);
+    return;
+  }
   if (config_.node_rank_exact && round->group_rank != o.node_rank) {
     DDP_LOG(ERROR) << "static rendezvous: this node has --node_rank="
                    << o.node_rank << " but got group rank " << round->group_rank

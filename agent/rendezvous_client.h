@@ -12,8 +12,8 @@ namespace ddprun::agent {
 
 // What one agent says when it joins a rendezvous round.
 struct JoinRequest {
-  std::string run_id;       // --rdzv_id
-  std::string node_id;      // unique per agent process (host:pid:random)
+  std::string run_id;   // --rdzv_id
+  std::string node_id;  // unique per agent process (host:pid:random)
   std::string role = "default";
   int local_world_size = 1;  // this node's nproc_per_node
   int node_rank_hint = -1;   // --node_rank if given, else -1
@@ -26,15 +26,19 @@ struct JoinRequest {
 // A completed round, as the agent needs it to start workers.
 struct RendezvousResult {
   int64_t round = 0;
-  int group_rank = 0;         // GROUP_RANK: this node's rank in the round
-  int group_world_size = 1;   // GROUP_WORLD_SIZE: nodes in the round
-  int rank_offset = 0;        // RANK of local rank 0 (prefix sum)
-  int world_size = 1;         // WORLD_SIZE: sum of local world sizes
-  int role_rank_offset = 0;   // ROLE_RANK of local rank 0
-  int role_world_size = 1;    // ROLE_WORLD_SIZE
-  std::string master_addr;    // MASTER_ADDR for the workers
-  int master_port = 0;        // MASTER_PORT, verified free by its owner
-  int restart_count = 0;      // TORCHELASTIC_RESTART_COUNT (job-global)
+  int group_rank = 0;        // GROUP_RANK: this node's rank in the round
+  int group_world_size = 1;  // GROUP_WORLD_SIZE: nodes in the round
+  int rank_offset = 0;       // RANK of local rank 0 (prefix sum)
+  int world_size = 1;        // WORLD_SIZE: sum of local world sizes
+  int role_rank_offset = 0;  // ROLE_RANK of local rank 0
+  int role_world_size = 1;   // ROLE_WORLD_SIZE
+  std::string master_addr;   // MASTER_ADDR for the workers
+  int master_port = 0;       // MASTER_PORT, verified free by its owner
+  int restart_count = 0;     // TORCHELASTIC_RESTART_COUNT (job-global)
+  // No round: the job succeeded while this node waited to join (a spare
+  // beyond max_nodes). The other fields are unset; the agent ends with
+  // success without starting workers.
+  bool job_succeeded = false;
 };
 
 // Asynchronous news from the rendezvous while workers run.
@@ -64,9 +68,12 @@ class RendezvousClient {
   // "standalone", "static", "grpc" ... for logs.
   virtual std::string Backend() const = 0;
 
-  // Joins the next round and blocks until it completes, `deadline` passes
+  // Joins the next round and blocks until it completes, the job succeeds
+  // without this node (a result with job_succeeded), `deadline` passes
   // (kDeadlineExceeded) or the job is closed/failed (kFailedPrecondition or
-  // kAborted with a clear message).
+  // kAborted with a clear message). A backend whose server decides the join
+  // timeout may wait a little past `deadline` for the server's verdict, so
+  // that every node reports the same reason.
   virtual StatusOr<RendezvousResult> Join(const JoinRequest& request,
                                           Clock::TimePoint deadline) = 0;
 

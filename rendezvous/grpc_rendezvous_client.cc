@@ -113,6 +113,10 @@ StatusOr<int> FreePort(const std::string& addr) {
   return port;
 }
 
+// How long a Join call outlives its caller's deadline, waiting for the
+// server's own join_timeout verdict (see Join).
+constexpr std::chrono::seconds kServerVerdictGrace(3);
+
 // Worth trying again later: the server is away (restarting), or it asked
 // this node to slow down (rate limit).
 bool Retryable(const grpc::Status& s) {
@@ -264,11 +268,16 @@ StatusOr<agent::RendezvousResult> GrpcRendezvousClient::Join(
   StartHeartbeats();
   WarnIfUnreachable(deadline);
 
+  // The server fails a job that misses min_nodes at join_timeout (measured
+  // from when it opened the round) and says why; the call waits a little
+  // longer than `deadline`, so that this verdict, not a local timeout racing
+  // it, is what every agent reports.
+  const Clock::TimePoint call_deadline = deadline + kServerVerdictGrace;
   v1::JoinResponse resp;
-  grpc::Status s = CallWithRetry(deadline, [&] {
+  grpc::Status s = CallWithRetry(call_deadline, [&] {
     grpc::ClientContext ctx;
     PrepareContext(&ctx);
-    ctx.set_deadline(ToSystem(deadline));
+    ctx.set_deadline(ToSystem(call_deadline));
     ctx.set_wait_for_ready(true);
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -281,7 +290,7 @@ StatusOr<agent::RendezvousResult> GrpcRendezvousClient::Join(
     return st;
   });
   if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
-      SteadyClock::now() >= deadline) {
+      SteadyClock::now() >= call_deadline) {
     return DeadlineExceededError("rendezvous " + options_.endpoint +
                                  ": round did not complete before the "
                                  "deadline (" +
@@ -295,6 +304,13 @@ StatusOr<agent::RendezvousResult> GrpcRendezvousClient::Join(
     return FromGrpc(s, options_.endpoint);
   }
 
+  if (resp.job_succeeded()) {
+    // A spare: the job ended well without it. Nothing left to heartbeat.
+    StopHeartbeats();
+    agent::RendezvousResult done;
+    done.job_succeeded = true;
+    return done;
+  }
   const v1::Assignment& a = resp.assignment();
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -123,8 +123,30 @@ void RendezvousJob::ReplaceJoinWaiter(Node* node, WaiterId waiter,
 Status RendezvousJob::Join(const v1::JoinRequest& request, WaiterId waiter,
                            std::vector<Outcome>* out) {
   const v1::NodeInfo& info = request.node();
-  if (finished()) return FailedPreconditionError(Closed());
+  if (finished()) return AnswerFinished(info, waiter, out);
   DDP_RETURN_IF_ERROR(CheckInstance(info.node_id(), info.instance()));
+  auto it = nodes_.find(info.node_id());
+  const bool known = it != nodes_.end();
+  if (!known && nodes_.size() >= max_nodes_) {
+    return ResourceExhaustedError(
+        "rendezvous '" + id_ + "' already has " + std::to_string(max_nodes_) +
+        " nodes (the server's --max_nodes_per_job); node '" + info.node_id() +
+        "' refused");
+  }
+  const bool excluded = HostExcluded(info.addr());
+  const bool participant = known && (it->second.state == NodeState::kRunning ||
+                                     it->second.state == NodeState::kSucceeded);
+  // Where the node goes: the open round, or the wait list (its host is
+  // excluded, or a round runs without it). Every refusal comes before the
+  // first change of state.
+  const bool to_wait_list = phase_ == Phase::kOpen ? excluded : !participant;
+  if (!known && to_wait_list &&
+      CountNodes(NodeState::kWaiting) >=
+          static_cast<int>(config_.max_nodes())) {
+    return ResourceExhaustedError(
+        "rendezvous '" + id_ + "': the wait list is full (" +
+        std::to_string(config_.max_nodes()) + " nodes already wait)");
+  }
   // A restarted server learns the job's history from the joiners.
   const int64_t seen = request.previous().round();
   if (phase_ == Phase::kOpen && seen >= round_) {
@@ -132,23 +154,12 @@ Status RendezvousJob::Join(const v1::JoinRequest& request, WaiterId waiter,
     restart_count_ =
         std::max(restart_count_, request.previous().restart_count());
   }
-  if (nodes_.count(info.node_id()) == 0 && nodes_.size() >= max_nodes_) {
-    return ResourceExhaustedError(
-        "rendezvous '" + id_ + "' already has " + std::to_string(max_nodes_) +
-        " nodes (the server's --max_nodes_per_job); node '" + info.node_id() +
-        "' refused");
-  }
-  const bool excluded = HostExcluded(info.addr());
   if (phase_ == Phase::kOpen) {
-    return excluded ? ParkWaiting(request, waiter, true, out)
-                    : JoinOpenRound(request, waiter, out);
+    EnterOpenRound(request, waiter, excluded, out);
+    return Status::Ok();
   }
 
   // The round runs.
-  auto it = nodes_.find(info.node_id());
-  const bool participant =
-      it != nodes_.end() && (it->second.state == NodeState::kRunning ||
-                             it->second.state == NodeState::kSucceeded);
   if (participant && seen < round_) {
     // A retried Join whose answer was lost: the same assignment again.
     out->push_back(Outcome::Joined(waiter, it->second.assignment));
@@ -160,23 +171,31 @@ Status RendezvousJob::Join(const v1::JoinRequest& request, WaiterId waiter,
                "node '" + info.node_id() + "' re-joined, leaving round " +
                    std::to_string(round_),
                out);
-    return excluded ? ParkWaiting(request, waiter, true, out)
-                    : JoinOpenRound(request, waiter, out);
+    EnterOpenRound(request, waiter, excluded, out);
+    return Status::Ok();
   }
-  return ParkWaiting(request, waiter, excluded, out);
+  ParkWaiting(request, waiter, excluded, out);
+  return Status::Ok();
 }
 
-Status RendezvousJob::ParkWaiting(const v1::JoinRequest& request,
-                                  WaiterId waiter, bool excluded,
-                                  std::vector<Outcome>* out) {
-  const v1::NodeInfo& info = request.node();
-  if (nodes_.count(info.node_id()) == 0 &&
-      CountNodes(NodeState::kWaiting) >=
-          static_cast<int>(config_.max_nodes())) {
-    return ResourceExhaustedError(
-        "rendezvous '" + id_ + "': the wait list is full (" +
-        std::to_string(config_.max_nodes()) + " nodes already wait)");
+Status RendezvousJob::AnswerFinished(const v1::NodeInfo& info, WaiterId waiter,
+                                     std::vector<Outcome>* out) {
+  auto it = nodes_.find(info.node_id());
+  if (phase_ == Phase::kSucceeded && it != nodes_.end() &&
+      it->second.info.instance() == info.instance() &&
+      (it->second.state == NodeState::kWaiting ||
+       it->second.state == NodeState::kJoining)) {
+    // A node whose parked Join was answered job_succeeded while it was away
+    // (a retry after a lost connection): the same answer again.
+    out->push_back(Outcome::JobSucceeded(waiter));
+    return Status::Ok();
   }
+  return FailedPreconditionError(Closed());
+}
+
+void RendezvousJob::ParkWaiting(const v1::JoinRequest& request, WaiterId waiter,
+                                bool excluded, std::vector<Outcome>* out) {
+  const v1::NodeInfo& info = request.node();
   Node& node = InsertNode(info.node_id(), nullptr);
   node.info = info;
   SetState(&node, NodeState::kWaiting);
@@ -189,7 +208,7 @@ Status RendezvousJob::ParkWaiting(const v1::JoinRequest& request,
                      << " is excluded (bad-host cool-down)";
     // It may have been the last node a re-formed round waited for.
     CompleteIfReady(out);
-    return Status::Ok();
+    return;
   }
   if (RunningCount() < static_cast<int>(config_.max_nodes())) {
     // Scale up: the running nodes re-join at the round boundary, without
@@ -198,12 +217,20 @@ Status RendezvousJob::ParkWaiting(const v1::JoinRequest& request,
                "node '" + info.node_id() + "' is waiting to join", out);
   }
   // Otherwise the round is full: the node stays as a spare for the next one.
-  return Status::Ok();
 }
 
-Status RendezvousJob::JoinOpenRound(const v1::JoinRequest& request,
-                                    WaiterId waiter,
-                                    std::vector<Outcome>* out) {
+void RendezvousJob::EnterOpenRound(const v1::JoinRequest& request,
+                                   WaiterId waiter, bool excluded,
+                                   std::vector<Outcome>* out) {
+  if (excluded) {
+    ParkWaiting(request, waiter, true, out);
+  } else {
+    JoinOpenRound(request, waiter, out);
+  }
+}
+
+void RendezvousJob::JoinOpenRound(const v1::JoinRequest& request,
+                                  WaiterId waiter, std::vector<Outcome>* out) {
   const v1::NodeInfo& info = request.node();
   bool inserted = false;
   Node& node = InsertNode(info.node_id(), &inserted);
@@ -217,7 +244,6 @@ Status RendezvousJob::JoinOpenRound(const v1::JoinRequest& request,
   node.join_seq = next_join_seq_++;
   ReplaceJoinWaiter(&node, waiter, out);
   CompleteIfReady(out);
-  return Status::Ok();
 }
 
 void RendezvousJob::CompleteIfReady(std::vector<Outcome>* out) {
@@ -393,8 +419,9 @@ void RendezvousJob::Succeed(const std::string& reason,
       node.success_waiter = 0;
     }
     if (node.join_waiter != 0) {
-      out->push_back(
-          Outcome::Of(node.join_waiter, FailedPreconditionError(Closed())));
+      // A spare (or a node still joining a job closed as succeeded): there
+      // is nothing left to run, and nothing went wrong.
+      out->push_back(Outcome::JobSucceeded(node.join_waiter));
       node.join_waiter = 0;
     }
   }

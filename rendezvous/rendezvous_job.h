@@ -17,12 +17,15 @@ namespace ddprun::rendezvous {
 // answer can be delivered later. Chosen by the caller; 0 means "none".
 using WaiterId = uint64_t;
 
-// The answer to a parked call: `status`, and for a Join the assignment, for
-// a ReportFailure its reply.
+// The answer to a parked call: `status`, and for a Join the assignment (or
+// job_succeeded), for a ReportFailure its reply.
 struct Outcome {
   WaiterId waiter = 0;
   Status status;
   v1::Assignment assignment;
+  // A Join answered without a round: the job succeeded while the node
+  // waited on the wait list (JoinResponse.job_succeeded).
+  bool job_succeeded = false;
   v1::ReportFailureResponse failure;
 
   // An answer that is only a status (errors, exit barrier).
@@ -37,6 +40,13 @@ struct Outcome {
     Outcome o;
     o.waiter = waiter;
     o.assignment = assignment;
+    return o;
+  }
+  // A Join parked on the wait list of a job that succeeded.
+  static Outcome JobSucceeded(WaiterId waiter) {
+    Outcome o;
+    o.waiter = waiter;
+    o.job_succeeded = true;
     return o;
   }
 };
@@ -160,12 +170,21 @@ class RendezvousJob {
     std::optional<Clock::TimePoint> excluded_until;
   };
 
-  Status JoinOpenRound(const v1::JoinRequest& request, WaiterId waiter,
-                       std::vector<Outcome>* out);
-  // Parks a node on the wait list. `excluded`: its host is in a bad-host
-  // cool-down, so it neither starts a new round nor joins one until then.
-  Status ParkWaiting(const v1::JoinRequest& request, WaiterId waiter,
-                     bool excluded, std::vector<Outcome>* out);
+  // Join's answer for a finished job: a node that was parked in Join when
+  // the job succeeded is told so again (retry of a lost answer); any other
+  // gets FAILED_PRECONDITION.
+  Status AnswerFinished(const v1::NodeInfo& info, WaiterId waiter,
+                        std::vector<Outcome>* out);
+  // The open round takes the node, or (host `excluded`) its wait list.
+  void EnterOpenRound(const v1::JoinRequest& request, WaiterId waiter,
+                      bool excluded, std::vector<Outcome>* out);
+  void JoinOpenRound(const v1::JoinRequest& request, WaiterId waiter,
+                     std::vector<Outcome>* out);
+  // Parks a node on the wait list (Join checked that there is room).
+  // `excluded`: its host is in a bad-host cool-down, so it neither starts a
+  // new round nor joins one until then.
+  void ParkWaiting(const v1::JoinRequest& request, WaiterId waiter,
+                   bool excluded, std::vector<Outcome>* out);
   // Bad-host policy (rendezvous_job_bad_hosts.cc). Records a worker
   // failure of `host` now; true if that excludes the host.
   bool RecordHostFailure(const std::string& host);

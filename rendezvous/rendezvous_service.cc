@@ -42,6 +42,7 @@ class ParkedCall : public grpc::ServerUnaryReactor {
   void Deliver(const Outcome& outcome) {
     if (outcome.status.ok() && replies_.join != nullptr) {
       *replies_.join->mutable_assignment() = outcome.assignment;
+      replies_.join->set_job_succeeded(outcome.job_succeeded);
     }
     if (outcome.status.ok() && replies_.failure != nullptr) {
       *replies_.failure = outcome.failure;

@@ -117,6 +117,10 @@ class FakeRendezvous : public RendezvousClient {
     last_request = request;
     if (fail_join) return DeadlineExceededError("rendezvous timed out");
     RendezvousResult r;
+    if (job_succeeded) {
+      r.job_succeeded = true;
+      return r;
+    }
     r.round = round++;
     r.group_rank = group_rank;
     r.world_size = request.local_world_size;
@@ -148,6 +152,7 @@ class FakeRendezvous : public RendezvousClient {
   int successes = 0;
   int leaves = 0;
   bool fail_join = false;
+  bool job_succeeded = false;  // Join answers "the job ended without you"
   JoinRequest last_request;
   std::vector<std::string> failure_reasons;
 };
@@ -385,6 +390,17 @@ TEST_CASE("ElasticAgent: rendezvous failure ends the job", "[agent]") {
   h.Start();
   CHECK(h.launcher.workers.empty());
   CHECK(h.exit_code == 1);
+}
+
+TEST_CASE("ElasticAgent: a spare whose job succeeded ends with 0, no workers",
+          "[agent]") {
+  Harness h(2);
+  h.rendezvous.job_succeeded = true;
+  h.Start();
+  CHECK(h.launcher.workers.empty());
+  CHECK(h.exit_code == 0);
+  CHECK(h.agent->state() == WorkerState::kSucceeded);
+  CHECK(h.rendezvous.successes == 0);  // no round of its own to report
 }
 
 TEST_CASE("ElasticAgent: static mode needs group rank == --node_rank",

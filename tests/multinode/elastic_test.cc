@@ -13,80 +13,10 @@
 #include <map>
 #include <set>
 
-#include "tests/multinode/multinode_util.h"
+#include "tests/multinode/elastic_job.h"
 
 namespace ddprun::multinode {
 namespace {
-
-double WallNow() {
-  return std::chrono::duration<double>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-using Env = std::map<std::string, std::string>;
-
-// An external server plus agents running env_worker.sh.
-class ElasticJob {
- public:
-  explicit ElasticJob(std::map<std::string, std::string> env)
-      : env_(std::move(env)) {
-    server_ = std::make_unique<RendezvousServerProcess>(dir_.path(), 0);
-    env_["MN_OUT"] = dir_.path();
-  }
-
-  int port() const { return server_->port(); }
-  const TempDir& dir() const { return dir_; }
-
-  // Starts agent `node` with `args` plus the endpoint and the worker.
-  Child& Start(const std::string& node, std::vector<std::string> args) {
-    args.push_back("--rdzv_backend=grpc");
-    args.push_back("--rdzv_endpoint=127.0.0.1:" + std::to_string(port()));
-    args.push_back("--no_python");
-    args.push_back(kData + "/env_worker.sh");
-    std::map<std::string, std::string> env = env_;
-    env["MN_NODE"] = node;
-    agents_.push_back(
-        std::make_unique<Child>(dir_.path(), node, Ddprun(args), env));
-    return *agents_.back();
-  }
-
-  std::vector<WorkerStart> Starts() const {
-    return ReadWorkerStarts(dir_.path());
-  }
-
-  // Waits until `n` starts satisfy `pred`.
-  bool WaitStarts(size_t n, const std::function<bool(const WorkerStart&)>& pred,
-                  std::chrono::milliseconds timeout) {
-    return WaitUntil(
-        [&] {
-          auto s = Starts();
-          return static_cast<size_t>(std::count_if(s.begin(), s.end(), pred)) >=
-                 n;
-        },
-        timeout);
-  }
-
-  void RestartServer() {
-    const int port = server_->port();
-    server_->child().Kill(SIGKILL);
-    server_->child().Wait(5s);
-    server_ = std::make_unique<RendezvousServerProcess>(dir_.path(), port);
-  }
-  RendezvousServerProcess& server() { return *server_; }
-
-  std::string Outputs() const {
-    std::string all;
-    for (const auto& a : agents_) all += a->Output();
-    return all;
-  }
-
- private:
-  TempDir dir_;
-  std::map<std::string, std::string> env_;
-  std::unique_ptr<RendezvousServerProcess> server_;
-  std::vector<std::unique_ptr<Child>> agents_;
-};
 
 TEST_CASE("multinode: a third agent joins 1:3, all restart into 3 nodes",
           "[multinode][elastic]") {

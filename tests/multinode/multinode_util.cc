@@ -148,7 +148,8 @@ std::vector<WorkerStart> ReadWorkerStarts(const std::string& dir) {
     std::istringstream in(ReadFile(dir + "/" + name));
     WorkerStart s;
     if (in >> s.node >> s.rank >> s.world_size >> s.group_rank >>
-        s.group_world_size >> s.restart_count >> s.pid >> s.wall_time) {
+        s.group_world_size >> s.restart_count >> s.pid >> s.wall_time >>
+        s.master_addr) {
       starts.push_back(s);
     }
   }

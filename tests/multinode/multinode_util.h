@@ -93,7 +93,8 @@ struct WorkerStart {
   int rank = -1, world_size = 0, group_rank = -1, group_world_size = 0;
   int restart_count = -1;
   int pid = 0;
-  double wall_time = 0;  // seconds since the epoch
+  double wall_time = 0;     // seconds since the epoch
+  std::string master_addr;  // MASTER_ADDR the worker saw
 };
 std::vector<WorkerStart> ReadWorkerStarts(const std::string& dir);
 

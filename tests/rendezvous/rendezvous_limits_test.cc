@@ -250,5 +250,52 @@ TEST_CASE("RendezvousState: an excluded host below min_nodes waits it out",
   CHECK(InRound(c, "b"));
 }
 
+// A Join from an agent that ran round 7 (restart count 2) before the server
+// restarted: accepted, it would move the job's round and restart count.
+v1::JoinRequest FromRound7(Harness& h, const std::string& node) {
+  v1::JoinRequest r = h.Request(node);
+  r.mutable_previous()->set_round(7);
+  r.mutable_previous()->set_restart_count(2);
+  return r;
+}
+
+TEST_CASE(
+    "RendezvousState: a Join refused by max_nodes_per_job leaves round "
+    "and restart count alone",
+    "[rendezvous][limits]") {
+  JobDefaults d;
+  d.max_nodes_per_job = 1;
+  Harness c(2, 2, 5, d);
+  REQUIRE(c.Join("a").ok());
+  const std::string before = StatusBytes(c);
+  CHECK(c.Join(FromRound7(c, "b")).code() == StatusCode::kResourceExhausted);
+  CHECK(c.Job().round() == 1);
+  CHECK(c.Job().restart_count() == 0);
+  CHECK(StatusBytes(c) == before);
+}
+
+TEST_CASE(
+    "RendezvousState: a Join refused by a full wait list leaves round and "
+    "restart count alone",
+    "[rendezvous][limits]") {
+  // Host A is excluded (bad-host policy), so its nodes go to the wait list,
+  // which holds max_nodes = 1 node.
+  Harness c(1, 1, 5);
+  UseBadHostPolicy(&c, 1);
+  RejoinAll(c, {"a"});
+  REQUIRE(InRound(c, "a"));
+  REQUIRE(c.Fail("a").ok());  // K=1: host A excluded, round 2 opens
+  REQUIRE(c.Join("a").ok());  // parked: the wait list is full now
+  const std::string before = StatusBytes(c);
+  const int64_t round = c.Job().round();
+  const int restarts = c.Job().restart_count();
+  Status s = c.Join(FromRound7(c, "a2"));
+  CHECK(s.code() == StatusCode::kResourceExhausted);
+  CHECK_THAT(s.message(), Catch::Contains("wait list is full"));
+  CHECK(c.Job().round() == round);
+  CHECK(c.Job().restart_count() == restarts);
+  CHECK(StatusBytes(c) == before);
+}
+
 }  // namespace
 }  // namespace ddprun::rendezvous

@@ -178,6 +178,29 @@ TEST_CASE("RendezvousState: complete and full parks a spare", "[rendezvous]") {
   CHECK(h.Of("c").group_rank() == 1);
 }
 
+TEST_CASE("RendezvousState: a spare ends well when the job succeeds",
+          "[rendezvous]") {
+  Harness h(1, 1);
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Join("spare").ok());  // the round is full: it waits
+  CHECK_FALSE(h.Answered("spare"));
+  REQUIRE(h.Succeed("a").ok());
+  CHECK(h.Job().state() == v1::JobStatus::STATE_SUCCEEDED);
+  // Not an error: the job is done and needs no more nodes.
+  REQUIRE(h.Answered("spare"));
+  CHECK(h.Answer("spare").status.ok());
+  CHECK(h.Answer("spare").job_succeeded);
+  CHECK(h.Answer("spare").assignment.round() == 0);
+  CHECK_FALSE(h.Answer("a").job_succeeded);  // a's Join got its round
+  // The spare's answer was lost: its retried Join gets the same one.
+  h.ForgetAnswers();
+  REQUIRE(h.Join("spare").ok());
+  REQUIRE(h.Answered("spare"));
+  CHECK(h.Answer("spare").job_succeeded);
+  // A node of the finished round that joins again is told the job is closed.
+  CHECK(h.Join("a").code() == StatusCode::kFailedPrecondition);
+}
+
 TEST_CASE("RendezvousState: late joiner scales up without spending budget",
           "[rendezvous]") {
   Harness h(1, 3, /*max_restarts=*/0);

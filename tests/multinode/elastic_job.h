@@ -1,0 +1,111 @@
+#pragma once
+
+// ElasticJob: an external ddprun-rendezvous plus ddprun agents running
+// data/env_worker.sh on loopback, for the multi-node tests. Test code only.
+
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/multinode/multinode_util.h"
+
+namespace ddprun::multinode {
+
+using Env = std::map<std::string, std::string>;
+
+// Seconds since the epoch, comparable with WorkerStart::wall_time.
+inline double WallNow() {
+  return std::chrono::duration<double>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// An external server plus agents running env_worker.sh (MN_OUT is its
+// directory; `env` adds the worker's other MN_* settings).
+class ElasticJob {
+ public:
+  explicit ElasticJob(std::map<std::string, std::string> env)
+      : env_(std::move(env)) {
+    server_ = std::make_unique<RendezvousServerProcess>(dir_.path(), 0);
+    env_["MN_OUT"] = dir_.path();
+  }
+
+  int port() const { return server_->port(); }
+  const TempDir& dir() const { return dir_; }
+
+  // Starts agent `node` with `args` plus the endpoint and the worker;
+  // `extra` adds to (or overrides) the job's worker environment.
+  Child& Start(const std::string& node, std::vector<std::string> args,
+               const Env& extra = {}) {
+    args.push_back("--rdzv_backend=grpc");
+    args.push_back("--rdzv_endpoint=127.0.0.1:" + std::to_string(port()));
+    args.push_back("--no_python");
+    args.push_back(kData + "/env_worker.sh");
+    std::map<std::string, std::string> env = env_;
+    for (const auto& [key, value] : extra) env[key] = value;
+    env["MN_NODE"] = node;
+    agents_.push_back(
+        std::make_unique<Child>(dir_.path(), node, Ddprun(args), env));
+    return *agents_.back();
+  }
+
+  std::vector<WorkerStart> Starts() const {
+    return ReadWorkerStarts(dir_.path());
+  }
+
+  // Waits until `n` starts satisfy `pred`.
+  bool WaitStarts(size_t n, const std::function<bool(const WorkerStart&)>& pred,
+                  std::chrono::milliseconds timeout) {
+    return WaitUntil(
+        [&] {
+          auto s = Starts();
+          return static_cast<size_t>(std::count_if(s.begin(), s.end(), pred)) >=
+                 n;
+        },
+        timeout);
+  }
+
+  void RestartServer() {
+    const int port = server_->port();
+    server_->child().Kill(SIGKILL);
+    server_->child().Wait(5s);
+    server_ = std::make_unique<RendezvousServerProcess>(dir_.path(), port);
+  }
+  RendezvousServerProcess& server() { return *server_; }
+
+  // `ddprun-rendezvous --status <server> --rdzv_id <id> --json`: the job's
+  // live state as the server's JSON ("" if the command failed).
+  std::string StatusJson(const std::string& rdzv_id) const {
+    const std::string cmd = kBinDir + "/ddprun-rendezvous --status 127.0.0.1:" +
+                            std::to_string(port()) + " --rdzv_id " + rdzv_id +
+                            " --json 2>/dev/null";
+    FILE* p = popen(cmd.c_str(), "r");
+    if (p == nullptr) return "";
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+    return pclose(p) == 0 ? out : "";
+  }
+
+  std::string Outputs() const {
+    std::string all;
+    for (const auto& a : agents_) all += a->Output();
+    return all;
+  }
+
+ private:
+  TempDir dir_;
+  std::map<std::string, std::string> env_;
+  std::unique_ptr<RendezvousServerProcess> server_;
+  std::vector<std::unique_ptr<Child>> agents_;
+};
+
+}  // namespace ddprun::multinode
