@@ -7,6 +7,7 @@ add_library(ddprun_agent_cli STATIC
   ${CMAKE_CURRENT_LIST_DIR}/cli_parser.cc
   ${CMAKE_CURRENT_LIST_DIR}/cli_values.cc
   ${CMAKE_CURRENT_LIST_DIR}/nproc_resolver.cc
+  ${CMAKE_CURRENT_LIST_DIR}/slurm_env.cc
 )
 target_link_libraries(ddprun_agent_cli PUBLIC ddprun_common)
 set_target_properties(ddprun_agent_cli PROPERTIES POSITION_INDEPENDENT_CODE ON)
