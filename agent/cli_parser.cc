@@ -9,6 +9,7 @@
 #include "agent/cli_values.h"
 #include "agent/log_line_prefix.h"
 #include "agent/nproc_resolver.h"
+#include "agent/slurm_env.h"
 #include "rendezvous/rdzv_conf.h"
 
 namespace ddprun::agent {
@@ -119,11 +120,14 @@ RawValues MergeEnv(RawValues values,
 
 // Defaults from the scheduler, below PET_*: `srun ddprun ...` with one task
 // per node (SLURM_STEP_ID set, SLURM_NTASKS == SLURM_NNODES) gives nnodes,
-// node_rank and rdzv_id; a Kubernetes Indexed Job gives node_rank from
-// JOB_COMPLETION_INDEX. Not applied under --standalone (one node by
-// definition) or when a value is already set.
-void AddSchedulerDefaults(const std::map<std::string, std::string>& env,
-                          RawValues* values) {
+// node_rank (SLURM_NODEID, else SLURM_PROCID), rdzv_id and rdzv_endpoint
+// (first host of SLURM_JOB_NODELIST, port 20000 + SLURM_JOB_ID % 10000); a
+// Kubernetes Indexed Job gives node_rank from JOB_COMPLETION_INDEX. Not
+// applied under --standalone (one node by definition) or when a value is
+// already set. A malformed SLURM_JOB_NODELIST / SLURM_JOB_ID is an error
+// only when the endpoint is taken from it.
+Status AddSchedulerDefaults(const std::map<std::string, std::string>& env,
+                            RawValues* values) {
   auto get = [&env](const char* name) -> std::string {
     auto it = env.find(name);
     return it == env.end() ? "" : it->second;
@@ -138,16 +142,25 @@ void AddSchedulerDefaults(const std::map<std::string, std::string>& env,
   if (standalone != values->end()) {
     auto on =
         ParseBoolValue(standalone->second.source, standalone->second.text);
-    if (!on.ok() || *on) return;  // a bad value is reported later
+    if (!on.ok() || *on) return Status::Ok();  // a bad value: reported later
   }
   const std::string nnodes = get("SLURM_NNODES");
   if (!get("SLURM_STEP_ID").empty() && !nnodes.empty() &&
       get("SLURM_NTASKS") == nnodes) {
     add("nnodes", nnodes, "SLURM_NNODES");
     add("node_rank", get("SLURM_NODEID"), "SLURM_NODEID");
+    add("node_rank", get("SLURM_PROCID"), "SLURM_PROCID");
     add("rdzv_id", get("SLURM_JOB_ID"), "SLURM_JOB_ID");
+    const std::string nodelist = get("SLURM_JOB_NODELIST");
+    if (!values->count("rdzv_endpoint") && !nodelist.empty()) {
+      DDP_ASSIGN_OR_RETURN(
+          std::string endpoint,
+          SlurmRendezvousEndpoint(nodelist, get("SLURM_JOB_ID")));
+      add("rdzv_endpoint", endpoint, "SLURM_JOB_NODELIST");
+    }
   }
   add("node_rank", get("JOB_COMPLETION_INDEX"), "JOB_COMPLETION_INDEX");
+  return Status::Ok();
 }
 
 // Typed access to the merged values; each getter returns the default when
@@ -418,7 +431,7 @@ StatusOr<CommandLine> ParseCommandLine(
     return cl;
   }
   RawValues raw = MergeEnv(tokens.cli, env);
-  AddSchedulerDefaults(env, &raw);
+  DDP_RETURN_IF_ERROR(AddSchedulerDefaults(env, &raw));
   const Values v(std::move(raw));
   LaunchOptions& o = cl.options;
 

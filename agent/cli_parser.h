@@ -29,9 +29,12 @@ struct CommandLine {
 // unambiguous prefix of a long name (--nproc), --flag=value or --flag value,
 // short -m, -r, -t, -h (-r3 and -r=3 too). A flag's value comes from the
 // command line, else a non-empty PET_<DEST> variable (booleans: PET_X=1),
-// else a scheduler default (srun with one task per node: SLURM_NNODES,
-// SLURM_NODEID, SLURM_JOB_ID; Kubernetes Indexed Job: JOB_COMPLETION_INDEX
-// as node rank; never under --standalone), else the default. The first argument
+// else a scheduler default (srun with one task per node: --nnodes from
+// SLURM_NNODES, --node_rank from SLURM_NODEID or SLURM_PROCID, --rdzv_id from
+// SLURM_JOB_ID, --rdzv_endpoint from the first host of SLURM_JOB_NODELIST
+// with port 20000 + SLURM_JOB_ID % 10000; Kubernetes Indexed Job:
+// JOB_COMPLETION_INDEX as node rank; never under --standalone), else the
+// default. The first argument
 // that is not a flag (or the one after
 // "--") is the entrypoint; everything after it is passed through untouched.
 //

@@ -4,7 +4,8 @@
 //                     [--tls_cert C --tls_key K [--tls_ca CA]]
 //                     [--max_nodes_per_job N] [--max_jobs N]
 //                     [--join_rate R] [--heartbeat_rate R]
-//   (the token may also come from the DDPRUN_RDZV_TOKEN environment variable)
+//   (the token may also come from the DDPRUN_RDZV_TOKEN environment variable,
+//   or from the file DDPRUN_RDZV_TOKEN_FILE names)
 //   ddprun-rendezvous --status HOST:PORT [--rdzv_id ID] [--json]
 #include <signal.h>
 
@@ -191,14 +192,21 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   // Precedence: --token, then --token_file, then DDPRUN_RDZV_TOKEN (an env
-  // var keeps the token out of `ps`).
+  // var keeps the token out of `ps`), then the file DDPRUN_RDZV_TOKEN_FILE
+  // names (the server and a --status call, e.g. the Docker HEALTHCHECK, find
+  // the token the same way).
   if (const char* env = std::getenv("DDPRUN_RDZV_TOKEN");
       env != nullptr && flags.token.empty() && flags.token_file.empty()) {
     flags.token = env;
   }
+  if (const char* env = std::getenv("DDPRUN_RDZV_TOKEN_FILE");
+      env != nullptr && *env != '\0' && flags.token.empty() &&
+      flags.token_file.empty()) {
+    flags.token_file = env;
+  }
   if (!flags.token_file.empty() && flags.token.empty()) {
     if (!ddprun::rendezvous::ReadFile(flags.token_file, &flags.token)) {
-      std::cerr << "ddprun-rendezvous: cannot read --token_file "
+      std::cerr << "ddprun-rendezvous: cannot read the token file "
                 << flags.token_file << "\n";
       return 2;
     }

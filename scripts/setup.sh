@@ -12,10 +12,11 @@ PACKAGES=(
   procps openssl
 )
 # Only the tests need these (torch.distributed compatibility, network
-# namespaces, a real SLURM cluster): DDPRUN_SETUP_TESTS=0 skips them (the
-# Docker build stage does).
+# namespaces, a real SLURM cluster, the libFuzzer run with clang):
+# DDPRUN_SETUP_TESTS=0 skips them (the Docker build stage does).
 if [[ "${DDPRUN_SETUP_TESTS:-1}" != 0 ]]; then
-  PACKAGES+=(python3-torch iproute2 slurmctld slurmd slurm-client munge)
+  PACKAGES+=(python3-torch iproute2 slurmctld slurmd slurm-client munge
+             clang libclang-rt-14-dev)
 fi
 
 missing=()

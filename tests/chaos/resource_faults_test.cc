@@ -153,8 +153,13 @@ TEST_CASE("chaos: 20 consecutive worker failures leak nothing", "[chaos]") {
   Scenario s("leaks");
   Workload w;
   w.step_ms = 100;
-  w.extra = {"--fail_step", "3",    "--fail_rank",     "0",
-             "--fail_mode", "exit", "--fail_attempts", "20"};
+  // Each attempt fails at step 13, after checkpoint 10: each restart must
+  // resume from 10, not from scratch.
+  const int64_t fail_step = w.ckpt_every + 3;
+  w.extra = {"--fail_step",     std::to_string(fail_step),
+             "--fail_rank",     "0",
+             "--fail_mode",     "exit",
+             "--fail_attempts", "20"};
   REQUIRE(Baseline(1, w.steps).has_value());
   Child& run = s.StartAgent(
       "a", {"--standalone", "--nproc_per_node=1", "--max_restarts=20"}, w);
@@ -175,7 +180,9 @@ TEST_CASE("chaos: 20 consecutive worker failures leak nothing", "[chaos]") {
   CHECK(after->threads <= before->threads + 2);  // gRPC pools breathe
   CHECK(after->children == 1);
   CHECK(before->children == 1);
-  // Every failure was restarted and the last attempt finished right.
+  // Every failure was restarted, losing at most one checkpoint interval:
+  // from the newest checkpoint saved before the failure (checkpoint 10 of
+  // the first attempt), and the last attempt finished right.
   std::vector<Event> events = ReadEvents(s.out());
   double recovery_sum = 0;
   int recoveries = 0;
@@ -183,6 +190,11 @@ TEST_CASE("chaos: 20 consecutive worker failures leak nothing", "[chaos]") {
     if (events[i].kind != "fail") continue;
     for (size_t j = i + 1; j < events.size(); ++j) {
       if (events[j].kind == "start") {
+        INFO("restart " << events[j].attempt);
+        CHECK(SavedBefore(events, events[i].t) ==
+              fail_step / w.ckpt_every * w.ckpt_every);
+        CHECK(events[j].step == SavedBefore(events, events[i].t));
+        CHECK(events[i].step - events[j].step <= w.ckpt_every);
         recovery_sum += events[j].t - events[i].t;
         ++recoveries;
         break;

@@ -3,9 +3,17 @@
 // lines are accepted by ddprun's own parser.
 #include <yaml-cpp/yaml.h>
 
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -205,6 +213,183 @@ TEST_CASE("Manifests: StatefulSet pods take the node rank from the ordinal",
   CHECK(o.node_rank == 1);
   CHECK(o.max_nodes == sts["spec"]["replicas"].as<int>());
   CHECK(o.no_python);
+}
+
+// Every document of every manifest (the kustomization aside).
+std::vector<YAML::Node> AllDocs(const fs::path& dir) {
+  std::vector<YAML::Node> all;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".yaml" ||
+        entry.path().filename() == "kustomization.yaml") {
+      continue;
+    }
+    for (const auto& d : YAML::LoadAllFromFile(entry.path().string())) {
+      all.push_back(d);
+    }
+  }
+  return all;
+}
+
+bool IsWorkload(const YAML::Node& d) {
+  const std::string kind = d["kind"].as<std::string>();
+  return kind == "Deployment" || kind == "Job" || kind == "StatefulSet";
+}
+
+std::set<std::string> NamesOfKind(const std::vector<YAML::Node>& docs,
+                                  const std::string& kind) {
+  std::set<std::string> names;
+  for (const auto& d : docs) {
+    if (d["kind"].as<std::string>() == kind) {
+      names.insert(d["metadata"]["name"].as<std::string>());
+    }
+  }
+  return names;
+}
+
+// A path a container argument refers to ("--x=/p", "/p"), or "".
+std::string PathOf(const std::string& arg) {
+  const auto eq = arg.find('=');
+  const std::string value = arg.rfind("--", 0) == 0 && eq != std::string::npos
+                                ? arg.substr(eq + 1)
+                                : arg;
+  return value.rfind('/', 0) == 0 ? value : "";
+}
+
+// In `docs`: every volumeMount names a volume of its pod, every claimed PVC
+// and every referenced Secret is defined in `docs`, and every path a
+// container argument names lies in one of its mounts (except the image's
+// own /usr/).
+void CheckStorageWiring(const std::vector<YAML::Node>& docs) {
+  const std::set<std::string> pvcs = NamesOfKind(docs, "PersistentVolumeClaim");
+  const std::set<std::string> secrets = NamesOfKind(docs, "Secret");
+  int workloads = 0;
+  for (const auto& d : docs) {
+    if (!IsWorkload(d)) continue;
+    ++workloads;
+    INFO(d["kind"].as<std::string>() << " " << d["metadata"]["name"]);
+    YAML::Node pod = d["spec"]["template"]["spec"];
+    std::set<std::string> volumes;
+    for (const auto& v : pod["volumes"]) {
+      volumes.insert(v["name"].as<std::string>());
+      if (v["persistentVolumeClaim"]) {
+        const auto claim =
+            v["persistentVolumeClaim"]["claimName"].as<std::string>();
+        INFO("claim " << claim);
+        CHECK(pvcs.count(claim) == 1);
+      }
+      if (v["secret"]) {
+        const auto secret = v["secret"]["secretName"].as<std::string>();
+        INFO("secret " << secret);
+        CHECK(secrets.count(secret) == 1);
+      }
+    }
+    for (const auto& c : pod["containers"]) {
+      std::vector<std::string> mounts;
+      for (const auto& m : c["volumeMounts"]) {
+        INFO("mount " << m["mountPath"]);
+        CHECK(volumes.count(m["name"].as<std::string>()) == 1);
+        mounts.push_back(m["mountPath"].as<std::string>());
+      }
+      for (const auto& e : c["env"]) {
+        if (e["valueFrom"] && e["valueFrom"]["secretKeyRef"]) {
+          const auto secret =
+              e["valueFrom"]["secretKeyRef"]["name"].as<std::string>();
+          INFO("env secret " << secret);
+          CHECK(secrets.count(secret) == 1);
+        }
+      }
+      std::vector<std::string> words = Strings(c["command"]);
+      for (const auto& a : Strings(c["args"])) words.push_back(a);
+      for (const std::string& word : words) {
+        const std::string path = PathOf(word);
+        if (path.empty() || path.rfind("/usr/", 0) == 0) continue;
+        INFO("path " << path);
+        CHECK(std::any_of(mounts.begin(), mounts.end(),
+                          [&path](const std::string& m) {
+                            return path == m || path.rfind(m + "/", 0) == 0;
+                          }));
+      }
+    }
+  }
+  CHECK(workloads >= 1);
+}
+
+TEST_CASE("Manifests: mounts, claims and argument paths fit together",
+          "[deploy]") {
+  std::vector<YAML::Node> docs = AllDocs(kK8sDir);
+  // The token Secret comes from the kustomization's generator (below).
+  YAML::Node secret;
+  secret["kind"] = "Secret";
+  secret["metadata"]["name"] = "ddprun-rdzv-token";
+  docs.push_back(secret);
+  CheckStorageWiring(docs);
+}
+
+// Runs `cmd` through the shell; stdout into *out. Returns the exit code.
+int Shell(const std::string& cmd, std::string* out) {
+  const fs::path file = fs::temp_directory_path() /
+                        ("ddprun_shell_" + std::to_string(::getpid()));
+  const int rc = std::system((cmd + " >" + file.string() + " 2>&1").c_str());
+  std::ifstream in(file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  fs::remove(file);
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+TEST_CASE("Manifests: the kustomization ships no token and builds with one",
+          "[deploy]") {
+  YAML::Node k = YAML::LoadFile((kK8sDir / "kustomization.yaml").string());
+  // No resource is a Secret with a value in the repository.
+  for (const auto& r : k["resources"]) {
+    for (const auto& d :
+         YAML::LoadAllFromFile((kK8sDir / r.as<std::string>()).string())) {
+      INFO(r.as<std::string>());
+      CHECK(d["kind"].as<std::string>() != "Secret");
+    }
+  }
+  // The Secret is generated from a git-ignored env file, not from literals.
+  REQUIRE(k["secretGenerator"].size() == 1);
+  YAML::Node gen = k["secretGenerator"][0];
+  CHECK(gen["name"].as<std::string>() == "ddprun-rdzv-token");
+  CHECK_FALSE(gen["literals"]);
+  REQUIRE(gen["envs"].size() == 1);
+  const std::string env_file = gen["envs"][0].as<std::string>();
+  std::ifstream ignore(fs::path(DDPRUN_SOURCE_DIR) / ".gitignore");
+  std::stringstream ignored;
+  ignored << ignore.rdbuf();
+  CHECK(ignored.str().find("/docker/k8s/" + env_file + "\n") !=
+        std::string::npos);
+
+  std::string out;
+  if (Shell("command -v kubectl", &out) != 0) {
+    WARN("skipped: kubectl not found, `kubectl kustomize` not run");
+    return;
+  }
+  char tmpl[] = "/tmp/ddprun_kustomize_XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const fs::path dir(tmpl);
+  for (const auto& entry : fs::directory_iterator(kK8sDir)) {
+    if (entry.path().extension() == ".yaml") {
+      fs::copy_file(entry.path(), dir / entry.path().filename());
+    }
+  }
+  // Without the token file the build stops (nothing deploys a known token).
+  const int without = Shell("kubectl kustomize " + dir.string(), &out);
+  CHECK(without != 0);
+  CHECK(out.find(env_file) != std::string::npos);
+  std::ofstream(dir / env_file) << "token=s3cr3t\n";
+  const int with = Shell("kubectl kustomize " + dir.string(), &out);
+  fs::remove_all(dir);
+  INFO(out);
+  REQUIRE(with == 0);
+  std::vector<YAML::Node> built = YAML::LoadAll(out);
+  YAML::Node secret = FindKind(built, "Secret");
+  CHECK(secret["metadata"]["name"].as<std::string>() == "ddprun-rdzv-token");
+  CHECK(secret["data"]["token"].as<std::string>() == "czNjcjN0");  // s3cr3t
+  // What kubectl would apply is wired together on its own.
+  CheckStorageWiring(built);
 }
 
 }  // namespace
