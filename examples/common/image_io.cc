@@ -38,17 +38,38 @@ StatusOr<torch::Tensor> ReadGrayImage(const std::string& path, int64_t size) {
   return t.contiguous();
 }
 
-Status WriteGrayPng(const std::string& path, const torch::Tensor& image) {
+namespace {
+
+// `image` ([H, W] or [1, H, W], values in [0, 1]) as contiguous uint8 [H, W].
+StatusOr<torch::Tensor> GrayBytes(const std::string& path,
+                                  const torch::Tensor& image) {
   torch::Tensor t = image.detach().to(torch::kCPU, torch::kFloat32);
   if (t.dim() == 3) t = t.squeeze(0);
   if (t.dim() != 2)
-    return InvalidArgumentError("WriteGrayPng " + path + ": expected [H,W]");
-  torch::Tensor bytes =
-      t.clamp(0, 1).mul(255.0).round().to(torch::kUInt8).contiguous();
+    return InvalidArgumentError("writing image " + path + ": expected [H,W]");
+  return t.clamp(0, 1).mul(255.0).round().to(torch::kUInt8).contiguous();
+}
+
+}  // namespace
+
+Status WriteGrayPng(const std::string& path, const torch::Tensor& image) {
+  DDP_ASSIGN_OR_RETURN(torch::Tensor bytes, GrayBytes(path, image));
   const int h = static_cast<int>(bytes.size(0)),
             w = static_cast<int>(bytes.size(1));
   if (!stbi_write_png(path.c_str(), w, h, 1, bytes.data_ptr<uint8_t>(), w)) {
     return InternalError("cannot write PNG " + path);
+  }
+  return Status::Ok();
+}
+
+Status WriteGrayJpeg(const std::string& path, const torch::Tensor& image,
+                     int quality) {
+  DDP_ASSIGN_OR_RETURN(torch::Tensor bytes, GrayBytes(path, image));
+  const int h = static_cast<int>(bytes.size(0)),
+            w = static_cast<int>(bytes.size(1));
+  if (!stbi_write_jpg(path.c_str(), w, h, 1, bytes.data_ptr<uint8_t>(),
+                      quality)) {
+    return InternalError("cannot write JPEG " + path);
   }
   return Status::Ok();
 }

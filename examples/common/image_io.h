@@ -19,4 +19,9 @@ StatusOr<torch::Tensor> ReadGrayImage(const std::string& path, int64_t size);
 // grayscale PNG. INTERNAL naming the file on failure.
 Status WriteGrayPng(const std::string& path, const torch::Tensor& image);
 
+// The same as an 8-bit grayscale baseline JPEG of `quality` (1-100); lossy,
+// so ReadGrayImage gives back values within a few levels of 255.
+Status WriteGrayJpeg(const std::string& path, const torch::Tensor& image,
+                     int quality = 95);
+
 }  // namespace ddprun::examples

@@ -22,7 +22,9 @@ class Vocabulary {
   static Vocabulary Build(const std::vector<std::string>& texts,
                           int min_count = 1);
 
-  int64_t size() const { return static_cast<int64_t>(words_.size()) + 2; }
+  // Ids in use: the words plus padding and unknown.
+  int64_t size() const { return num_words() + 2; }
+  int64_t num_words() const { return static_cast<int64_t>(words_.size()); }
   int64_t Id(const std::string& word) const;
   // Token ids of `text`, truncated or padded with kPad to `length`.
   std::vector<int64_t> Encode(const std::string& text, int64_t length) const;

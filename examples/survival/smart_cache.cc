@@ -32,21 +32,26 @@ std::vector<int64_t> SmartCache::ItemsOf(int64_t epoch) const {
 Status SmartCache::BeginEpoch(int64_t epoch) {
   JoinRefresh();
   std::map<int64_t, torch::Tensor> next;
+  EpochStats stats;
   const std::vector<int64_t> items = ItemsOf(epoch);
   for (int64_t item : items) {
     if (next.count(item)) continue;
     if (auto it = cache_.find(item); it != cache_.end()) {
       next.emplace(item, it->second);
+      ++stats.kept;
     } else if (auto p = prefetched_.find(item); p != prefetched_.end()) {
       if (!p->second.ok()) return p->second.status();
       next.emplace(item, p->second.value());
+      ++stats.prefetched;
     } else {
       StatusOr<torch::Tensor> loaded = load_(item);
       if (!loaded.ok()) return loaded.status();
       next.emplace(item, std::move(loaded).value());
+      ++stats.loaded;
     }
   }
   cache_ = std::move(next);
+  last_epoch_stats_ = stats;
   slots_ = items;
   prefetched_.clear();
   // Prefetch what epoch + 1 adds while this epoch trains.

@@ -41,6 +41,7 @@ class SmartCache {
   Status BeginEpoch(int64_t epoch);
 
   int64_t size() const { return cache_num_; }
+  int64_t replace_num() const { return replace_num_; }
   // Dataset index held in `slot` this epoch.
   int64_t ItemAt(int64_t slot) const { return slots_.at(slot); }
   const torch::Tensor& Get(int64_t slot) const {
@@ -49,6 +50,16 @@ class SmartCache {
 
   // Items loaded in the background so far (tests, logs).
   int64_t background_loads() const { return background_loads_.load(); }
+
+  // Where the items of the last BeginEpoch() came from: kept from the
+  // previous epoch's cache, prefetched by the background thread, or loaded
+  // on the calling thread (the first epoch, a resumed run).
+  struct EpochStats {
+    int64_t kept = 0;
+    int64_t prefetched = 0;
+    int64_t loaded = 0;
+  };
+  const EpochStats& last_epoch_stats() const { return last_epoch_stats_; }
 
  private:
   std::vector<int64_t> ItemsOf(int64_t epoch) const;
@@ -65,6 +76,7 @@ class SmartCache {
   std::map<int64_t, StatusOr<torch::Tensor>> prefetched_;
   std::thread refresh_;
   std::atomic<int64_t> background_loads_{0};
+  EpochStats last_epoch_stats_;
 };
 
 }  // namespace ddprun::examples

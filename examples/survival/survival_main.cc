@@ -162,7 +162,8 @@ int Train(int argc, char** argv) {
                          std::to_string(world.world_size()) + ", batch " +
                          std::to_string(opt.batch_size) + " total (" +
                          std::to_string(per_rank) + " per rank), " +
-                         std::to_string(num_workers) + " loader threads");
+                         std::to_string(num_workers) + " loader threads, " +
+                         (common.amp ? "bf16 autocast" : "fp32"));
 
   ResNet3dOptions model_options;
   model_options.depth = opt.resnet;
@@ -193,6 +194,11 @@ int Train(int argc, char** argv) {
     cache = std::make_unique<SmartCache>(
         train, cache_num, std::llround(cache_num * opt.replace_rate),
         load_volume);
+    dw::LogMain(world, "smart cache: " + std::to_string(cache->size()) +
+                           " of " + std::to_string(train.size()) +
+                           " training subjects cached, " +
+                           std::to_string(cache->replace_num()) +
+                           " replaced per epoch in the background");
   }
   TrainLoop::Config loop_config;
   loop_config.dataset_size =
@@ -252,7 +258,14 @@ int Train(int argc, char** argv) {
   };
   loop.Run<Batch>(
       [&](int64_t epoch) {
-        if (cache) OkOrThrow(cache->BeginEpoch(epoch));
+        if (!cache) return;
+        OkOrThrow(cache->BeginEpoch(epoch));
+        const SmartCache::EpochStats& s = cache->last_epoch_stats();
+        dw::LogMain(world, "smart cache epoch " + std::to_string(epoch + 1) +
+                               ": " + std::to_string(s.kept) + " kept, " +
+                               std::to_string(s.prefetched) +
+                               " prefetched in the background, " +
+                               std::to_string(s.loaded) + " loaded now");
       },
       load_batch, train_step, validate, num_workers);
   const double val_cindex = loop.last_metrics().value("val_cindex", 0.5);

@@ -41,6 +41,7 @@ StatusOr<std::vector<VqaRecord>> ReadVqaJsonl(const std::string& path,
           r.labels[k] = static_cast<float>(x);
           r.mask[k] = 1.0f;
         } else if (x == -1.0) {
+          ++r.uncertain;
           if (policy == UncertainPolicy::kIgnore) continue;
           r.labels[k] = policy == UncertainPolicy::kOnes ? 1.0f : 0.0f;
           r.mask[k] = 1.0f;
@@ -58,7 +59,7 @@ StatusOr<std::vector<VqaRecord>> ReadVqaJsonl(const std::string& path,
 }
 
 Status WriteSyntheticVqa(const std::string& dir, int64_t n, int64_t size,
-                         uint64_t seed) {
+                         uint64_t seed, bool jpeg) {
   std::error_code ec;
   std::filesystem::create_directories(dir + "/images", ec);
   if (ec)
@@ -88,9 +89,10 @@ Status WriteSyntheticVqa(const std::string& dir, int64_t n, int64_t size,
                                 .to(torch::kFloat32);
     }
     char name[32];
-    std::snprintf(name, sizeof(name), "images/%05lld.png",
-                  static_cast<long long>(i));
-    DDP_RETURN_IF_ERROR(WriteGrayPng(dir + "/" + name, image.clamp(0, 1)));
+    std::snprintf(name, sizeof(name), "images/%05lld.%s",
+                  static_cast<long long>(i), jpeg ? "jpg" : "png");
+    DDP_RETURN_IF_ERROR(jpeg ? WriteGrayJpeg(dir + "/" + name, image)
+                             : WriteGrayPng(dir + "/" + name, image));
     nlohmann::json labels = nlohmann::json::array();
     for (int k = 0; k < kCheXpertLabels; ++k) {
       const double u = unit(rng);

@@ -25,6 +25,7 @@ struct VqaRecord {
   std::vector<float> labels;  // 14 targets after the policy
   std::vector<float> mask;    // 14: 1 = counts in the loss/AUROC
   std::string where;          // "<jsonl>:<line>: " for errors about image
+  int64_t uncertain = 0;      // -1 labels on the line (before the policy)
 };
 
 // Reads the JSONL; errors name the file and line (bad JSON, missing field,
@@ -32,11 +33,12 @@ struct VqaRecord {
 StatusOr<std::vector<VqaRecord>> ReadVqaJsonl(const std::string& path,
                                               UncertainPolicy policy);
 
-// Writes `n` PNG chest-X-ray-like images (size x size) with opacities in
+// Writes `n` chest-X-ray-like images (size x size; PNG, or JPEG when `jpeg`)
+// with opacities in
 // some of the four lung quadrants, vqa.jsonl with yes/no questions about a
 // quadrant and "how many" questions, and 14 CheXpert-style labels: label i
 // follows the opacity of quadrant i % 4 (10% flipped, 10% uncertain -1).
 Status WriteSyntheticVqa(const std::string& dir, int64_t n, int64_t size,
-                         uint64_t seed);
+                         uint64_t seed, bool jpeg = false);
 
 }  // namespace ddprun::examples

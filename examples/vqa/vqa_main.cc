@@ -34,7 +34,29 @@ struct VqaOptions {
   double label_weight = 1.0;
   std::string uncertain_policy = "ignore";
   int64_t question_length = 12;
+  std::string synthetic_format = "png";
 };
+
+// "7 answers (0, 1, 2, 3, 4, no, yes)": at most 10 are named.
+std::string DescribeAnswers(const LabelSet& answers) {
+  std::string text = std::to_string(answers.size()) + " answers (";
+  for (int64_t i = 0; i < answers.size() && i < 10; ++i)
+    text += (i ? ", " : "") + answers.Label(i);
+  return text + (answers.size() > 10 ? ", ...)" : ")");
+}
+
+// What the policy did: "uncertain (-1) labels: 448, policy ignore (masked
+// out of loss and AUROC)".
+std::string DescribeUncertain(const std::vector<VqaRecord>& records,
+                              const std::string& policy) {
+  int64_t n = 0;
+  for (const VqaRecord& r : records) n += r.uncertain;
+  const std::string effect = policy == "ignore" ? "masked out of loss and AUROC"
+                             : policy == "zeros" ? "trained as negative"
+                                                 : "trained as positive";
+  return "uncertain (-1) labels: " + std::to_string(n) + ", policy " + policy +
+         " (" + effect + ")";
+}
 
 struct MicroBatch {
   torch::Tensor images, tokens, answers, labels, mask;
@@ -80,12 +102,16 @@ int Train(int argc, char** argv) {
       ->check(CLI::IsMember({"ignore", "zeros", "ones"}));
   app.add_option("--question_length", opt.question_length,
                  "Question tokens kept");
+  app.add_option("--synthetic_format", opt.synthetic_format,
+                 "Image format written by --make_synthetic: png or jpg")
+      ->check(CLI::IsMember({"png", "jpg"}));
   if (auto code = cli.Parse(argc, argv)) return *code;
   const NormKind norm = ParseNormKind(opt.norm, opt.sync_batchnorm);
   if (cli.MakeSynthetic(
           [&] {
             return WriteSyntheticVqa(common.make_synthetic, common.synthetic_n,
-                                     opt.image_size, common.seed);
+                                     opt.image_size, common.seed,
+                                     opt.synthetic_format == "jpg");
           },
           "questions", "vqa.jsonl")) {
     return 0;
@@ -127,16 +153,18 @@ int Train(int argc, char** argv) {
   const int64_t accum = opt.gradient_accumulation_steps;
   const int num_workers =
       AutoNumWorkers(common.num_workers, world.local_world_size());
-  dw::LogMain(world,
-              "vqa: " + std::to_string(train.size()) + " train / " +
-                  std::to_string(val.size()) + " val questions, " +
-                  std::to_string(answer_set.size()) + " answers, batch " +
-                  std::to_string(opt.batch_size) + " x accumulation " +
-                  std::to_string(accum) + " x world " +
-                  std::to_string(world.world_size()) + " = effective " +
-                  std::to_string(opt.batch_size * accum * world.world_size()) +
-                  ", zero " + std::to_string(opt.zero) + ", " +
-                  NormKindName(norm) + " norm");
+  dw::LogMain(
+      world, "vqa: " + std::to_string(train.size()) + " train / " +
+                 std::to_string(val.size()) + " val questions, " +
+                 DescribeAnswers(answer_set) + ", " +
+                 std::to_string(vocab.num_words()) + " question words, batch " +
+                 std::to_string(opt.batch_size) + " x accumulation " +
+                 std::to_string(accum) + " x world " +
+                 std::to_string(world.world_size()) + " = effective " +
+                 std::to_string(opt.batch_size * accum * world.world_size()) +
+                 ", zero " + std::to_string(opt.zero) + ", " +
+                 NormKindName(norm) + " norm");
+  dw::LogMain(world, DescribeUncertain(records, opt.uncertain_policy));
 
   VqaModelOptions model_options;
   model_options.vocab_size = vocab.size();

@@ -16,6 +16,7 @@
 #include "examples/common/nifti_io.h"
 #include "examples/survival/cox_loss.h"
 #include "examples/survival/smart_cache.h"
+#include "examples/vqa/vqa_data.h"
 
 namespace ddprun::examples {
 namespace {
@@ -86,6 +87,67 @@ TEST_CASE("ReadGrayImage: PNG round trip, resize, and a corrupt file",
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().message().find(dir + "/bad.png: cannot decode image") ==
         0);
+}
+
+TEST_CASE("ReadGrayImage: decodes a JPEG within a few gray levels", "[image]") {
+  const std::string dir = TempDir();
+  // Two flat halves (JPEG is exact enough away from the edge) and a ramp.
+  torch::Tensor img = torch::full({16, 32}, 0.25);
+  img.index_put_({torch::indexing::Slice(8, 16), torch::indexing::Slice()},
+                 0.75);
+  REQUIRE(WriteGrayJpeg(dir + "/a.jpg", img).ok());
+  std::ifstream in(dir + "/a.jpg", std::ios::binary);
+  char magic[3] = {};
+  in.read(magic, 3);
+  CHECK(std::string(magic, 3) == "\xff\xd8\xff");  // a JPEG, not a PNG
+  auto back = ReadGrayImage(dir + "/a.jpg", 0);
+  REQUIRE(back.ok());
+  REQUIRE(back->sizes() == torch::IntArrayRef({1, 16, 32}));
+  CHECK(back->index({0, 2, 5}).item<float>() == Approx(0.25).margin(0.02));
+  CHECK(back->index({0, 13, 20}).item<float>() == Approx(0.75).margin(0.02));
+  CHECK((*back - img).abs().mean().item<float>() < 0.02);
+
+  std::ofstream(dir + "/cut.jpg", std::ios::binary)
+      << std::string("\xff\xd8\xff\xe0", 4) << "truncated";
+  auto bad = ReadGrayImage(dir + "/cut.jpg", 0);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find(dir + "/cut.jpg: cannot decode image") ==
+        0);
+}
+
+TEST_CASE("ReadVqaJsonl: each --uncertain_policy maps -1 labels as documented",
+          "[vqa]") {
+  const std::string path = TempDir() + "/policy.jsonl";
+  // Labels: 1, 0, -1, null, then zeros.
+  std::ofstream(path) << "{\"image\": \"x.png\", \"question\": \"q?\", "
+                         "\"answer\": \"yes\", \"labels\": "
+                         "[1,0,-1,null,0,0,0,0,0,0,0,0,0,-1]}\n";
+  auto ignore = ReadVqaJsonl(path, UncertainPolicy::kIgnore);
+  auto zeros = ReadVqaJsonl(path, UncertainPolicy::kZeros);
+  auto ones = ReadVqaJsonl(path, UncertainPolicy::kOnes);
+  REQUIRE(ignore.ok());
+  REQUIRE(zeros.ok());
+  REQUIRE(ones.ok());
+  const VqaRecord& i = (*ignore)[0];
+  const VqaRecord& z = (*zeros)[0];
+  const VqaRecord& o = (*ones)[0];
+  CHECK(i.uncertain == 2);
+  // Certain labels are the same under every policy; null is always masked.
+  for (const VqaRecord* r : {&i, &z, &o}) {
+    CHECK(r->labels[0] == 1.0f);
+    CHECK(r->mask[0] == 1.0f);
+    CHECK(r->labels[1] == 0.0f);
+    CHECK(r->mask[1] == 1.0f);
+    CHECK(r->mask[3] == 0.0f);
+  }
+  CHECK(i.mask[2] == 0.0f);  // ignore: out of loss and AUROC
+  CHECK(i.mask[13] == 0.0f);
+  CHECK(z.mask[2] == 1.0f);
+  CHECK(z.labels[2] == 0.0f);
+  CHECK(o.mask[2] == 1.0f);
+  CHECK(o.labels[2] == 1.0f);
+  CHECK(o.labels[13] == 1.0f);
+  CHECK(i.image == TempDir() + "/x.png");  // relative to the JSONL
 }
 
 TEST_CASE("ConcordanceIndex: perfect, reversed, ties in risk and censoring",
@@ -164,10 +226,14 @@ TEST_CASE(
   REQUIRE(cache.BeginEpoch(0).ok());
   CHECK(cache.ItemAt(0) == 10);
   CHECK(cache.Get(3).item<float>() == 13);
+  CHECK(cache.last_epoch_stats().loaded == 4);
   REQUIRE(cache.BeginEpoch(1).ok());
   CHECK(cache.ItemAt(0) == 12);
   CHECK(cache.ItemAt(3) == 15);
   CHECK(cache.Get(3).item<float>() == 15);
+  CHECK(cache.last_epoch_stats().kept == 2);        // 12 and 13
+  CHECK(cache.last_epoch_stats().prefetched == 2);  // 14 and 15
+  CHECK(cache.last_epoch_stats().loaded == 0);
   // 14 and 15 came from the refresh thread started by BeginEpoch(0); the
   // one for epoch 2 may already be running.
   CHECK(cache.background_loads() >= 2);

@@ -8,6 +8,7 @@
 
 #include "examples/common/csv_table.h"
 #include "examples/common/jsonl_reader.h"
+#include "examples/common/vocabulary.h"
 #include "examples/common/yaml_config.h"
 
 namespace ddprun::examples {
@@ -143,6 +144,42 @@ TEST_CASE("YamlConfig: file values apply, flags override them", "[config]") {
   CHECK(ParseWith({"--config", nested}, &h) != 0);
   CHECK(ParseWith({"--config", "/nonexistent.yaml"}, &h) != 0);
   for (auto* p : {&yaml, &json, &unknown, &nested}) std::remove(p->c_str());
+}
+
+TEST_CASE("Vocabulary: ids by count then word, unknown words, padding",
+          "[vocabulary]") {
+  CHECK(Tokenize("Lesion in the UPPER-left?") ==
+        std::vector<std::string>{"lesion", "in", "the", "upper", "left"});
+  const Vocabulary v = Vocabulary::Build(
+      {"is there an opacity?", "how many opacities are there?", "is it"});
+  // "is" and "there" twice (alphabetical among equals), then once each.
+  CHECK(v.Id("is") == 2);
+  CHECK(v.Id("there") == 3);
+  CHECK(v.Id("an") == 4);
+  CHECK(v.Id("opacity") == 10);
+  CHECK(v.num_words() == 9);
+  CHECK(v.size() == 11);  // and padding, unknown
+  CHECK(v.Id("lung") == Vocabulary::kUnknown);
+  CHECK(v.Encode("Is there a lung?", 6) ==
+        std::vector<int64_t>{2, 3, Vocabulary::kUnknown, Vocabulary::kUnknown,
+                             Vocabulary::kPad, Vocabulary::kPad});
+  CHECK(v.Encode("is there is there", 3) == std::vector<int64_t>{2, 3, 2});
+  // Words seen fewer than min_count times are unknown.
+  const Vocabulary frequent = Vocabulary::Build({"a b", "a c"}, 2);
+  CHECK(frequent.num_words() == 1);
+  CHECK(frequent.Id("b") == Vocabulary::kUnknown);
+}
+
+TEST_CASE("LabelSet: the closed answer set is sorted; unseen answers are -1",
+          "[vocabulary]") {
+  const LabelSet answers = LabelSet::Build({"yes", "no", "2", "yes", "0"});
+  REQUIRE(answers.size() == 4);
+  CHECK(answers.Label(0) == "0");
+  CHECK(answers.Label(3) == "yes");
+  CHECK(answers.Index("no") == 2);
+  CHECK(answers.Index("maybe") == -1);
+  // Every rank building from the same answers gets the same indices.
+  CHECK(LabelSet::Build({"0", "2", "no", "yes"}).Index("no") == 2);
 }
 
 }  // namespace

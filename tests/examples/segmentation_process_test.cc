@@ -80,7 +80,9 @@ TEST_CASE(
       run(many + "{\"image\": \"corrupt.png\", \"mask\": \"" + data +
           "/masks/0001.png\", \"prompt\": \"x\"}\n");
   CHECK(corrupt.exit_code == 2);
-  CHECK(corrupt.output.find(dir + "/corrupt.png: cannot decode image") !=
+  // The JSONL line that names the image (line 7) and the image itself.
+  CHECK(corrupt.output.find(dir + "/p.jsonl:7: " + dir +
+                            "/corrupt.png: cannot decode image") !=
         std::string::npos);
 }
 
@@ -88,9 +90,28 @@ TEST_CASE("segmentation_trainer: --help documents the options with defaults",
           "[segmentation]") {
   CommandResult r = RunCommand(Bin("segmentation_trainer") + " --help", 30);
   REQUIRE(r.exit_code == 0);
-  for (const char* text :
-       {"--data_path", "--batch_size", "PER RANK", "--learning_rate",
-        "--no_lr_scaling", "--image_size", "64", "--config", "--resume_from"}) {
+  // Every option with its default ("=value"; flags say they are off).
+  for (const char* text : {"--data_path TEXT",
+                           "--batch_size INT:POSITIVE=8",
+                           "Batch PER RANK",
+                           "--learning_rate FLOAT=0.001",
+                           "multiplied by the world size",
+                           "--no_lr_scaling",
+                           "not scaled by the world size (off by default)",
+                           "--image_size INT:POSITIVE=64",
+                           "--width INT:POSITIVE=8",
+                           "--dice_weight FLOAT=1",
+                           "--prompt_length INT=12",
+                           "--val_fraction FLOAT:FLOAT in [0.01 - 0.9]=0.2",
+                           "--epochs INT:POSITIVE=8",
+                           "--n INT=192",
+                           "--output_dir TEXT=runs/segmentation",
+                           "--checkpoint_every INT:NONNEGATIVE=20",
+                           "--progress_interval FLOAT=5",
+                           "--config",
+                           "--resume_from",
+                           "--make_synthetic",
+                           "one epoch, for a quick check (off by default)"}) {
     CHECK(r.output.find(text) != std::string::npos);
   }
 }

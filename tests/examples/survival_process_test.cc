@@ -1,6 +1,8 @@
 // survival_trainer as a user runs it: synthetic data, a short training run
 // that must beat chance, bad files, config files, resume.
+#include <cmath>
 #include <filesystem>
+#include <regex>
 #include <string>
 
 #include <catch2/catch.hpp>
@@ -138,6 +140,68 @@ TEST_CASE("survival_trainer: config file values apply and flags override them",
   CHECK(typo.output.find("batch_sise") != std::string::npos);
 }
 
+// 96 training subjects, half of them cached: each epoch trains on 48
+// (6 steps of 8), and from the second epoch on a quarter of the cache (12)
+// arrives from the background thread.
+TEST_CASE(
+    "survival_trainer: --use_smart_cache trains each epoch on the cached "
+    "fraction, refreshed in the background",
+    "[survival][train]") {
+  const std::string out = FreshDir("survival_cache");
+  CommandResult r = RunCommand(
+      Trainer(out) +
+          " --epochs 3 --use_smart_cache --cache_rate 0.5 --replace_rate 0.25",
+      240);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.output.find("smart cache: 48 of 96 training subjects cached, 12 "
+                      "replaced per epoch in the background") !=
+        std::string::npos);
+  CHECK(r.output.find("smart cache epoch 1: 0 kept, 0 prefetched in the "
+                      "background, 48 loaded now") != std::string::npos);
+  CHECK(r.output.find("smart cache epoch 2: 36 kept, 12 prefetched in the "
+                      "background, 0 loaded now") != std::string::npos);
+  CHECK(r.output.find("smart cache epoch 3: 36 kept, 12 prefetched in the "
+                      "background, 0 loaded now") != std::string::npos);
+  auto metrics = ReadMetrics(out);
+  REQUIRE(metrics.size() == 3);
+  CHECK(metrics[0]["step"] == 6);  // without the cache: 12
+  CHECK(metrics[2]["step"] == 18);
+  for (const auto& m : metrics)
+    CHECK(std::isfinite(m["train_loss"].get<double>()));
+  CHECK(metrics.back()["val_subjects"] == 32);  // validation is not cached
+  CHECK(metrics.back()["val_cindex"].get<double>() > 0.55);
+}
+
+// bf16 autocast on CPU: the run trains as well as fp32 (finite losses,
+// metrics line, C-index beats chance by the same margin as the fp32 run
+// above), and its losses differ from the fp32 run of the same seed, so
+// autocast really changed the arithmetic.
+TEST_CASE("survival_trainer: --amp trains with bf16 autocast on CPU",
+          "[survival][train]") {
+  double loss[2] = {0, 0};
+  for (int amp = 0; amp < 2; ++amp) {
+    const std::string out = FreshDir("survival_amp" + std::to_string(amp));
+    CommandResult r =
+        RunCommand(Trainer(out) + " --epochs 3" + (amp ? " --amp" : ""), 240);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.output.find(amp ? "loader threads, bf16 autocast"
+                            : "loader threads, fp32") != std::string::npos);
+    CHECK(r.output.find("metrics {") != std::string::npos);
+    auto metrics = ReadMetrics(out);
+    REQUIRE(metrics.size() == 3);
+    loss[amp] = metrics[0]["train_loss"].get<double>();
+    for (const auto& m : metrics) {
+      CHECK(std::isfinite(m["train_loss"].get<double>()));
+      CHECK(std::isfinite(m["val_loss"].get<double>()));
+    }
+    CHECK(metrics.back()["val_subjects"] == 32);
+    CHECK(metrics.back()["val_cindex"].get<double>() > 0.62);
+  }
+  CHECK(loss[1] != loss[0]);
+}
+
 TEST_CASE("survival_trainer: --help documents every option with its default",
           "[survival]") {
   CommandResult r = RunCommand(Bin("survival_trainer") + " --help", 30);
@@ -193,6 +257,43 @@ TEST_CASE(
   CHECK(metrics.back()["world_size"] == 2);
   CHECK(metrics.back()["val_subjects"] == 32);  // gathered from both ranks
   CHECK(metrics.back()["val_cindex"].get<double>() > 0.62);
+
+  // The progress line comes from rank 0 only: ddprun prefixes local rank
+  // 0's console lines with "[default0]:". 96 training subjects / batch 8 =
+  // 12 steps per epoch; a line at least at the end of each epoch.
+  const std::vector<std::string> progress = LinesWith(r.output, " samples/s ");
+  const std::regex format(
+      R"(\[default0\]:epoch [1-3]/3 step [0-9]+/36 loss -?[0-9]+\.[0-9]{4} )"
+      R"(samples/s [0-9]+\.[0-9] eta ([0-9]{2}:[0-9]{2}:[0-9]{2}|--:--:--))");
+  REQUIRE(progress.size() >= 3);
+  for (const std::string& line : progress) {
+    INFO(line);
+    CHECK(std::regex_match(line, format));
+  }
+  const std::string epoch1 = "[default0]:epoch 1/3 step 12/36 loss ";
+  const std::string last = "[default0]:epoch 3/3 step 36/36 loss ";
+  bool epoch1_seen = false, last_seen = false;
+  for (const std::string& line : progress) {
+    if (line.rfind(epoch1, 0) == 0) {
+      epoch1_seen = true;
+      // 24 steps to go after measured ones: a real estimate, not --:--:--.
+      CHECK(line.find(" eta --:--:--") == std::string::npos);
+      CHECK(line.find(" samples/s 0.0 ") == std::string::npos);
+    }
+    if (line.rfind(last, 0) == 0) {
+      last_seen = true;
+      CHECK(line.find(" eta 00:00:00") != std::string::npos);
+    }
+  }
+  CHECK(epoch1_seen);
+  CHECK(last_seen);
+  for (const char* rank0_only :
+       {"samples/s", "metrics {", "survival: ", "done: step"}) {
+    INFO(rank0_only);
+    CHECK(!LinesWith(r.output, rank0_only).empty());
+    for (const std::string& line : LinesWith(r.output, rank0_only))
+      CHECK(line.rfind("[default0]:", 0) == 0);
+  }
 
   CommandResult odd =
       RunCommand(Launch("") + Trainer(out) + " --batch_size 7", 120);

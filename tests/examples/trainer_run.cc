@@ -13,6 +13,7 @@
 #include <future>
 #include <iterator>
 #include <map>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -82,6 +83,17 @@ std::string SyntheticData(const std::string& trainer, const std::string& args,
 
 void WriteText(const std::string& path, const std::string& text) {
   std::ofstream(path) << text;
+}
+
+std::vector<std::string> LinesWith(const std::string& output,
+                                   const std::string& needle) {
+  std::vector<std::string> lines;
+  std::istringstream in(output);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find(needle) != std::string::npos) lines.push_back(line);
+  }
+  return lines;
 }
 
 }  // namespace ddprun::examples::testing

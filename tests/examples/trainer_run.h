@@ -35,6 +35,10 @@ std::string SyntheticData(const std::string& trainer, const std::string& args,
 // Writes `text` to `path`.
 void WriteText(const std::string& path, const std::string& text);
 
+// The lines of `output` that contain `needle`, in order.
+std::vector<std::string> LinesWith(const std::string& output,
+                                   const std::string& needle);
+
 }  // namespace ddprun::examples::testing
 
 namespace ddprun::examples::testing {

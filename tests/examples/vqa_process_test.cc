@@ -1,6 +1,9 @@
 // vqa_trainer as a user runs it: synthetic PNG + JSONL data, a short run that
 // must beat chance, label errors, ZeRO 1/2 and auto-optimize under ddprun,
 // kill -9.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include <catch2/catch.hpp>
@@ -19,6 +22,20 @@ std::string Trainer(const std::string& out) {
          " --output_dir " + out + " --progress_interval 1";
 }
 
+// One JSONL line asking about `image`, all labels negative.
+std::string QuestionLine(const std::string& image) {
+  return "{\"image\": \"" + image +
+         "\", \"question\": \"q?\", \"answer\": \"yes\", \"labels\": "
+         "[0,0,0,0,0,0,0,0,0,0,0,0,0,0]}\n";
+}
+
+// A --debug run on <dir>/<file> writing to <dir>/out.
+CommandResult DebugRun(const std::string& dir, const std::string& file) {
+  return RunCommand(Bin("vqa_trainer") + " --data_path " + dir + "/" + file +
+                        " --debug --output_dir " + dir + "/out",
+                    60);
+}
+
 // Chance: mean AUROC 0.5; always answering the most common answer scores
 // about 0.35-0.4.
 TEST_CASE(
@@ -30,11 +47,128 @@ TEST_CASE(
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK(r.output.find("= effective 16, zero 0") != std::string::npos);
+  // The closed answer vocabulary of the training questions: yes/no and the
+  // opacity counts 0-4; the questions' words (is there an opacity in the
+  // upper left / how many opacities are there).
+  CHECK(
+      r.output.find("7 answers (0, 1, 2, 3, 4, no, yes), 14 question words") !=
+      std::string::npos);
   auto metrics = ReadMetrics(out);
   REQUIRE(metrics.size() == 6);
   CHECK(metrics.back()["val_questions"] == 64);
   CHECK(metrics.back()["val_mean_auroc"].get<double>() > 0.7);
   CHECK(metrics.back()["val_answer_accuracy"].get<double>() > 0.45);
+}
+
+// The synthetic data has 10% uncertain labels. Each policy is logged with
+// what it does and changes the CheXpert targets, so the training loss of the
+// same seed differs between policies.
+TEST_CASE("vqa_trainer: --uncertain_policy ignore, zeros and ones",
+          "[vqa][train]") {
+  double loss[3];
+  std::string count;
+  const char* policies[3] = {"ignore", "zeros", "ones"};
+  const char* effects[3] = {"masked out of loss and AUROC",
+                            "trained as negative", "trained as positive"};
+  for (int p = 0; p < 3; ++p) {
+    const std::string out = FreshDir(std::string("vqa_policy_") + policies[p]);
+    CommandResult r = RunCommand(
+        Trainer(out) + " --debug --uncertain_policy " + policies[p], 120);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    auto lines = LinesWith(r.output, "uncertain (-1) labels: ");
+    REQUIRE(lines.size() == 1);
+    CHECK(lines[0].find(std::string(", policy ") + policies[p] + " (" +
+                        effects[p] + ")") != std::string::npos);
+    const size_t from = lines[0].find("labels: ") + 8;
+    const std::string n =
+        lines[0].substr(from, lines[0].find(", policy") - from);
+    if (p == 0) count = n;
+    CHECK(n == count);                    // the same labels, read the same way
+    CHECK(std::stoi(n) > 320 * 14 / 20);  // ~10% of 320 x 14
+    auto metrics = ReadMetrics(out);
+    REQUIRE(metrics.size() == 1);
+    loss[p] = metrics[0]["train_loss"].get<double>();
+    CHECK(std::isfinite(loss[p]));
+    CHECK(std::isfinite(metrics[0]["val_mean_auroc"].get<double>()));
+  }
+  CHECK(loss[0] != loss[1]);
+  CHECK(loss[1] != loss[2]);
+  CHECK(loss[0] != loss[2]);
+
+  CommandResult bad = RunCommand(
+      Trainer(FreshDir("vqa_policy_bad")) + " --debug --uncertain_policy maybe",
+      60);
+  CHECK(bad.exit_code != 0);
+  CHECK(bad.output.find("--uncertain_policy") != std::string::npos);
+  CHECK(bad.output.find("maybe") != std::string::npos);
+}
+
+// JPEG images decode like PNG ones (stb): the synthetic set written as JPEG
+// trains, and a corrupt JPEG names its JSONL line and file.
+TEST_CASE("vqa_trainer: reads JPEG images", "[vqa][train]") {
+  const std::string jsonl = SyntheticData(
+      "vqa", "--n 64 --seed 7 --synthetic_format jpg", "vqa.jsonl");
+  const std::string data = std::filesystem::path(jsonl).parent_path();
+  std::ifstream image(data + "/images/00000.jpg", std::ios::binary);
+  char magic[3] = {};
+  image.read(magic, 3);
+  REQUIRE(std::string(magic, 3) == "\xff\xd8\xff");
+  CHECK(!std::filesystem::exists(data + "/images/00000.png"));
+
+  const std::string out = FreshDir("vqa_jpeg");
+  CommandResult r = RunCommand(Bin("vqa_trainer") + " --data_path " + jsonl +
+                                   " --output_dir " + out + " --debug",
+                               120);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  auto metrics = ReadMetrics(out);
+  REQUIRE(metrics.size() == 1);
+  CHECK(metrics[0]["val_questions"] == 13);  // round(64 x 0.2)
+  CHECK(std::isfinite(metrics[0]["train_loss"].get<double>()));
+
+  const std::string dir = FreshDir("vqa_bad_jpeg");
+  WriteText(dir + "/cut.jpg", "\xff\xd8\xff\xe0 truncated");
+  std::string lines;
+  for (int i = 0; i < 5; ++i)
+    lines +=
+        QuestionLine(i == 2 ? dir + "/cut.jpg" : data + "/images/00000.jpg");
+  WriteText(dir + "/j.jsonl", lines);
+  CommandResult bad = DebugRun(dir, "j.jsonl");
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.output.find(dir + "/j.jsonl:3: " + dir +
+                        "/cut.jpg: cannot decode image") != std::string::npos);
+}
+
+TEST_CASE("vqa_trainer: --help documents the options with defaults", "[vqa]") {
+  CommandResult r = RunCommand(Bin("vqa_trainer") + " --help", 30);
+  REQUIRE(r.exit_code == 0);
+  // Every option with its default ("=value"; flags say they are off).
+  for (const char* text :
+       {"--data_path TEXT",
+        "--batch_size INT:POSITIVE=16",
+        "Micro-batch per rank",
+        "--gradient_accumulation_steps INT:POSITIVE=1",
+        "--zero INT:INT in [0 - 2]=0",
+        "--auto_optimize",
+        "from the hardware table (overrides those flags) (off by default)",
+        "--target_batch INT=32",
+        "--uncertain_policy TEXT:{ignore,zeros,ones}=ignore",
+        "--norm TEXT:{group,batch}=group",
+        "--image_size INT=64",
+        "--width INT=16",
+        "--learning_rate FLOAT=0.002",
+        "--label_weight FLOAT=1",
+        "--question_length INT=12",
+        "--synthetic_format TEXT:{png,jpg}=png",
+        "--epochs INT:POSITIVE=6",
+        "--n INT=320",
+        "--output_dir TEXT=runs/vqa",
+        "Mixed precision (bf16 autocast on CPU) (off by default)",
+        "--config",
+        "--resume_from"}) {
+    CHECK(r.output.find(text) != std::string::npos);
+  }
 }
 
 TEST_CASE("vqa_trainer: bad labels fail naming the file and line",
@@ -65,16 +199,9 @@ TEST_CASE("vqa_trainer: a missing image fails naming the file and its line",
           "[vqa][errors]") {
   const std::string dir = FreshDir("vqa_noimage");
   std::string lines;
-  for (int i = 0; i < 5; ++i) {
-    lines +=
-        "{\"image\": \"none.png\", \"question\": \"q?\", \"answer\": "
-        "\"yes\", \"labels\": [0,0,0,0,0,0,0,0,0,0,0,0,0,0]}\n";
-  }
+  for (int i = 0; i < 5; ++i) lines += QuestionLine("none.png");
   WriteText(dir + "/t.jsonl", lines);
-  CommandResult r =
-      RunCommand(Bin("vqa_trainer") + " --data_path " + dir +
-                     "/t.jsonl --debug --output_dir " + dir + "/out",
-                 60);
+  CommandResult r = DebugRun(dir, "t.jsonl");
   CHECK(r.exit_code == 2);
   CHECK(r.output.find(dir + "/t.jsonl:") != std::string::npos);
   CHECK(r.output.find(": image file not found: " + dir + "/none.png") !=
