@@ -43,7 +43,9 @@ void AddCommonOptions(CLI::App* app, CommonOptions* o) {
   app->add_option(
       "--num_workers", o->num_workers,
       "Data-loader threads per rank (-1: auto from cores per local rank)");
-  app->add_flag("--amp", o->amp, "Mixed precision (bf16 autocast on CPU)");
+  app->add_flag(
+      "--amp", o->amp,
+      "Mixed precision: bf16 autocast on the CPU, or on the GPU under NCCL");
   app->add_option("--backend", o->backend,
                   "Process group backend: auto, gloo or nccl")
       ->check(CLI::IsMember({"auto", "gloo", "nccl"}));

@@ -27,7 +27,7 @@ struct CommonOptions {
   std::string resume_from;           // a checkpoint file
   bool debug = false;                // tiny subset, one epoch
   int num_workers = -1;              // data-loader threads, -1 = auto
-  bool amp = false;                  // bf16 autocast on CPU, fp16 on CUDA
+  bool amp = false;                  // bf16 autocast on the world device
   std::string backend = "auto";      // gloo, nccl or auto
   double progress_interval_s = 5.0;  // rank-0 progress line period
 };

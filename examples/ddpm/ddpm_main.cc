@@ -161,7 +161,7 @@ int Train(int argc, char** argv) {
   dw::DistributedDataParallel ddp(world, model.ptr(), ddp_options);
   auto net = [&](const torch::Tensor& x_t, const torch::Tensor& t,
                  const torch::Tensor& cond) {
-    dw::AutocastScope autocast(common.amp);
+    dw::AutocastScope autocast(common.amp, world.device());
     return model->forward(torch::cat({x_t, cond}, 1), t);
   };
 

@@ -162,7 +162,7 @@ int Train(int argc, char** argv) {
     model->train();
     torch::Tensor logits;
     {
-      dw::AutocastScope autocast(common.amp);
+      dw::AutocastScope autocast(common.amp, world.device());
       logits = model->forward(batch.images, batch.tokens);
     }
     torch::Tensor loss = DiceBceLoss(logits, batch.masks, opt.dice_weight);
@@ -183,7 +183,7 @@ int Train(int argc, char** argv) {
       ToDevice(world.device(), {&b.images, &b.masks, &b.tokens});
       torch::Tensor logits;
       {
-        dw::AutocastScope autocast(common.amp);
+        dw::AutocastScope autocast(common.amp, world.device());
         logits = model->forward(b.images, b.tokens).to(torch::kFloat32);
       }
       loss_sum += DiceBceLoss(logits, b.masks, opt.dice_weight).item<double>() *

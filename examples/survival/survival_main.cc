@@ -76,7 +76,7 @@ torch::Tensor PredictValidation(const dw::World& world, ResNet3d& model,
     ToDevice(world.device(), {&b.images, &b.time, &b.event});
     torch::Tensor risk;
     {
-      dw::AutocastScope autocast(amp);
+      dw::AutocastScope autocast(amp, world.device());
       risk = model->forward(b.images);
     }
     rows.push_back(torch::stack(
@@ -227,7 +227,7 @@ int Train(int argc, char** argv) {
     model->train();
     torch::Tensor risk;
     {
-      dw::AutocastScope autocast(common.amp);
+      dw::AutocastScope autocast(common.amp, world.device());
       risk = model->forward(batch.images);
     }
     torch::Tensor loss =

@@ -220,7 +220,7 @@ int Train(int argc, char** argv) {
   auto losses = [&](const MicroBatch& b, torch::Tensor* answer_logits,
                     torch::Tensor* label_logits) {
     {
-      dw::AutocastScope autocast(common.amp);
+      dw::AutocastScope autocast(common.amp, world.device());
       std::tie(*answer_logits, *label_logits) =
           model->forward(b.images, b.tokens);
     }

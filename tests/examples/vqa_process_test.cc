@@ -164,7 +164,7 @@ TEST_CASE("vqa_trainer: --help documents the options with defaults", "[vqa]") {
         "--epochs INT:POSITIVE=6",
         "--n INT=320",
         "--output_dir TEXT=runs/vqa",
-        "Mixed precision (bf16 autocast on CPU) (off by default)",
+        "Mixed precision: bf16 autocast on the CPU, or on the GPU under NCCL (off by default)",
         "--config",
         "--resume_from"}) {
     CHECK(r.output.find(text) != std::string::npos);

@@ -372,6 +372,14 @@ int Amp() {
                    "autocast bf16");
   }
   CHECK_OR_THROW(lin->forward(x).scalar_type() == at::kFloat, "autocast off");
+  {
+    // What the trainers use: bf16 on the world's device (CPU here).
+    w::AutocastScope scope(true, w::World().device());
+    CHECK_OR_THROW(lin->forward(x).scalar_type() == at::kBFloat16,
+                   "autocast bf16 on the world device");
+  }
+  CHECK_OR_THROW(lin->forward(x).scalar_type() == at::kFloat,
+                 "autocast off after the device scope");
   lin->forward(x).sum().mul(1000).backward();
   double norm = w::ClipGradNorm(lin->parameters(), 1.0);
   double after = 0;

@@ -38,6 +38,9 @@ AutocastScope::AutocastScope(bool enabled, const std::string& device,
   at::autocast::increment_nesting();
 }
 
+AutocastScope::AutocastScope(bool enabled, c10::Device device)
+    : AutocastScope(enabled, device.is_cuda() ? "cuda" : "cpu", "bf16") {}
+
 AutocastScope::~AutocastScope() {
   if (!enabled_) return;
   // Leaving the outermost scope drops the cast cache, as torch.autocast does.

@@ -20,6 +20,9 @@ class AutocastScope {
   // ConfigError).
   AutocastScope(bool enabled, const std::string& device = "cpu",
                 const std::string& dtype = "bf16");
+  // bf16 autocast on `device` (a World's device()): CPU or CUDA alike, and
+  // no loss scaling needed. CUDA bf16 wants compute capability >= 8.0.
+  AutocastScope(bool enabled, c10::Device device);
   ~AutocastScope();
   AutocastScope(const AutocastScope&) = delete;
   AutocastScope& operator=(const AutocastScope&) = delete;
