@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
 #include "ddprun/worker/errors.h"
+#include "torch_compat.h"
 
 namespace ddprun::worker {
 namespace {
@@ -41,7 +42,7 @@ DistributedDataParallel::DistributedDataParallel(
   if (!pg) return;  // standalone: plain backward
 
   try {
-    c10d::verify_params_across_processes(pg, impl_->params, c10::nullopt);
+    c10d::verify_params_across_processes(pg, impl_->params, {});
   } catch (const c10::Error& e) {
     throw ConfigError(std::string("DistributedDataParallel: the model differs "
                                   "between ranks: ") +
@@ -59,12 +60,15 @@ DistributedDataParallel::DistributedDataParallel(
       impl_->params, {first_cap, cap}, sparse);
   std::reverse(indices.begin(), indices.end());
   std::reverse(limits.begin(), limits.end());
-  impl_->reducer = std::make_unique<c10d::Reducer>(
-      impl_->params, std::move(indices), std::move(limits), pg, sparse,
-      static_cast<int64_t>(cap), options_.find_unused_parameters,
-      /*gradient_as_bucket_view=*/false,
-      std::unordered_map<size_t, std::string>{},
-      static_cast<int64_t>(first_cap));
+  torch_compat::ReducerArgs args;
+  args.params = impl_->params;
+  args.bucket_indices = std::move(indices);
+  args.bucket_size_limits = std::move(limits);
+  args.expect_sparse_gradients = std::move(sparse);
+  args.bucket_bytes_cap = static_cast<int64_t>(cap);
+  args.first_bucket_bytes_cap = static_cast<int64_t>(first_cap);
+  args.find_unused_parameters = options_.find_unused_parameters;
+  impl_->reducer = torch_compat::MakeReducer(std::move(args), pg);
 }
 
 DistributedDataParallel::~DistributedDataParallel() = default;

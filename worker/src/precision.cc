@@ -7,6 +7,7 @@
 #include <torch/nn/utils/clip_grad.h>
 
 #include "ddprun/worker/errors.h"
+#include "torch_compat.h"
 
 namespace ddprun::worker {
 
@@ -26,15 +27,10 @@ AutocastScope::AutocastScope(bool enabled, const std::string& device,
     throw ConfigError("autocast dtype " + dtype + " is not supported on " +
                       device + " (cpu: bf16; cuda: fp16 or bf16)");
   }
-  if (cuda_) {
-    previous_enabled_ = at::autocast::is_enabled();
-    at::autocast::set_autocast_gpu_dtype(type);
-    at::autocast::set_enabled(true);
-  } else {
-    previous_enabled_ = at::autocast::is_cpu_enabled();
-    at::autocast::set_autocast_cpu_dtype(type);
-    at::autocast::set_cpu_enabled(true);
-  }
+  const c10::DeviceType d = cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+  previous_enabled_ = torch_compat::AutocastEnabled(d);
+  torch_compat::SetAutocastDtype(d, type);
+  torch_compat::SetAutocastEnabled(d, true);
   at::autocast::increment_nesting();
 }
 
@@ -45,11 +41,8 @@ AutocastScope::~AutocastScope() {
   if (!enabled_) return;
   // Leaving the outermost scope drops the cast cache, as torch.autocast does.
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  if (cuda_) {
-    at::autocast::set_enabled(previous_enabled_);
-  } else {
-    at::autocast::set_cpu_enabled(previous_enabled_);
-  }
+  torch_compat::SetAutocastEnabled(
+      cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU, previous_enabled_);
 }
 
 GradScaler::GradScaler(World world, GradScalerOptions options)

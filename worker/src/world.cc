@@ -15,11 +15,11 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #if DDPRUN_WORKER_WITH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
 #include "ddprun/worker/errors.h"
 #include "ddprun/worker/host_allocator.h"
+#include "torch_compat.h"
 
 namespace ddprun::worker {
 
@@ -145,7 +145,9 @@ int64_t StoreBarrier(c10d::Store& store, const WorkerEnv& env,
   int64_t arrived = store.add(count_key, 1);
   int64_t generation = (arrived - 1) / env.world_size;
   const std::string done_key = "ddprun/init/done/" + std::to_string(generation);
-  if (arrived % env.world_size == 0) store.set(done_key, {'1'});
+  if (arrived % env.world_size == 0) {
+    store.set(done_key, std::vector<uint8_t>{'1'});
+  }
   try {
     store.wait({done_key}, timeout);
   } catch (const std::exception& e) {
@@ -359,19 +361,15 @@ World InitWorld(const WorkerEnv& env, const InitOptions& options) {
       impl->store);
   try {
     if (backend == "gloo") {
-      auto opts =
-          c10d::ProcessGroupGloo::Options::create(options.collective_timeout);
-      opts->devices.push_back(GlooDevice(env));
-      if (options.gloo_threads > 0) opts->threads = options.gloo_threads;
-      impl->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(
-          pg_store, env.rank, env.world_size, opts);
+      torch_compat::GlooGroupOptions gloo;
+      gloo.timeout = options.collective_timeout;
+      gloo.devices.push_back(GlooDevice(env));
+      gloo.threads = options.gloo_threads;
+      impl->pg = torch_compat::MakeGlooGroup(pg_store, env.rank,
+                                             env.world_size, gloo);
     } else {
-#if DDPRUN_WORKER_WITH_CUDA
-      auto opts = c10d::ProcessGroupNCCL::Options::create();
-      opts->timeout = options.collective_timeout;
-      impl->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(
-          pg_store, env.rank, env.world_size, opts);
-#endif
+      impl->pg = torch_compat::MakeNcclGroup(
+          pg_store, env.rank, env.world_size, options.collective_timeout);
     }
   } catch (const std::exception& e) {
     throw CollectiveError("cannot create the " + backend +
