@@ -1,7 +1,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 #include <csignal>
 #include <cstdlib>
 #include <fstream>

@@ -2,7 +2,7 @@
 // user would see: ranks and environment, restarts, exit codes, the failure
 // table, log files, signals, and that no worker survives the agent.
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -1,7 +1,7 @@
 // The elastic loop driven by hand: a manual event loop on a FakeClock, a fake
 // process launcher and a fake rendezvous. Nothing sleeps.
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include <stdlib.h>
 

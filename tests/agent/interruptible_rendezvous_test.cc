@@ -3,7 +3,7 @@
 // cut a call short while workers run. The exit path ends the process, so the
 // blocked cases run in a forked child and the parent checks its exit code.
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include <signal.h>
 #include <sys/wait.h>

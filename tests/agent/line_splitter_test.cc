@@ -1,4 +1,4 @@
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include <stdlib.h>
 #include <unistd.h>

@@ -1,6 +1,6 @@
 #include "agent/log_line_prefix.h"
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 #include <string>
 
 namespace ddprun::agent {

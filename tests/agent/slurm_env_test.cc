@@ -1,7 +1,7 @@
 // SLURM host lists and the defaults ddprun takes from `srun`'s environment.
 #include "agent/slurm_env.h"
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 #include <map>
 #include <string>
 #include <vector>

@@ -1,7 +1,7 @@
 // The hang watchdog's state machine on a manual loop and a fake probe (no
 // sleeps), and the real /proc probe on a real stopped child.
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -1,6 +1,6 @@
 #include "tests/chaos/chaos_job.h"
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 namespace ddprun::chaos {
 

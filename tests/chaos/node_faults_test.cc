@@ -3,7 +3,7 @@
 // and restarted, and one node's network link cut and restored (network
 // namespaces, root only).
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include <signal.h>
 #include <unistd.h>

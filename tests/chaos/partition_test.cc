@@ -4,7 +4,7 @@
 // touches the root namespace's interfaces or routes). Node b's link goes
 // down mid-training and comes back. Needs root and `ip`; skipped otherwise.
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include <unistd.h>
 

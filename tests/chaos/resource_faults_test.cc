@@ -2,7 +2,7 @@
 // root only), and 20 consecutive worker failures must not leak descriptors,
 // listening sockets, threads or processes in the agent.
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -3,7 +3,7 @@
 // --watchdog_timeout). The job must finish with the uninterrupted result,
 // losing at most one checkpoint interval, and leave no process behind.
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include <signal.h>
 

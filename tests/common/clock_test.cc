@@ -1,6 +1,6 @@
 #include <chrono>
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include "common/clock.h"
 

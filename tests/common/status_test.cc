@@ -1,6 +1,6 @@
 #include <cerrno>
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include "common/status.h"
 #include "common/status_or.h"

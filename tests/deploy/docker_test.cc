@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include "tests/deploy/dockerfile.h"
 #include "tests/multinode/multinode_util.h"

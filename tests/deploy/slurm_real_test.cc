@@ -7,7 +7,7 @@
 #include <regex>
 #include <string>
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include "tests/deploy/loopback_namespace.h"
 #include "tests/deploy/slurm_cluster.h"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include "agent/cli_parser.h"
 

@@ -8,7 +8,7 @@
 #include <torch/torch.h>
 // glog (through Torch) defines CHECK; Catch's must win in this file.
 #undef CHECK
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include "examples/common/batch_loader.h"
 #include "examples/common/image_io.h"

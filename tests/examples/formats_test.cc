@@ -4,7 +4,7 @@
 #include <fstream>
 #include <string>
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include "examples/common/csv_table.h"
 #include "examples/common/jsonl_reader.h"

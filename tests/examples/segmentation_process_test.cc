@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <string>
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include "tests/examples/trainer_run.h"
 

@@ -5,7 +5,7 @@
 #include <regex>
 #include <string>
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include "tests/examples/trainer_run.h"
 

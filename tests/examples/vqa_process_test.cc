@@ -6,7 +6,7 @@
 #include <fstream>
 #include <string>
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include "tests/examples/trainer_run.h"
 

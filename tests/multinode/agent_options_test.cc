@@ -4,7 +4,7 @@
 // in how long a finished node waits, join_timeout's message on every agent,
 // and a spare's exit when the job succeeds without it.
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include <algorithm>
 #include <chrono>

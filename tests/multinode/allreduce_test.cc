@@ -2,7 +2,7 @@
 // all-reduce across 4 ranks: through an external ddprun-rendezvous, through
 // the rendezvous one agent hosts (is_host), and in static mode.
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include <nlohmann/json.hpp>
 

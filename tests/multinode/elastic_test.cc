@@ -3,7 +3,7 @@
 // timed): a late joiner, kill -9 of an agent, kill -9 and restart of the
 // server, worker failures and an exhausted restart budget.
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include <signal.h>
 

@@ -2,7 +2,7 @@
 // loopback: torchrun's is_host rule, tokens, static node ranks, and signals
 // while an agent is blocked in the exit barrier.
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include <signal.h>
 

@@ -4,7 +4,7 @@
 // namespaces: nothing touches the root namespace's interfaces or routes).
 // Needs root and `ip netns`; skipped with a message otherwise.
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include <unistd.h>
 

@@ -1,6 +1,6 @@
 // The real thing on loopback: RendezvousServer on 127.0.0.1:0 and
 // GrpcRendezvousClient agents as threads.
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include <unistd.h>
 #include <atomic>

@@ -1,6 +1,6 @@
 // kill -9 of one agent process: the survivors re-rendezvous within the
 // issue's 5 s target, with default heartbeat settings (1 s / 3 s).
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include <fcntl.h>
 #include <poll.h>

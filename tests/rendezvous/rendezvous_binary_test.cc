@@ -1,5 +1,5 @@
 // The ddprun-rendezvous executable as a user runs it, and TLS on loopback.
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include <fcntl.h>
 #include <poll.h>

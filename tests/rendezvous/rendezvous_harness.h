@@ -2,7 +2,7 @@
 
 // Test helper shared by the RendezvousState unit tests: simulated agents on
 // a FakeClock. Header-only; test code only.
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include <functional>
 #include <map>

@@ -1,6 +1,6 @@
 // Abuse limits (per-job nodes, jobs, Join/Heartbeat rates) and the bad-host
 // policy of RendezvousState, driven by a FakeClock: no gRPC, no sleeps.
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include <map>
 #include <string>

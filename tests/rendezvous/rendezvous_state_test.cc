@@ -1,7 +1,7 @@
 // The rendezvous state machine, driven by a FakeClock: no gRPC, no sleeps.
 // The first cases mirror the rows of torch's c10d join table
 // (_RendezvousJoinOp, reference/torchrun-contract.md section 3).
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include <map>
 #include <string>

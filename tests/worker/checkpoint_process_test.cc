@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include "ddprun/worker/errors.h"
 #include "tests/worker/rank_process.h"

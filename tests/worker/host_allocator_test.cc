@@ -8,7 +8,7 @@
 #include <map>
 #include <string>
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include "ddprun/worker/host_allocator.h"
 #include "tests/worker/map_env.h"

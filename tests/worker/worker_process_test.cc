@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include "ddprun/worker/errors.h"
 #include "ddprun/worker/hardware.h"

@@ -5,7 +5,7 @@
 #include <string>
 #include <thread>
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include "ddprun/worker/env.h"
 #include "ddprun/worker/hardware.h"
