@@ -27,6 +27,7 @@
 
 #include "ddprun/worker/sync_batch_norm.h"
 #include "ddprun/worker/worker.h"
+#include "worker/src/torch_compat.h"
 
 namespace w = ddprun::worker;
 
@@ -422,7 +423,9 @@ int HostStore(int port, int seconds) {
   o.port = static_cast<uint16_t>(port);
   o.isServer = true;
   o.waitWorkers = false;
-  c10d::TCPStore store("127.0.0.1", o);
+  // Through the worker's compatibility layer: Torch >= 2.4 would otherwise
+  // ask for a libuv server that Debian's 2.6 does not have.
+  auto store = w::torch_compat::MakeTcpStore("127.0.0.1", o);
   std::printf("store up\n");
   std::fflush(stdout);
   sleep(seconds);

@@ -1,5 +1,7 @@
 #include "torch_compat.h"
 
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <type_traits>
 #include <unordered_map>
@@ -8,6 +10,7 @@
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 #include <torch/version.h>
 #if DDPRUN_WORKER_WITH_CUDA
@@ -42,6 +45,41 @@ c10::intrusive_ptr<PG> NewProcessGroup(
   } else {
     auto options = c10::make_intrusive<typename PG::Options>(backend, timeout);
     return c10::make_intrusive<PG>(store, rank, size, options);
+  }
+}
+
+template <typename T, typename = void>
+struct HasUseLibUv : std::false_type {};
+template <typename T>
+struct HasUseLibUv<T, std::void_t<decltype(std::declval<T&>().useLibUV)>>
+    : std::true_type {};
+
+// Python's rule (torch.distributed.rendezvous): libuv unless USE_LIBUV says
+// otherwise.
+bool LibUvWanted() {
+  const char* v = std::getenv("USE_LIBUV");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
+template <typename Options = c10d::TCPStoreOptions>
+c10::intrusive_ptr<c10d::TCPStore> NewTcpStore(const std::string& host,
+                                               Options options) {
+  if constexpr (!HasUseLibUv<Options>::value) {
+    return c10::make_intrusive<c10d::TCPStore>(host, options);
+  } else {
+    options.useLibUV = options.useLibUV && LibUvWanted();
+    try {
+      return c10::make_intrusive<c10d::TCPStore>(host, options);
+    } catch (const c10::Error& e) {
+      // "use_libuv was requested but PyTorch was build without libuv
+      // support": checked before any socket is opened, so a retry is clean.
+      if (!options.useLibUV ||
+          std::strstr(e.what(), "without libuv") == nullptr) {
+        throw;
+      }
+      options.useLibUV = false;
+      return c10::make_intrusive<c10d::TCPStore>(host, options);
+    }
   }
 }
 
@@ -150,6 +188,11 @@ std::string TorchVersion() {
   return std::to_string(TORCH_VERSION_MAJOR) + "." +
          std::to_string(TORCH_VERSION_MINOR) + "." +
          std::to_string(TORCH_VERSION_PATCH);
+}
+
+c10::intrusive_ptr<c10d::TCPStore> MakeTcpStore(
+    const std::string& host, const c10d::TCPStoreOptions& options) {
+  return NewTcpStore(host, options);
 }
 
 PgPtr MakeGlooGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank,

@@ -33,6 +33,8 @@ namespace c10d {
 class ProcessGroup;
 class Reducer;
 class Store;
+class TCPStore;
+struct TCPStoreOptions;
 }  // namespace c10d
 namespace gloo::transport {
 class Device;
@@ -42,6 +44,13 @@ namespace ddprun::worker::torch_compat {
 
 // "MAJOR.MINOR.PATCH" of the LibTorch headers this was compiled against.
 std::string TorchVersion();
+
+// A c10d::TCPStore. Torch >= 2.4 serves it with libuv by default, and
+// refuses to start where LibTorch was built without libuv (Debian's 2.6):
+// like Python, USE_LIBUV=0 turns libuv off, and where it is missing the
+// classic server is used instead of failing. Throws what TCPStore throws.
+c10::intrusive_ptr<c10d::TCPStore> MakeTcpStore(
+    const std::string& host, const c10d::TCPStoreOptions& options);
 
 struct GlooGroupOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(1800)};

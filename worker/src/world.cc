@@ -338,7 +338,7 @@ World InitWorld(const WorkerEnv& env, const InitOptions& options) {
     so.waitWorkers = false;  // StoreBarrier below reports missing peers
     so.isServer = !env.use_agent_store && env.rank == 0;
     if (so.isServer) so.numWorkers = static_cast<size_t>(env.world_size);
-    auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+    auto tcp = torch_compat::MakeTcpStore(env.master_addr, so);
     if (env.use_agent_store) {
       impl->store = c10::make_intrusive<c10d::PrefixStore>(
           "/worker/attempt_" + std::to_string(env.restart_count), tcp);
