@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Compiles every worker/ and examples/ source of a build against other
+LibTorch headers (syntax only: no libraries needed), e.g. the headers of the
+PyTorch 2.11.0+cu130 wheel in ../shared/gpu-kit, with the CUDA/NCCL paths on
+when CUDA headers are present.
+
+Each translation unit is compiled with the exact flags of the build's
+compile_commands.json, with the build's Torch include directories swapped for
+the kit's and the precompiled header left out. Exit 0 when all pass, 1 when
+one fails (its errors are printed), 77 (skip) when the kit is absent.
+
+  check_libtorch_headers.py --build BUILD --source SRC --kit KIT.tar.xz
+      [--cuda-include /usr/local/cuda/include] [--jobs 2]
+"""
+
+import argparse
+import concurrent.futures
+import hashlib
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tarfile
+import time
+
+SKIP = 77
+# LibTorch headers found outside the kit (the system's, another version).
+FOREIGN = re.compile(r"^/usr/(local/)?include/(ATen|c10|caffe2|torch)/")
+
+
+def unpack(kit, dest):
+    """Unpacks the kit once per kit content (a stamp holds its digest)."""
+    digest = hashlib.sha256()
+    with open(kit, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    stamp = os.path.join(dest, ".stamp")
+    if os.path.exists(stamp) and open(stamp).read() == digest.hexdigest():
+        return
+    os.makedirs(dest, exist_ok=True)
+    with tarfile.open(kit) as tar:
+        tar.extractall(dest)
+    with open(stamp, "w") as f:
+        f.write(digest.hexdigest())
+
+
+def is_torch_include(path):
+    """The build's own LibTorch include directories (replaced by the kit's)."""
+    return path.endswith("/torch/csrc/api/include") or (
+        os.path.isdir(os.path.join(path, "ATen")) and
+        os.path.isdir(os.path.join(path, "c10")))
+
+
+def rewrite(command, kit_include, cuda_include):
+    """The build's compile command, made a syntax-only compile against the
+    kit. Returns the argument list."""
+    # worker/src/shim stands in for a header Debian's LibTorch 1.13 lacks;
+    # with a kit that has the header it must not shadow it.
+    has_context = os.path.isfile(os.path.join(
+        kit_include, "torch/csrc/distributed/autograd/context/context.h"))
+    args = shlex.split(command)
+    if os.path.basename(args[0]) == "ccache":
+        args = args[1:]
+    # -H lists every header opened, so a fall-back to another LibTorch on
+    # the default include path (Debian's in /usr/include) is caught.
+    out = [args[0], "-fsyntax-only", "-H",
+           "-isystem", kit_include,
+           "-isystem", os.path.join(kit_include, "torch/csrc/api/include")]
+    if cuda_include:
+        out += ["-isystem", cuda_include, "-DUSE_C10D_NCCL"]
+    i = 1
+    while i < len(args):
+        a = args[i]
+        if a in ("-o", "-MF", "-MT"):
+            i += 2
+            continue
+        if a in ("-c", "-MD", "-MMD", "-Winvalid-pch"):
+            i += 1
+            continue
+        # The precompiled header was built from the other LibTorch.
+        if a == "-include" and "cmake_pch" in args[i + 1]:
+            i += 2
+            continue
+        if a in ("-I", "-isystem") and is_torch_include(args[i + 1]):
+            i += 2
+            continue
+        if a.startswith("-I") and len(a) > 2 and is_torch_include(a[2:]):
+            i += 1
+            continue
+        if has_context and a.startswith("-I") and a.endswith("/src/shim"):
+            i += 1
+            continue
+        if a.startswith("-DDDPRUN_WORKER_WITH_CUDA="):
+            a = "-DDDPRUN_WORKER_WITH_CUDA=%d" % (1 if cuda_include else 0)
+        out.append(a)
+        i += 1
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--build", required=True)
+    p.add_argument("--source", required=True)
+    p.add_argument("--kit", required=True)
+    p.add_argument("--cuda-include", default="/usr/local/cuda/include")
+    p.add_argument("--jobs", type=int, default=2)
+    a = p.parse_args()
+    a.build, a.source, a.kit = (os.path.abspath(x)
+                                for x in (a.build, a.source, a.kit))
+
+    if not os.path.isfile(a.kit):
+        print("skipped: no LibTorch header kit at %s" % a.kit)
+        return SKIP
+    cuda = a.cuda_include if os.path.isfile(
+        os.path.join(a.cuda_include, "cuda_runtime_api.h")) else None
+    dest = os.path.join(a.build, "_deps", "libtorch-kit-headers")
+    unpack(a.kit, dest)
+    kit_include = os.path.join(dest, "include")
+    if not os.path.isdir(os.path.join(kit_include, "torch")):
+        print("error: %s has no include/torch" % a.kit)
+        return 1
+
+    with open(os.path.join(a.build, "compile_commands.json")) as f:
+        entries = json.load(f)
+    roots = [os.path.join(os.path.realpath(a.source), d) + os.sep
+             for d in ("worker", "examples")]
+    units = sorted({(e["file"], e["directory"], e["command"])
+                    for e in entries
+                    if any(os.path.realpath(e["file"]).startswith(r)
+                           for r in roots)})
+    if not units:
+        print("error: no worker/ or examples/ sources in %s" % a.build)
+        return 1
+    print("checking %d sources against %s (%s)" %
+          (len(units), os.path.basename(a.kit),
+           "CUDA and NCCL paths on, CUDA headers " + cuda if cuda
+           else "CPU paths only: no CUDA headers at " + a.cuda_include))
+
+    def check(unit):
+        path, directory, command = unit
+        t0 = time.monotonic()
+        r = subprocess.run(rewrite(command, kit_include, cuda), cwd=directory,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+        headers = [l.lstrip(".").strip() for l in r.stdout.splitlines()
+                   if l.startswith(".")]
+        foreign = [h for h in headers if FOREIGN.match(os.path.normpath(h))]
+        output = "\n".join(l for l in r.stdout.splitlines()
+                           if not l.startswith(".") and
+                           not l.startswith("Multiple include guards") and
+                           not l.startswith("/"))
+        if foreign and r.returncode == 0:
+            output = ("included a header of the build's own LibTorch instead "
+                      "of the kit's: " + foreign[0])
+            return path, 1, output, time.monotonic() - t0
+        return path, r.returncode, output, time.monotonic() - t0
+
+    failed = 0
+    with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
+        for path, rc, output, secs in pool.map(check, units):
+            rel = os.path.relpath(path, a.source)
+            print("%-4s %5.1f s  %s" % ("ok" if rc == 0 else "FAIL", secs, rel))
+            if rc != 0:
+                failed += 1
+                print(output)
+    print("%d of %d sources compile against %s" %
+          (len(units) - failed, len(units), os.path.basename(a.kit)))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
