@@ -108,6 +108,16 @@ std::vector<FlagSpec> MakeFlags() {
        "--max_restarts lasts. Choose more than the longest step or "
        "checkpoint.",
        false, false},
+      {"torch_version", 0, kV, "VERSION", "detected from the workers' torch",
+       "ddprun addition: the torch version the workers run (e.g. 2.6 or "
+       "1.13), which decides what torchrun of that version would give them: "
+       "TORCH_NCCL_ASYNC_ERROR_HANDLING from 2.2 (NCCL_ASYNC_ERROR_HANDLING "
+       "before), TORCHELASTIC_SIGNALS_TO_HANDLE from 2.9, --local-rank from "
+       "2.0 (--local_rank before) for torch.distributed.launch. Detected "
+       "without importing torch: the torch package on the sys.path of "
+       "$PYTHON_EXEC (asked once, cached), or the LibTorch a compiled "
+       "entrypoint links; when none is found, the newest torch.",
+       false, false},
       {"virtual_local_rank", 0, kB, nullptr, "off",
        "Give every worker LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES=<its GPU>.",
        false, false},

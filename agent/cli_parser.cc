@@ -476,6 +476,10 @@ StatusOr<CommandLine> ParseCommandLine(
   DDP_RETURN_IF_ERROR(FillAddressing(v, &o));
   DDP_RETURN_IF_ERROR(FillShutdown(v, env, &o));
   DDP_ASSIGN_OR_RETURN(o.virtual_local_rank, v.Bool("virtual_local_rank"));
+  if (const RawValue* tv = v.Find("torch_version")) {
+    DDP_ASSIGN_OR_RETURN(o.torch_version,
+                         ParseTorchVersion(tv->source, tv->text));
+  }
   DDP_RETURN_IF_ERROR(CheckNoEffectFlags(v, &cl.warnings));
   DDP_RETURN_IF_ERROR(FillEntrypoint(v, tokens, env, &o));
   return cl;

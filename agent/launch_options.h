@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "agent/torch_version.h"
+
 namespace ddprun::agent {
 
 // Which standard streams of a worker go to files (redirect) or to files and
@@ -83,9 +85,17 @@ struct LaunchOptions {
   // kills it as hung. 0 = off.
   double watchdog_timeout_s = 0;
 
+  // The torch the workers run: --torch_version, else (filled in by main()
+  // before the agent starts) what DetectWorkerTorchVersion() finds. It picks
+  // the NCCL error-handling variable, TORCHELASTIC_SIGNALS_TO_HANDLE and the
+  // legacy --local-rank spelling as that torch's launchers do; unknown =
+  // the newest torch.
+  TorchVersion torch_version;
+
   // Legacy torch.distributed.launch behaviour (ddprun-launch or --legacy).
   bool legacy_launch = false;
-  bool use_env = false;  // legacy: if false, "--local_rank=N" is appended
+  bool use_env = false;  // legacy: if false, "--local-rank=N" (torch >= 2.0)
+                         // or "--local_rank=N" is appended
 
   // What to run and its arguments, passed through untouched.
   std::string entrypoint;

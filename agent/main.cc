@@ -23,8 +23,10 @@
 #include "agent/elastic_agent.h"
 #include "agent/interruptible_rendezvous.h"
 #include "agent/log_dir.h"
+#include "agent/python_sys_path.h"
 #include "agent/rendezvous_factory.h"
 #include "agent/signal_watcher.h"
+#include "agent/torch_version_probe.h"
 #include "agent/worker_env.h"
 #include "common/logging.h"
 #include "rendezvous/rdzv_conf.h"
@@ -86,6 +88,22 @@ int Run(int argc, char** argv) {
     loop.Post([agent, sig] { agent->OnSignal(sig); });
   });
   if (!watching.ok()) DDP_LOG(WARNING) << watching.message();
+
+  if (!options.torch_version.known()) {
+    // Cached: a launch after the first costs a few stat() calls.
+    TorchProbeOptions probe;
+    probe.cache_dir = DefaultCacheDir(env);
+    std::string why;
+    options.torch_version = DetectWorkerTorchVersion(options, env, probe, &why);
+    if (options.torch_version.known()) {
+      DDP_LOG(DEBUG) << "workers run torch " << options.torch_version.text
+                     << " (" << options.torch_version.source << ")";
+    } else {
+      DDP_LOG(DEBUG) << "torch version of the workers unknown (" << why
+                     << "): giving them what the newest torchrun does; "
+                        "--torch_version sets it";
+    }
+  }
 
   StatusOr<RendezvousSetup> setup = MakeRendezvous(options, env);
   if (!setup.ok()) {

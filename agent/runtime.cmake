@@ -11,13 +11,17 @@ add_library(ddprun_agent STATIC
   ${CMAKE_CURRENT_LIST_DIR}/boost_process_launcher.cc
   ${CMAKE_CURRENT_LIST_DIR}/console.cc
   ${CMAKE_CURRENT_LIST_DIR}/elastic_agent.cc
+  ${CMAKE_CURRENT_LIST_DIR}/elf_deps.cc
   ${CMAKE_CURRENT_LIST_DIR}/failure_report.cc
   ${CMAKE_CURRENT_LIST_DIR}/interruptible_rendezvous.cc
   ${CMAKE_CURRENT_LIST_DIR}/line_splitter.cc
   ${CMAKE_CURRENT_LIST_DIR}/local_rendezvous_client.cc
   ${CMAKE_CURRENT_LIST_DIR}/log_dir.cc
+  ${CMAKE_CURRENT_LIST_DIR}/python_sys_path.cc
+  ${CMAKE_CURRENT_LIST_DIR}/run_capture.cc
   ${CMAKE_CURRENT_LIST_DIR}/signal_names.cc
   ${CMAKE_CURRENT_LIST_DIR}/signal_watcher.cc
+  ${CMAKE_CURRENT_LIST_DIR}/torch_version_probe.cc
   ${CMAKE_CURRENT_LIST_DIR}/worker_env.cc
   ${CMAKE_CURRENT_LIST_DIR}/worker_output.cc
   ${CMAKE_CURRENT_LIST_DIR}/worker_watchdog.cc

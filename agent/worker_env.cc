@@ -1,8 +1,8 @@
 #include "agent/worker_env.h"
 
 #include <csignal>
-#include <fstream>
 
+#include "agent/elf_deps.h"
 #include "agent/signal_names.h"
 
 extern char** environ;
@@ -26,14 +26,6 @@ std::vector<std::string> SplitCommas(const std::string& s) {
     start = end + 1;
   }
   return out;
-}
-
-// True when `path` starts with the ELF magic: Python could only fail on it.
-bool IsElfFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char magic[4] = {0, 0, 0, 0};
-  return in.read(magic, 4) && magic[0] == 0x7f && magic[1] == 'E' &&
-         magic[2] == 'L' && magic[3] == 'F';
 }
 
 const std::vector<int>& DefaultSignals() {
@@ -75,12 +67,15 @@ EnvMap BuildWorkerEnv(const LaunchOptions& options,
   env["TORCHELASTIC_RUN_ID"] = run_id;
   env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
   env["TORCHELASTIC_ERROR_FILE"] = error_file;
-  env["TORCHELASTIC_SIGNALS_TO_HANDLE"] =
-      SignalListString(options.signals_to_handle);
-  env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] =
-      InheritedOr(parent_env, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
-  env["NCCL_ASYNC_ERROR_HANDLING"] =
-      InheritedOr(parent_env, "NCCL_ASYNC_ERROR_HANDLING", "1");
+  // What torchrun of the workers' torch version sets, and nothing more: torch
+  // >= 2.2 warns on every rank when the old NCCL name is set.
+  const TorchVersion& torch = options.torch_version;
+  if (ExportsSignalsToHandle(torch)) {
+    env["TORCHELASTIC_SIGNALS_TO_HANDLE"] =
+        SignalListString(options.signals_to_handle);
+  }
+  const std::string nccl = NcclAsyncErrorHandlingVar(torch);
+  env[nccl] = InheritedOr(parent_env, nccl, "1");
   if (NeedsOmpDefault(options, parent_env)) env["OMP_NUM_THREADS"] = "1";
   if (options.virtual_local_rank) {
     auto it = parent_env.find("CUDA_VISIBLE_DEVICES");
@@ -113,7 +108,8 @@ std::vector<std::string> BuildWorkerArgv(const LaunchOptions& options,
     argv.push_back(options.entrypoint);
   }
   if (options.legacy_launch && !options.use_env) {
-    argv.push_back("--local_rank=" + std::to_string(local_rank));
+    argv.push_back(std::string(LegacyLocalRankFlag(options.torch_version)) +
+                   "=" + std::to_string(local_rank));
   }
   argv.insert(argv.end(), options.entrypoint_args.begin(),
               options.entrypoint_args.end());

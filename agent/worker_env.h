@@ -15,8 +15,10 @@ using EnvMap = std::map<std::string, std::string>;
 // (contract §2): `parent_env` plus RANK, LOCAL_RANK, GROUP_RANK, ROLE_RANK,
 // ROLE_NAME, LOCAL_WORLD_SIZE, WORLD_SIZE, GROUP_WORLD_SIZE, ROLE_WORLD_SIZE,
 // MASTER_ADDR, MASTER_PORT, TORCHELASTIC_{RESTART_COUNT, MAX_RESTARTS, RUN_ID,
-// USE_AGENT_STORE, ERROR_FILE, SIGNALS_TO_HANDLE},
-// {TORCH_,}NCCL_ASYNC_ERROR_HANDLING (inherited, else "1"), OMP_NUM_THREADS
+// USE_AGENT_STORE, ERROR_FILE}, and what torchrun of options.torch_version
+// adds (agent/torch_version.h): TORCHELASTIC_SIGNALS_TO_HANDLE (>= 2.9) and
+// TORCH_NCCL_ASYNC_ERROR_HANDLING (>= 2.2) or NCCL_ASYNC_ERROR_HANDLING
+// (inherited, else "1"), never both; OMP_NUM_THREADS
 // (inherited, else "1" when nproc_per_node > 1) and, with
 // --virtual_local_rank, LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES = the
 // local_rank-th entry of the parent's list (or the local rank when unset).
@@ -29,7 +31,9 @@ EnvMap BuildWorkerEnv(const LaunchOptions& options,
 
 // The worker command line: `$PYTHON_EXEC|python3 -u [-m] entrypoint`, or the
 // entrypoint itself with --no_python; legacy launch mode without --use_env
-// adds `--local_rank=N` before the entrypoint's own arguments (as 1.13).
+// adds `--local-rank=N` (torch >= 2.0, or unknown) or `--local_rank=N`
+// before the entrypoint's own arguments, as that torch's
+// torch.distributed.launch does.
 // ddprun addition: an entrypoint that is an ELF binary (e.g. a C++ trainer)
 // is executed directly even without --no_python, where torchrun would hand
 // it to Python and fail. Reads the entrypoint's first 4 bytes.

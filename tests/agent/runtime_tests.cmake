@@ -8,6 +8,7 @@ add_executable(agent_runtime_test
   ${CMAKE_CURRENT_LIST_DIR}/interruptible_rendezvous_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/line_splitter_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/local_rendezvous_client_test.cc
+  ${CMAKE_CURRENT_LIST_DIR}/torch_version_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/worker_env_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/worker_watchdog_test.cc
 )

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""torchrun compatibility tests: ddprun next to Debian's torchrun 1.13.
+"""torchrun compatibility tests: ddprun next to the torchrun of $PYTHON_EXEC.
 
 Usage: compat_test.py CASE --ddprun BIN --shared DIR
 Cases:
@@ -16,8 +16,16 @@ Cases:
                    torchrun (time, host, pid, log dir masked)
   failure_record   the same through torch's @record (error file traceback)
 
-Exit 0 = pass, 1 = fail (with the reason), 77 = skipped (no torch in
-/usr/bin/python3). Every launch runs under a deadline.
+The interpreter (for torchrun and for the workers of both launchers) is
+$PYTHON_EXEC, default /usr/bin/python3 (Debian's torch 1.13). The
+expectations follow the torch version it reports, so the same cases run
+against any torchrun: ddprun must set exactly the variables that torchrun
+sets, e.g. NCCL_ASYNC_ERROR_HANDLING under torch < 2.2 and
+TORCH_NCCL_ASYNC_ERROR_HANDLING from 2.2, and `--local_rank` / `--local-rank`
+(torch >= 2.0) under torch.distributed.launch.
+
+Exit 0 = pass, 1 = fail (with the reason), 77 = skipped (no torch in the
+interpreter). Every launch runs under a deadline.
 """
 import argparse
 import json
@@ -25,12 +33,15 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-PYTHON = "/usr/bin/python3"  # Debian's torch lives here
+# Debian's torch lives in /usr/bin/python3; the torch 2.x legs point
+# PYTHON_EXEC at another interpreter.
+PYTHON = os.environ.get("PYTHON_EXEC") or "/usr/bin/python3"
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAUNCH_TIMEOUT_S = 120
 SKIP = 77
@@ -40,16 +51,14 @@ VARYING = {"MASTER_PORT", "TORCHELASTIC_ERROR_FILE"}
 # Set by the Python interpreter itself (PEP 538 locale coercion), not by a
 # launcher.
 INTERPRETER_SET = {"LC_CTYPE"}
-# Names newer torchrun versions export that 1.13 does not: ddprun may add
-# them. Anything else extra is a failure.
-NEWER_TORCHRUN = {"TORCH_NCCL_ASYNC_ERROR_HANDLING",
-                  "TORCHELASTIC_SIGNALS_TO_HANDLE"}
-# Per-rank values that must be identical under both launchers.
+# Per-rank values that must be identical under both launchers (absent under
+# both counts as identical).
 LAYOUT = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
           "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE",
           "ROLE_NAME", "TORCHELASTIC_RESTART_COUNT",
           "TORCHELASTIC_MAX_RESTARTS", "OMP_NUM_THREADS",
-          "NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_USE_AGENT_STORE"]
+          "NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+          "TORCHELASTIC_SIGNALS_TO_HANDLE", "TORCHELASTIC_USE_AGENT_STORE"]
 # Deliberate differences: (backend, name) -> the value ddprun must set.
 # torchrun's static agent hosts a TCPStore on MASTER_PORT and tells workers
 # to attach to it (True); ddprun's agent hosts no TCPStore, so rank 0's worker
@@ -62,6 +71,36 @@ UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}"
 
 class Failure(Exception):
     pass
+
+
+def torch_version():
+    """(major, minor) of the torch in PYTHON, or None without torch. Only
+    the driver imports torch; the launchers must not need to."""
+    p = subprocess.run([PYTHON, "-c", "import torch.distributed, torch; "
+                        "print(torch.__version__)"],
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                       timeout=LAUNCH_TIMEOUT_S)
+    if p.returncode != 0:
+        return None
+    m = re.match(r"(\d+)\.(\d+)", p.stdout.decode().strip())
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+TORCH = None  # set by main()
+
+
+def expected_torchrun_contract():
+    """What torchrun of TORCH gives every worker, where versions differ
+    (torch/distributed/elastic/agent/server/local_elastic_agent.py,
+    torch/distributed/run.py): (NCCL variable set, variable not set,
+    TORCHELASTIC_SIGNALS_TO_HANDLE exported, legacy --local-rank flag)."""
+    new_nccl = TORCH >= (2, 2)
+    return ("TORCH_NCCL_ASYNC_ERROR_HANDLING" if new_nccl
+            else "NCCL_ASYNC_ERROR_HANDLING",
+            "NCCL_ASYNC_ERROR_HANDLING" if new_nccl
+            else "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+            TORCH >= (2, 9),
+            "--local-rank" if TORCH >= (2, 0) else "--local_rank")
 
 
 def check(cond, msg):
@@ -189,8 +228,9 @@ def side_by_side(args, flags, legacy=False, static=False, restart=False):
                 for key in ("MASTER_PORT", "TORCHELASTIC_RUN_ID"):
                     check(runs[0]["env"][key] == runs[1]["env"][key],
                           "%s ranks disagree on %s" % (label, key))
-        print("OK: %d attempt(s); %d launcher variables identical per rank: "
-              "%s" % (len(attempts), len(names), " ".join(sorted(names))))
+        print("OK (torch %d.%d): %d attempt(s); %d launcher variables "
+              "identical per rank: %s" % (TORCH + (len(attempts), len(names),
+                                          " ".join(sorted(names)))))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -203,10 +243,21 @@ def compare_rank(t, t_parent, d, d_parent, attempt, flags):
     t_set = launcher_set(t_env, t_parent)
     d_set = launcher_set(d_env, d_parent)
     missing = sorted(t_set - d_set)
-    extra = sorted(d_set - t_set - NEWER_TORCHRUN)
+    extra = sorted(d_set - t_set)
     check(not missing, "%s: ddprun does not set %s" % (where, missing))
-    check(not extra, "%s: ddprun sets %s, torchrun 1.13 does not" %
-          (where, extra))
+    check(not extra, "%s: ddprun sets %s, torchrun %d.%d does not" %
+          ((where, extra) + TORCH))
+    # 1b. The version-dependent names, from torch's source (not only from
+    # the torchrun that ran next to it).
+    nccl, not_nccl, signals, _ = expected_torchrun_contract()
+    for label, e in (("torchrun", t_env), ("ddprun", d_env)):
+        check(e.get(nccl) == "1", "%s %s: %s is %r, expected '1' under torch "
+              "%d.%d" % ((label, where, nccl, e.get(nccl)) + TORCH))
+        check(not_nccl not in e, "%s %s: %s is set under torch %d.%d" %
+              ((label, where, not_nccl) + TORCH))
+        check(("TORCHELASTIC_SIGNALS_TO_HANDLE" in e) == signals,
+              "%s %s: TORCHELASTIC_SIGNALS_TO_HANDLE %s under torch %d.%d" %
+              ((label, where, "missing" if signals else "set") + TORCH))
     # 2. Same rank layout and constants.
     backend = "c10d" if "--standalone" in flags else "static"
     for key in LAYOUT:
@@ -228,8 +279,12 @@ def compare_rank(t, t_parent, d, d_parent, attempt, flags):
             "%s %s: error file %r" % (label, where,
                                       e["TORCHELASTIC_ERROR_FILE"]))
     if "--standalone" in flags:
+        # torchrun >= 2.x announces socket.getfqdn() (RendezvousStoreInfo);
+        # ddprun keeps 127.0.0.1 for a one-node job (README differences).
+        allowed = {"torchrun": LOOPBACK | {socket.getfqdn()},
+                   "ddprun": {"127.0.0.1"}}
         for label, e in (("torchrun", t_env), ("ddprun", d_env)):
-            check(e["MASTER_ADDR"] in LOOPBACK,
+            check(e["MASTER_ADDR"] in allowed[label],
                   "%s MASTER_ADDR %r" % (label, e["MASTER_ADDR"]))
             check(UUID_RE.match(e["TORCHELASTIC_RUN_ID"]),
                   "%s run id %r is not a uuid4" %
@@ -244,11 +299,12 @@ def compare_rank(t, t_parent, d, d_parent, attempt, flags):
 
 def check_argv(t, d, script_args, legacy):
     """Script arguments pass through untouched; legacy mode prepends
-    --local_rank=N under both launchers."""
+    --local_rank=N (torch < 2.0) or --local-rank=N under both launchers."""
     check(t["argv"] == d["argv"],
           "argv: torchrun %r, ddprun %r" % (t["argv"], d["argv"]))
     if legacy:
-        check(d["argv"] == ["--local_rank=%s" % d["env"]["LOCAL_RANK"]] +
+        flag = expected_torchrun_contract()[3]
+        check(d["argv"] == ["%s=%s" % (flag, d["env"]["LOCAL_RANK"])] +
               script_args, "legacy argv %r" % d["argv"])
     else:
         check(d["argv"] == script_args, "argv %r" % d["argv"])
@@ -407,9 +463,9 @@ def main():
     parser.add_argument("--ddprun", required=True)
     parser.add_argument("--shared", required=True)
     args = parser.parse_args()
-    if subprocess.run([PYTHON, "-c", "import torch.distributed"],
-                      stdout=subprocess.DEVNULL,
-                      stderr=subprocess.DEVNULL).returncode != 0:
+    global TORCH
+    TORCH = torch_version()
+    if TORCH is None:
         print("SKIP: %s has no torch" % PYTHON)
         return SKIP
     try:
