@@ -10,6 +10,7 @@ add_library(ddprun_agent_cli STATIC
   ${CMAKE_CURRENT_LIST_DIR}/file_util.cc
   ${CMAKE_CURRENT_LIST_DIR}/log_line_prefix.cc
   ${CMAKE_CURRENT_LIST_DIR}/nproc_resolver.cc
+  ${CMAKE_CURRENT_LIST_DIR}/option_tokenizer.cc
   ${CMAKE_CURRENT_LIST_DIR}/slurm_env.cc
   ${CMAKE_CURRENT_LIST_DIR}/torch_version.cc
 )

@@ -1,6 +1,5 @@
 #include "agent/cli_flags.h"
 
-#include <algorithm>
 #include <cctype>
 
 namespace ddprun::agent {
@@ -150,11 +149,6 @@ std::vector<FlagSpec> MakeFlags() {
   };
 }
 
-std::string Normalize(std::string name) {
-  std::replace(name.begin(), name.end(), '-', '_');
-  return name;
-}
-
 }  // namespace
 
 const std::vector<FlagSpec>& AllFlags() {
@@ -169,34 +163,6 @@ std::string PetEnvName(const FlagSpec& flag) {
     name += static_cast<char>(std::toupper(static_cast<unsigned char>(*p)));
   }
   return name;
-}
-
-StatusOr<const FlagSpec*> FindFlag(const std::string& option) {
-  const auto& flags = AllFlags();
-  if (option.size() == 2 && option[0] == '-' && option[1] != '-') {
-    for (const FlagSpec& f : flags) {
-      if (f.short_name == option[1]) return &f;
-    }
-    return InvalidArgumentError("unknown flag " + option);
-  }
-  if (option.size() <= 2 || option.compare(0, 2, "--") != 0) {
-    return InvalidArgumentError("unknown flag " + option);
-  }
-  const std::string name = Normalize(option.substr(2));
-  std::vector<const FlagSpec*> prefixed;
-  for (const FlagSpec& f : flags) {
-    const std::string dest = f.dest;
-    if (dest == name) return &f;
-    if (dest.compare(0, name.size(), name) == 0) prefixed.push_back(&f);
-  }
-  if (prefixed.size() == 1) return prefixed[0];
-  if (prefixed.empty()) return InvalidArgumentError("unknown flag " + option);
-  std::string candidates;
-  for (const FlagSpec* f : prefixed) {
-    candidates += (candidates.empty() ? "--" : ", --") + std::string(f->dest);
-  }
-  return InvalidArgumentError("ambiguous flag " + option + " (could be " +
-                              candidates + ")");
 }
 
 }  // namespace ddprun::agent

@@ -28,6 +28,12 @@ struct StdSpec {
   }
 };
 
+// Whose contract the workers get: which variables and arguments they see.
+enum class WorkerContract {
+  kTorchrun,   // torchrun's (agent/worker_env.h)
+  kDeepSpeed,  // deepspeed.launcher.launch's (ddprun-deepspeed)
+};
+
 // Everything the command line (and PET_* / SLURM_* environment defaults) says
 // about one launch. Filled by ParseLaunchOptions(); consumed read-only by the
 // agent. Defaults are torchrun's unless noted.
@@ -91,6 +97,12 @@ struct LaunchOptions {
   // legacy --local-rank spelling as that torch's launchers do; unknown =
   // the newest torch.
   TorchVersion torch_version;
+
+  // ddprun-deepspeed: the workers get deepspeed.launcher.launch's contract
+  // instead of torchrun's, with `--local_rank=N` appended unless
+  // deepspeed_local_rank_arg is false (--no_local_rank).
+  WorkerContract contract = WorkerContract::kTorchrun;
+  bool deepspeed_local_rank_arg = true;
 
   // Legacy torch.distributed.launch behaviour (ddprun-launch or --legacy).
   bool legacy_launch = false;

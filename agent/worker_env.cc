@@ -50,6 +50,18 @@ EnvMap BuildWorkerEnv(const LaunchOptions& options,
                       int local_rank, const std::string& error_file,
                       const EnvMap& parent_env) {
   EnvMap env = parent_env;
+  if (options.contract == WorkerContract::kDeepSpeed) {
+    const int rank = round.rank_offset + local_rank;
+    env["RANK"] = std::to_string(rank);
+    env["LOCAL_RANK"] = std::to_string(rank % options.nproc_per_node);
+    env["WORLD_SIZE"] = std::to_string(round.world_size);
+    env["MASTER_ADDR"] = round.master_addr;
+    env["MASTER_PORT"] = std::to_string(round.master_port);
+    env["CROSS_RANK"] = std::to_string(round.group_rank);
+    env["CROSS_SIZE"] = std::to_string(round.group_world_size);
+    env["LOCAL_SIZE"] = std::to_string(options.nproc_per_node);
+    return env;
+  }
   env["LOCAL_RANK"] =
       options.virtual_local_rank ? "0" : std::to_string(local_rank);
   env["RANK"] = std::to_string(round.rank_offset + local_rank);
@@ -93,7 +105,8 @@ EnvMap BuildWorkerEnv(const LaunchOptions& options,
 
 std::vector<std::string> BuildWorkerArgv(const LaunchOptions& options,
                                          int local_rank,
-                                         const EnvMap& parent_env) {
+                                         const EnvMap& parent_env,
+                                         int rank_offset) {
   std::vector<std::string> argv;
   // --run_path runs the script in-process in torchrun; here it is a plain
   // script run, which behaves the same for a script entrypoint.
@@ -107,7 +120,13 @@ std::vector<std::string> BuildWorkerArgv(const LaunchOptions& options,
     if (options.module && !options.run_path) argv.push_back("-m");
     argv.push_back(options.entrypoint);
   }
-  if (options.legacy_launch && !options.use_env) {
+  if (options.contract == WorkerContract::kDeepSpeed) {
+    if (options.deepspeed_local_rank_arg) {
+      argv.push_back(
+          "--local_rank=" +
+          std::to_string((rank_offset + local_rank) % options.nproc_per_node));
+    }
+  } else if (options.legacy_launch && !options.use_env) {
     argv.push_back(std::string(LegacyLocalRankFlag(options.torch_version)) +
                    "=" + std::to_string(local_rank));
   }
@@ -121,7 +140,8 @@ std::string EntrypointName(const LaunchOptions& options) {
 }
 
 bool NeedsOmpDefault(const LaunchOptions& options, const EnvMap& parent_env) {
-  return options.nproc_per_node > 1 && !parent_env.count("OMP_NUM_THREADS");
+  return options.contract == WorkerContract::kTorchrun &&
+         options.nproc_per_node > 1 && !parent_env.count("OMP_NUM_THREADS");
 }
 
 std::string OmpWarningBanner() {

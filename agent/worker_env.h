@@ -24,6 +24,13 @@ using EnvMap = std::map<std::string, std::string>;
 // local_rank-th entry of the parent's list (or the local rank when unset).
 // TORCHELASTIC_USE_AGENT_STORE is "False": ddprun's agent hosts no TCPStore,
 // rank 0's worker hosts the c10d store.
+//
+// With options.contract kDeepSpeed: what deepspeed.launcher.launch gives
+// (deepspeed/launcher/launch.py): `parent_env` plus RANK, LOCAL_RANK (RANK
+// modulo nproc_per_node, as deepspeed computes it), WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT, CROSS_RANK (the node rank), CROSS_SIZE (nodes)
+// and LOCAL_SIZE (nproc_per_node); nothing else (the front end puts
+// CUDA_VISIBLE_DEVICES into `parent_env`).
 EnvMap BuildWorkerEnv(const LaunchOptions& options,
                       const RendezvousResult& round, const std::string& run_id,
                       int local_rank, const std::string& error_file,
@@ -37,16 +44,21 @@ EnvMap BuildWorkerEnv(const LaunchOptions& options,
 // ddprun addition: an entrypoint that is an ELF binary (e.g. a C++ trainer)
 // is executed directly even without --no_python, where torchrun would hand
 // it to Python and fail. Reads the entrypoint's first 4 bytes.
+// With contract kDeepSpeed, `--local_rank=N` follows the entrypoint (unless
+// deepspeed_local_rank_arg is false), N = (rank_offset + local_rank) modulo
+// nproc_per_node, deepspeed's LOCAL_RANK.
 std::vector<std::string> BuildWorkerArgv(const LaunchOptions& options,
                                          int local_rank,
-                                         const EnvMap& parent_env);
+                                         const EnvMap& parent_env,
+                                         int rank_offset = 0);
 
 // The name in the failure table title: the script or module for Python
 // entrypoints, the entrypoint for --no_python (torchrun's
 // _get_entrypoint_name).
 std::string EntrypointName(const LaunchOptions& options);
 
-// True when torchrun would set OMP_NUM_THREADS=1 and print its banner.
+// True when torchrun would set OMP_NUM_THREADS=1 and print its banner
+// (never under the deepspeed contract: deepspeed sets no thread count).
 bool NeedsOmpDefault(const LaunchOptions& options, const EnvMap& parent_env);
 // torchrun's banner, as its logger prints it (ends with '\n').
 std::string OmpWarningBanner();
