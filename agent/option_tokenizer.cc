@@ -21,8 +21,11 @@ bool IsNumber(const std::string& s) {
   return digit;
 }
 
+// As argparse: "-1" is a number and "-F cfg" (a space before any '=') a
+// value, not options; "--opt=a b" is an option with its value.
 bool IsOption(const std::string& s) {
-  return s.size() > 1 && s[0] == '-' && !IsNumber(s);
+  return s.size() > 1 && s[0] == '-' && !IsNumber(s) &&
+         s.substr(0, s.find('=')).find(' ') == std::string::npos;
 }
 
 // "--num-gpus" -> "--num_gpus"; short names unchanged.

@@ -50,7 +50,7 @@ struct TokenizedArgs {
 // entrypoint, and everything after it is passed on untouched. Long names
 // may be written with '-' or '_' after the leading "--"; with
 // `allow_abbrev`, an unambiguous prefix of a long name is accepted.
-// "-1" and "-0.5" are values, not options.
+// "-1", "-0.5" and words with a space ("-F cfg") are values, not options.
 // Errors (kInvalidArgument, one line): unknown or ambiguous option, a flag
 // given a value, an option missing its value.
 StatusOr<TokenizedArgs> TokenizeOptions(const std::vector<std::string>& args,

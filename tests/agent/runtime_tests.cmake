@@ -27,3 +27,14 @@ if(TARGET ddprun)
   catch_discover_tests(agent_process_test TEST_PREFIX "agent/"
     PROPERTIES TIMEOUT 60)
 endif()
+
+# The deepspeed and accelerate front ends: command lines, resource and
+# config handling, the environment they give workers (no processes).
+if(TARGET ddprun_frontends)
+  add_executable(frontends_test
+    ${CMAKE_CURRENT_LIST_DIR}/accelerate_cli_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/deepspeed_cli_test.cc)
+  target_link_libraries(frontends_test PRIVATE ddprun_frontends
+                                               ddprun_catch_main)
+  catch_discover_tests(frontends_test TEST_PREFIX "agent/")
+endif()
