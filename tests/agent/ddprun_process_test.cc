@@ -32,15 +32,6 @@ using namespace ddprun::test;  // NOLINT: the harness is the test's vocabulary
 
 namespace {
 
-// True when the process is gone or a zombie (dead, not yet reaped by init).
-bool IsDead(int pid) {
-  std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
-  if (stat.empty()) return true;
-  size_t paren = stat.rfind(')');
-  return paren != std::string::npos && paren + 2 < stat.size() &&
-         (stat[paren + 2] == 'Z' || stat[paren + 2] == 'X');
-}
-
 // Field `n` (1-based, as in proc(5)) of /proc/<pid>/stat, for n >= 4.
 long StatField(int pid, int n) {
   std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
@@ -51,18 +42,6 @@ long StatField(int pid, int n) {
   for (int i = 3; i <= n && rest >> field; ++i) {
   }
   return std::atol(field.c_str());
-}
-
-bool WaitDead(const std::vector<int>& pids,
-              std::chrono::milliseconds timeout = 5s) {
-  auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    bool all = true;
-    for (int p : pids) all = all && IsDead(p);
-    if (all) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return false;
 }
 
 std::vector<int> ReadPids(const TempDir& dir, int n) {

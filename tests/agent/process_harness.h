@@ -137,4 +137,26 @@ inline std::map<std::string, std::string> ParseEnv(const std::string& text) {
   return env;
 }
 
+// True when the process is gone or a zombie (dead, not yet reaped by init).
+inline bool IsDead(int pid) {
+  std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  if (stat.empty()) return true;
+  size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() &&
+         (stat[paren + 2] == 'Z' || stat[paren + 2] == 'X');
+}
+
+// Waits until every pid is dead (deadline `timeout`).
+inline bool WaitDead(const std::vector<int>& pids,
+                     std::chrono::milliseconds timeout = 5s) {
+  auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    bool all = true;
+    for (int p : pids) all = all && IsDead(p);
+    if (all) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return false;
+}
+
 }  // namespace ddprun::test
