@@ -337,19 +337,6 @@ TEST_CASE("ddprun: a bad flag is one line and exit 2", "[agent][process]") {
   CHECK(std::count(err.begin(), err.end(), '\n') == 1);
 }
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
-int FreeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 TEST_CASE("ddprun: a static node whose peers never come fails at join_timeout",
           "[agent][process]") {
   TempDir dir;

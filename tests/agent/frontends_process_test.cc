@@ -6,10 +6,6 @@
 
 #include <catch2/catch.hpp>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include <set>
 
 #include "tests/agent/process_harness.h"
@@ -21,18 +17,6 @@ namespace {
 const std::string kDeepSpeed = DDPRUN_BIN_DIR "/ddprun-deepspeed";
 const std::string kAccelerate = DDPRUN_BIN_DIR "/ddprun-accelerate";
 const std::string kEnvDump = kData + "/env_dump.sh";
-
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 // The environment env_dump.sh records when run directly (no launcher) with
 // the same inherited environment: the baseline a launcher's additions are
@@ -78,7 +62,7 @@ TEST_CASE("ddprun-deepspeed: one node gets deepspeed launch's contract",
   const std::map<std::string, std::string> env = {{"-OMP_NUM_THREADS", ""},
                                                   {"CUDA_VISIBLE_DEVICES", ""}};
   const auto baseline = Baseline(env);
-  const int port = FreePort();
+  const int port = FreeLoopbackPort();
   Ddprun run(dir,
              {"--num_gpus=2", "--master_port=" + std::to_string(port),
               "--no_python", kEnvDump, "a", "b c"},
@@ -106,7 +90,7 @@ TEST_CASE("ddprun-deepspeed: one node gets deepspeed launch's contract",
   // CUDA_VISIBLE_DEVICES picks the slots (runner.py: --include=localhost:..).
   TempDir dir2;
   Ddprun visible(dir2,
-                 {"--master_port=" + std::to_string(FreePort()),
+                 {"--master_port=" + std::to_string(FreeLoopbackPort()),
                   "--no_local_rank", "--no_python", kEnvDump},
                  {{"CUDA_VISIBLE_DEVICES", "3,5"}}, kDeepSpeed);
   REQUIRE(visible.Wait(30s) == 0);
@@ -125,7 +109,7 @@ TEST_CASE("ddprun-deepspeed: a hostfile of local hosts starts every node",
   // ssh); the slot counts differ, as deepspeed allows.
   std::ofstream(dir.path() + "/hostfile")
       << "localhost slots=2\n127.0.0.1 slots=1\n";
-  const int port = FreePort();
+  const int port = FreeLoopbackPort();
   Ddprun run(
       dir,
       {"-H", dir.path() + "/hostfile", "--master_addr=127.0.0.1",
@@ -169,8 +153,8 @@ TEST_CASE("ddprun-deepspeed: a failing node stops the whole job",
       "exec sleep 60";
   Ddprun run(dir,
              {"-H", dir.path() + "/hostfile", "--master_addr=127.0.0.1",
-              "--master_port=" + std::to_string(FreePort()), "--no_local_rank",
-              "--no_python", "sh", "-c", script},
+              "--master_port=" + std::to_string(FreeLoopbackPort()),
+              "--no_local_rank", "--no_python", "sh", "-c", script},
              {}, kDeepSpeed);
   REQUIRE(WaitForFiles({dir.path() + "/pid_0", dir.path() + "/pid_1"}, 30s));
   const auto pids =
@@ -190,8 +174,8 @@ TEST_CASE("ddprun-deepspeed: SIGTERM stops every node and worker",
       << "localhost slots=1\n127.0.0.1 slots=1\n";
   Ddprun run(dir,
              {"-H", dir.path() + "/hostfile", "--master_addr=127.0.0.1",
-              "--master_port=" + std::to_string(FreePort()), "--no_local_rank",
-              "--no_python", kData + "/sleeper.sh"},
+              "--master_port=" + std::to_string(FreeLoopbackPort()),
+              "--no_local_rank", "--no_python", kData + "/sleeper.sh"},
              {}, kDeepSpeed);
   REQUIRE(WaitForFiles({dir.path() + "/pid_0", dir.path() + "/pid_1"}, 30s));
   const auto pids =
@@ -233,7 +217,7 @@ TEST_CASE("ddprun-accelerate --multi_gpu: torchrun's and accelerate's vars",
                                                   {"-HF_HOME", ""},
                                                   {"-XDG_CACHE_HOME", ""}};
   const auto baseline = Baseline(env);
-  const int port = FreePort();
+  const int port = FreeLoopbackPort();
   Ddprun run(dir,
              {"--multi_gpu", "--num_processes=2", "--mixed_precision=bf16",
               "--main_process_port=" + std::to_string(port), "--debug",
