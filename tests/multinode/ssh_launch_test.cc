@@ -105,47 +105,68 @@ std::vector<std::string> DeepSpeed(const NetnsTestbed& net,
   return argv;
 }
 
-// The hostfile (a first: node 0 here; b: node 1 over ssh) and the
-// .deepspeed_env that gives every node DDPRUN_TEST_OUT.
-void WriteJobFiles(const NetnsTestbed& net, const std::string& dir) {
-  std::ofstream(dir + "/hostfile") << net.Addr(1) << " slots=2\n"
-                                   << net.Addr(2) << " slots=2\n";
-  std::ofstream(dir + "/ds_env") << "DDPRUN_TEST_OUT=" << dir << "\n";
-}
+// Two hosts (a: 10.231.<subnet>.2, b: .3) with sshd on b, a scratch
+// directory with the hostfile (a first: node 0 starts on a; b: node 1 over
+// ssh) and the .deepspeed_env that gives every node DDPRUN_TEST_OUT.
+// ready() is false, with a WARN, where the machine cannot run it (not
+// root, no sshd, no network namespaces).
+class SshTestbed {
+ public:
+  SshTestbed(const std::string& prefix, int subnet) {
+    if (geteuid() != 0) {
+      WARN("skipped: network namespaces need root");
+      return;
+    }
+    if (access(kSshd.c_str(), X_OK) != 0) {
+      WARN("skipped: no " + kSshd + " (Debian package openssh-server)");
+      return;
+    }
+    net_ = std::make_unique<NetnsTestbed>(prefix, subnet);
+    if (!net_->ok()) {
+      WARN("skipped: `ip netns` / veth / bridge setup failed on this machine");
+      return;
+    }
+    ssh_ = std::make_unique<SshFixture>(*net_, dir_.path());
+    std::ofstream(dir_.path() + "/hostfile") << net_->Addr(1) << " slots=2\n"
+                                             << net_->Addr(2) << " slots=2\n";
+    std::ofstream(dir_.path() + "/ds_env")
+        << "DDPRUN_TEST_OUT=" << dir_.path() << "\n";
+    ready_ = true;
+  }
+  bool ready() const { return ready_; }
+  const NetnsTestbed& net() const { return *net_; }
+  const std::string& dir() const { return dir_.path(); }
+  const SshFixture& ssh() const { return *ssh_; }
+  // The ddprun-deepspeed command on host a for the hostfile.
+  std::vector<std::string> Launch(const std::vector<std::string>& tail) const {
+    std::vector<std::string> args = {
+        "-H", dir() + "/hostfile", "--master_addr=" + net_->Addr(1),
+        "--master_port=29500", ssh_->LauncherArgs()};
+    args.insert(args.end(), tail.begin(), tail.end());
+    return DeepSpeed(*net_, args);
+  }
 
-bool Preconditions() {
-  if (geteuid() != 0) {
-    WARN("skipped: network namespaces need root");
-    return false;
-  }
-  if (access(kSshd.c_str(), X_OK) != 0) {
-    WARN("skipped: no " + kSshd + " (Debian package openssh-server)");
-    return false;
-  }
-  return true;
-}
+ private:
+  // Destroyed in reverse: sshd, then the directory, then the namespaces.
+  std::unique_ptr<NetnsTestbed> net_;
+  TempDir dir_;
+  std::unique_ptr<SshFixture> ssh_;
+  bool ready_ = false;
+};
 
 TEST_CASE(
     "multinode: ddprun-deepspeed starts the hostfile's other host over ssh",
     "[multinode][netns][ssh]") {
-  if (!Preconditions()) return;
-  NetnsTestbed net("ddpsh", 9);
-  if (!net.ok()) {
-    WARN("skipped: `ip netns` / veth / bridge setup failed on this machine");
-    return;
-  }
-  TempDir dir;
-  SshFixture ssh(net, dir.path());
-  INFO(ssh.SshdLog());
-  REQUIRE(ssh.ok());
-  WriteJobFiles(net, dir.path());
+  SshTestbed bed("ddpsh", 9);
+  if (!bed.ready()) return;
+  const NetnsTestbed& net = bed.net();
+  const std::string& dir = bed.dir();
+  INFO(bed.ssh().SshdLog());
+  REQUIRE(bed.ssh().ok());
   Child launcher(
-      dir.path(), "launcher",
-      DeepSpeed(net,
-                {"-H", dir.path() + "/hostfile", "--master_addr=" + net.Addr(1),
-                 "--master_port=29500", ssh.LauncherArgs(), "--no_python",
-                 kAgentData + "/env_dump.sh", "x y", "it's"}),
-      {{"DS_ENV_FILE", dir.path() + "/ds_env"},
+      dir, "launcher",
+      bed.Launch({"--no_python", kAgentData + "/env_dump.sh", "x y", "it's"}),
+      {{"DS_ENV_FILE", dir + "/ds_env"},
        {"DDPRUN_NOT_EXPORTED", "1"},
        {"PYTHON_EXEC", "/usr/bin/python3"}});
   const int rc = launcher.Wait(45s);
@@ -154,7 +175,7 @@ TEST_CASE(
   std::set<std::string> ranks;
   for (int r = 0; r < 4; ++r) {
     INFO("rank " << r);
-    auto e = ParseEnvFile(ReadFile(dir.path() + "/env_" + std::to_string(r)));
+    auto e = ParseEnvFile(ReadFile(dir + "/env_" + std::to_string(r)));
     ranks.insert(e["RANK"]);
     const bool here = r < 2;  // hostfile order: a's slots come first
     CHECK(e["WORLD_SIZE"] == "4");
@@ -167,41 +188,32 @@ TEST_CASE(
     // runner.py's exports reach the remote node (PYTHON*, .deepspeed_env);
     // anything else in the launcher's environment only reaches node 0.
     CHECK(e["PYTHON_EXEC"] == "/usr/bin/python3");
-    CHECK(e["DDPRUN_TEST_OUT"] == dir.path());
+    CHECK(e["DDPRUN_TEST_OUT"] == dir);
     CHECK(e.count("DDPRUN_NOT_EXPORTED") == (here ? 1u : 0u));
     // sshd gave node 1 a login session of its own.
     if (!here) CHECK(e.count("SSH_CONNECTION") == 1);
-    CHECK(ReadFile(dir.path() + "/args_" + std::to_string(r % 2))
+    CHECK(ReadFile(dir + "/args_" + std::to_string(r % 2))
               .find("args:--local_rank=") == 0);
   }
   CHECK(ranks == std::set<std::string>{"0", "1", "2", "3"});
   // Both ranks with LOCAL_RANK 1 wrote args_1; its content is deepspeed's.
-  CHECK(ReadFile(dir.path() + "/args_1") == "args:--local_rank=1 x y it's\n");
+  CHECK(ReadFile(dir + "/args_1") == "args:--local_rank=1 x y it's\n");
 }
 
 TEST_CASE("multinode: kill -9 of ddprun-deepspeed leaves no worker on any host",
           "[multinode][netns][ssh]") {
-  if (!Preconditions()) return;
-  NetnsTestbed net("ddpsk", 10);
-  if (!net.ok()) {
-    WARN("skipped: `ip netns` / veth / bridge setup failed on this machine");
-    return;
-  }
-  TempDir dir;
-  SshFixture ssh(net, dir.path());
-  INFO(ssh.SshdLog());
-  REQUIRE(ssh.ok());
-  WriteJobFiles(net, dir.path());
-  Child launcher(
-      dir.path(), "launcher",
-      DeepSpeed(net,
-                {"-H", dir.path() + "/hostfile", "--master_addr=" + net.Addr(1),
-                 "--master_port=29500", ssh.LauncherArgs(), "--no_local_rank",
-                 "--no_python", kAgentData + "/sleeper.sh"}),
-      {{"DS_ENV_FILE", dir.path() + "/ds_env"}});
+  SshTestbed bed("ddpsk", 10);
+  if (!bed.ready()) return;
+  const std::string& dir = bed.dir();
+  INFO(bed.ssh().SshdLog());
+  REQUIRE(bed.ssh().ok());
+  Child launcher(dir, "launcher",
+                 bed.Launch({"--no_local_rank", "--no_python",
+                             kAgentData + "/sleeper.sh"}),
+                 {{"DS_ENV_FILE", dir + "/ds_env"}});
   std::vector<std::string> pid_files;
   for (int r = 0; r < 4; ++r) {
-    pid_files.push_back(dir.path() + "/pid_" + std::to_string(r));
+    pid_files.push_back(dir + "/pid_" + std::to_string(r));
   }
   INFO(launcher.Output());
   REQUIRE(WaitUntil(
