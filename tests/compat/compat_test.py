@@ -15,6 +15,13 @@ Cases:
   failure_plain    a worker raises: same exit code and failure summary as
                    torchrun (time, host, pid, log dir masked)
   failure_record   the same through torch's @record (error file traceback)
+  env_accelerate   ddprun-accelerate --multi_gpu vs torchrun with accelerate's
+                   environment (what `accelerate launch` runs): every rank
+  ddp_accelerate   ddp_check.py under ddprun-accelerate --multi_gpu
+  env_deepspeed    ddprun-deepspeed --num_gpus 2: exactly deepspeed launch's
+                   variables and --local_rank=N (from its source)
+  ddp_deepspeed    ddp_check.py (argparse --local_rank, as DeepSpeed scripts)
+                   under ddprun-deepspeed
 
 The interpreter (for torchrun and for the workers of both launchers) is
 $PYTHON_EXEC, default /usr/bin/python3 (Debian's torch 1.13). The
@@ -117,6 +124,9 @@ def base_env(tmp):
                                        "TORCH_NCCL_ASYNC_ERROR_HANDLING"}}
     env["PYTHON_EXEC"] = PYTHON
     env["COMPAT_OUT"] = tmp
+    # No accelerate config file from the machine (ddprun-accelerate reads
+    # $HF_HOME/accelerate/default_config.yaml as accelerate does).
+    env["HF_HOME"] = os.path.join(tmp, "no_hf_home")
     return env
 
 
@@ -161,15 +171,15 @@ def collect(out_dir, expected, attempt):
     """{rank: {"env": ..., "argv": ...}} of one attempt."""
     runs = {}
     for name in os.listdir(out_dir):
-        if name.startswith("env_%d_" % attempt) and name.endswith(".json"):
+        if name.startswith("env_%s_" % attempt) and name.endswith(".json"):
             with open(os.path.join(out_dir, name)) as f:
                 d = json.load(f)
             rank = int(d["env"]["RANK"])
             check(rank not in runs,
-                  "rank %d started twice in attempt %d" % (rank, attempt))
+                  "rank %d started twice in attempt %s" % (rank, attempt))
             runs[rank] = d
     check(sorted(runs) == list(range(expected)),
-          "attempt %d: expected ranks 0..%d, got %s" %
+          "attempt %s: expected ranks 0..%d, got %s" %
           (attempt, expected - 1, sorted(runs)))
     return runs
 
@@ -310,6 +320,117 @@ def check_argv(t, d, script_args, legacy):
         check(d["argv"] == script_args, "argv %r" % d["argv"])
 
 
+# `accelerate launch --multi_gpu --num_processes 2 --mixed_precision bf16
+# --dynamo_backend inductor --main_process_port P SCRIPT ARGS` is, per
+# accelerate/commands/launch.py (multi_gpu_launcher: torch.distributed.run
+# in-process, under patch_environment) and accelerate/utils/launch.py
+# (prepare_multi_gpu_env), torchrun with these flags in a launcher whose
+# environment has these variables.
+ACCELERATE_FLAGS = ["--multi_gpu", "--num_processes", "2",
+                    "--mixed_precision", "bf16", "--dynamo_backend",
+                    "inductor"]
+ACCELERATE_ENV = {
+    "ACCELERATE_MIXED_PRECISION": "bf16",       # str(PrecisionType)
+    "ACCELERATE_DYNAMO_BACKEND": "INDUCTOR",    # DynamoBackend(...upper())
+    "ACCELERATE_DYNAMO_MODE": "default",
+    "ACCELERATE_DYNAMO_USE_FULLGRAPH": "False",
+    "ACCELERATE_DYNAMO_USE_DYNAMIC": "False",
+    "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION": "False",
+    # num_cpu_threads_per_process = get_int_from_env(["OMP_NUM_THREADS"], 1)
+    "OMP_NUM_THREADS": "1",
+}
+
+
+def accelerate_torchrun_flags(port):
+    """_filter_args(args, torch.distributed.run's parser): what accelerate's
+    namespace gives torchrun for ACCELERATE_FLAGS."""
+    return ["--nproc_per_node", "2", "--master_port", str(port),
+            "--rdzv_backend", "static", "--rdzv_conf", "",
+            "--max_restarts", "0", "--monitor_interval", "0.1",
+            "--tee", "0", "--role", "default"]
+
+
+def accelerate_side_by_side(args):
+    """ddprun-accelerate's workers against torchrun's under accelerate's
+    environment: the same variables (torchrun's, of this torch version, and
+    accelerate's) with the same values, the same argv."""
+    tmp = tempfile.mkdtemp(prefix="ddprun_compat_acc_")
+    try:
+        script_args = ["a", "--b", "c d", "--help", "-m"]
+        results = {}
+        for name in ("torchrun", "ddprun"):
+            out = os.path.join(tmp, name)
+            os.makedirs(out)
+            env = base_env(out)
+            env.pop("OMP_NUM_THREADS", None)
+            parent = dict(env)
+            port = free_port()
+            if name == "torchrun":
+                cmd = torchrun_cmd(tmp, args.shared, env) + \
+                    accelerate_torchrun_flags(port)
+                env.update(ACCELERATE_ENV)  # patch_environment
+                parent["PYTHONPATH"] = env["PYTHONPATH"]
+            else:
+                cmd = [os.path.join(os.path.dirname(args.ddprun),
+                                    "ddprun-accelerate")] + ACCELERATE_FLAGS + \
+                    ["--main_process_port", str(port)]
+            run(cmd + [os.path.join(HERE, "env_dump.py")] + script_args, env,
+                name)
+            results[name] = (collect(out, 2, 0), parent)
+        (t_runs, t_parent), (d_runs, d_parent) = (results["torchrun"],
+                                                  results["ddprun"])
+        for rank in (0, 1):
+            names = compare_rank(t_runs[rank], t_parent, d_runs[rank],
+                                 d_parent, 0, ["--static"])
+            check_argv(t_runs[rank], d_runs[rank], script_args, False)
+            for key, value in ACCELERATE_ENV.items():
+                for label, r in (("torchrun", t_runs[rank]),
+                                 ("ddprun", d_runs[rank])):
+                    check(r["env"].get(key) == value,
+                          "%s rank %d: %s is %r, accelerate sets %r" %
+                          (label, rank, key, r["env"].get(key), value))
+        print("OK (torch %d.%d): %d variables identical per rank under "
+              "accelerate's multi-GPU launch: %s" %
+              (TORCH + (len(names), " ".join(sorted(names)))))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def deepspeed_contract(args):
+    """Every rank of ddprun-deepspeed --num_gpus 2 gets exactly what
+    deepspeed/launcher/launch.py sets (its main(): CUDA_VISIBLE_DEVICES from
+    the node's slots, MASTER_ADDR/PORT, WORLD_SIZE, CROSS_RANK, CROSS_SIZE,
+    LOCAL_SIZE, then RANK and LOCAL_RANK per process) and `--local_rank=N`
+    before the script's arguments; whatever the torch version."""
+    tmp = tempfile.mkdtemp(prefix="ddprun_compat_ds_")
+    try:
+        env = base_env(tmp)
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        port = free_port()
+        script_args = ["a", "--b", "c d"]
+        run([os.path.join(os.path.dirname(args.ddprun), "ddprun-deepspeed"),
+             "--num_gpus=2", "--master_port=%d" % port,
+             os.path.join(HERE, "env_dump.py")] + script_args, env,
+            "ddprun-deepspeed")
+        runs = collect(tmp, 2, "x")
+        for rank, r in runs.items():
+            expected = {"CUDA_VISIBLE_DEVICES": "0,1",
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                        "WORLD_SIZE": "2", "CROSS_RANK": "0",
+                        "CROSS_SIZE": "1", "LOCAL_SIZE": "2",
+                        "RANK": str(rank), "LOCAL_RANK": str(rank % 2)}
+            got = {k: v for k, v in r["env"].items()
+                   if env.get(k) != v and k not in INTERPRETER_SET}
+            check(got == expected, "rank %d: launcher variables %r, "
+                  "deepspeed's launch.py sets %r" % (rank, got, expected))
+            check(r["argv"] == ["--local_rank=%d" % rank] + script_args,
+                  "rank %d argv %r" % (rank, r["argv"]))
+        print("OK (torch %d.%d): both ranks have exactly deepspeed launch's "
+              "variables and --local_rank" % TORCH)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def free_port():
     import socket
     with socket.socket() as s:
@@ -317,13 +438,17 @@ def free_port():
         return s.getsockname()[1]
 
 
-def ddp_run(args, flags):
+def ddp_run(args, flags, launcher=None, local_rank_arg=False):
+    """ddp_check.py under `launcher` (default ddprun) with `flags`; with
+    local_rank_arg the launcher must pass --local_rank=LOCAL_RANK."""
     tmp = tempfile.mkdtemp(prefix="ddprun_compat_ddp_")
     try:
         env = base_env(tmp)
-        out = run([args.ddprun] + flags + [os.path.join(HERE, "ddp_check.py"),
-                                           tmp], env,
-                  "ddprun %s ddp_check.py" % " ".join(flags))
+        launcher = launcher or args.ddprun
+        out = run([launcher] + flags + [os.path.join(HERE, "ddp_check.py"),
+                                        tmp], env,
+                  "%s %s ddp_check.py" % (os.path.basename(launcher),
+                                          " ".join(flags)))
         res = {}
         for rank in (0, 1):
             path = os.path.join(tmp, "ddp_%d.json" % rank)
@@ -335,6 +460,9 @@ def ddp_run(args, flags):
             check(r["rank"] == rank == r["env_rank"] == r["env_local_rank"],
                   "rank %d reported %r" % (rank, r))
             check(r["world"] == 2, "world %r" % r["world"])
+            check(r["arg_local_rank"] == (rank if local_rank_arg else None),
+                  "rank %d: --local_rank argument %r" %
+                  (rank, r["arg_local_rank"]))
             check(r["allreduce"] == 3.0,
                   "all_reduce of 1+2 gave %r" % r["allreduce"])
             check(r["params_equal_across_ranks"],
@@ -459,7 +587,9 @@ def main():
                                          "env_standalone", "env_static",
                                          "env_legacy", "env_restart",
                                          "signal_forward", "failure_plain",
-                                         "failure_record"])
+                                         "failure_record", "env_accelerate",
+                                         "ddp_accelerate", "env_deepspeed",
+                                         "ddp_deepspeed"])
     parser.add_argument("--ddprun", required=True)
     parser.add_argument("--shared", required=True)
     args = parser.parse_args()
@@ -485,6 +615,19 @@ def main():
             signal_forward(args)
         elif args.case == "env_legacy":
             side_by_side(args, ["--nproc_per_node=2"], legacy=True)
+        elif args.case == "env_accelerate":
+            accelerate_side_by_side(args)
+        elif args.case == "ddp_accelerate":
+            ddp_run(args, ["--multi_gpu", "--num_processes=2"],
+                    launcher=os.path.join(os.path.dirname(args.ddprun),
+                                          "ddprun-accelerate"))
+        elif args.case == "env_deepspeed":
+            deepspeed_contract(args)
+        elif args.case == "ddp_deepspeed":
+            ddp_run(args, ["--num_gpus=2", "--master_port=%d" % free_port()],
+                    launcher=os.path.join(os.path.dirname(args.ddprun),
+                                          "ddprun-deepspeed"),
+                    local_rank_arg=True)
         else:
             failure_report(args, record=args.case == "failure_record")
     except Failure as e:
