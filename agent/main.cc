@@ -76,20 +76,24 @@ int RunAgent(CommandLine cl, EnvMap env, const std::string& prog) {
   std::atomic<InterruptibleRendezvous*> interruptible{nullptr};
   std::atomic<ElasticAgent*> running_agent{nullptr};
   SignalWatcher watcher;
-  auto on_signal = [&](int sig) {
+  Status watching = watcher.Start(handled, [&](int sig) {
     ElasticAgent* agent = running_agent.load();
     if (agent == nullptr) ExitNow(128 + sig);  // nothing started yet
     InterruptibleRendezvous* rdzv = interruptible.load();
     if (rdzv != nullptr && rdzv->Interrupt(sig)) return;  // not reached
     loop.Post([agent, sig] { agent->OnSignal(sig); });
-  };
-  Status watching = watcher.Start(handled, on_signal);
+  });
   if (!watching.ok()) DDP_LOG(WARNING) << watching.message();
   if (cl.stop_on_stdin_eof) {
     // A node started over ssh: when the connection goes (the launching
     // ddprun-deepspeed stopped or died), sshd closes our stdin. Stop as on
-    // SIGHUP, a hung-up terminal.
-    std::thread([on_signal] {
+    // SIGHUP, a hung-up terminal: the signal goes through the watcher, so
+    // this thread touches nothing that the end of RunAgent destroys.
+    const int sig = std::find(handled.begin(), handled.end(), SIGHUP) !=
+                            handled.end()
+                        ? SIGHUP
+                        : handled.front();
+    std::thread([sig] {
       char buf[256];
       while (true) {
         const ssize_t n = ::read(0, buf, sizeof(buf));
@@ -97,11 +101,12 @@ int RunAgent(CommandLine cl, EnvMap env, const std::string& prog) {
       }
       DDP_LOG(WARNING) << "stdin closed: the launching node is gone, "
                           "stopping the workers";
-      on_signal(SIGHUP);
+      ::kill(::getpid(), sig);
     }).detach();
   }
 
-  if (!options.torch_version.known()) {
+  if (!options.torch_version.known() &&
+      options.contract == WorkerContract::kTorchrun) {
     // Cached: a launch after the first costs a few stat() calls.
     TorchProbeOptions probe;
     probe.cache_dir = DefaultCacheDir(env);
