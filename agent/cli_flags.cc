@@ -144,7 +144,8 @@ std::vector<FlagSpec> MakeFlags() {
        false, false},
       {"use_env", 0, kB, nullptr, "off",
        "torch.distributed.launch only: without it each worker gets "
-       "--local_rank=N appended to its arguments.",
+       "--local-rank=N (torch >= 2.0) or --local_rank=N (torch 1.x) appended "
+       "to its arguments.",
        true, false},
   };
 }

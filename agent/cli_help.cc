@@ -45,7 +45,9 @@ std::string HelpText(bool legacy) {
   AppendWrapped(
       legacy ? "Drop-in replacement for torch.distributed.launch (deprecated "
                "in PyTorch): the torchrun launcher plus --use_env; without "
-               "it each worker gets --local_rank=N appended."
+               "it each worker gets --local-rank=N appended (--local_rank=N "
+               "when the workers' torch is 1.x, as its launcher passes; see "
+               "--torch_version)."
              : "Drop-in replacement for torchrun (torch.distributed.run): "
                "starts NPROC_PER_NODE workers per node with torchrun's "
                "environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...), "
