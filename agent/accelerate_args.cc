@@ -10,366 +10,12 @@
 #include <sstream>
 
 #include "agent/accelerate_config.h"
+#include "agent/accelerate_flags.h"
 #include "agent/cli_values.h"
 #include "agent/option_tokenizer.h"
 
 namespace ddprun::agent {
 namespace {
-
-// How argparse converts a flag's text (the `type=` / `action=`).
-enum class Type {
-  kStr,
-  kInt,
-  kFloat,
-  kFlag,       // store_true
-  kStrToBool,  // type=str_to_bool: y/yes/t/true/on/1 -> 1, n/... -> 0
-  kPyBool,     // type=bool: any non-empty text is True
-  kBoolList,   // fp8_override_linear_precision: "a,b,c" of str_to_bool
-};
-
-struct AccelFlag {
-  const char* dest;
-  std::vector<std::string> names;
-  Type type;
-  PyValue def;
-  std::vector<std::string> choices;  // empty = any
-};
-
-PyValue S(const char* s) { return PyValue::Str(s); }
-PyValue I(long long i) { return PyValue::Int(i); }
-PyValue F(double f) { return PyValue::Float(f); }
-PyValue B(bool b) { return PyValue::Bool(b); }
-PyValue N() { return PyValue::None(); }
-
-// launch_command_parser, in its order, for the paths ddprun-accelerate
-// runs. A store_true added to the parser itself defaults to None, one added
-// to a group to False (CustomArgumentParser).
-const std::vector<AccelFlag>& Flags() {
-  static const std::vector<AccelFlag>* flags = new std::vector<AccelFlag>{
-      {"config_file", {"--config_file"}, Type::kStr, N(), {}},
-      {"quiet", {"--quiet", "-q"}, Type::kFlag, N(), {}},
-      {"cpu", {"--cpu"}, Type::kFlag, B(false), {}},
-      {"multi_gpu", {"--multi_gpu"}, Type::kFlag, B(false), {}},
-      {"mixed_precision",
-       {"--mixed_precision"},
-       Type::kStr,
-       N(),
-       {"no", "fp16", "bf16", "fp8"}},
-      {"num_processes", {"--num_processes"}, Type::kInt, N(), {}},
-      {"num_machines", {"--num_machines"}, Type::kInt, N(), {}},
-      {"num_cpu_threads_per_process",
-       {"--num_cpu_threads_per_process"},
-       Type::kInt,
-       N(),
-       {}},
-      {"enable_cpu_affinity",
-       {"--enable_cpu_affinity"},
-       Type::kFlag,
-       B(false),
-       {}},
-      // config_utils.DYNAMO_BACKENDS, lower-cased (its typo included).
-      {"dynamo_backend",
-       {"--dynamo_backend"},
-       Type::kStr,
-       N(),
-       {"no", "eager", "aot_eager", "inductor", "aot_ts_nvfuser",
-        "nvprims_nvfuser", "cudagraphs", "ofi", "fx2trt", "onnxrt", "tensorrt",
-        "aot_torchxla_trace_once", "torhchxla_trace_once", "tvm"}},
-      {"dynamo_mode",
-       {"--dynamo_mode"},
-       Type::kStr,
-       S("default"),
-       {"default", "reduce-overhead", "max-autotune"}},
-      {"dynamo_use_fullgraph",
-       {"--dynamo_use_fullgraph"},
-       Type::kFlag,
-       B(false),
-       {}},
-      {"dynamo_use_dynamic",
-       {"--dynamo_use_dynamic"},
-       Type::kFlag,
-       B(false),
-       {}},
-      {"dynamo_use_regional_compilation",
-       {"--dynamo_use_regional_compilation"},
-       Type::kFlag,
-       B(false),
-       {}},
-      {"use_fsdp", {"--use_fsdp"}, Type::kFlag, B(false), {}},
-      {"use_parallelism_config",
-       {"--use_parallelism_config"},
-       Type::kFlag,
-       B(false),
-       {}},
-      {"gpu_ids", {"--gpu_ids"}, Type::kStr, N(), {}},
-      {"same_network", {"--same_network"}, Type::kFlag, B(false), {}},
-      {"machine_rank", {"--machine_rank"}, Type::kInt, N(), {}},
-      {"main_process_ip", {"--main_process_ip"}, Type::kStr, N(), {}},
-      {"main_process_port", {"--main_process_port"}, Type::kInt, N(), {}},
-      {"tee", {"-t", "--tee"}, Type::kStr, S("0"), {}},
-      {"log_dir", {"--log_dir"}, Type::kStr, N(), {}},
-      {"role", {"--role"}, Type::kStr, S("default"), {}},
-      {"rdzv_backend", {"--rdzv_backend"}, Type::kStr, S("static"), {}},
-      {"rdzv_conf", {"--rdzv_conf"}, Type::kStr, S(""), {}},
-      {"max_restarts", {"--max_restarts"}, Type::kInt, I(0), {}},
-      {"monitor_interval", {"--monitor_interval"}, Type::kFloat, F(0.1), {}},
-      {"module", {"-m", "--module"}, Type::kFlag, N(), {}},
-      {"no_python", {"--no_python"}, Type::kFlag, N(), {}},
-      {"fsdp_version", {"--fsdp_version"}, Type::kStr, S("1"), {"1", "2"}},
-      {"fsdp_offload_params",
-       {"--fsdp_offload_params"},
-       Type::kStr,
-       S("false"),
-       {}},
-      {"fsdp_min_num_params",
-       {"--fsdp_min_num_params"},
-       Type::kInt,
-       I(100000000),
-       {}},
-      {"fsdp_sharding_strategy",
-       {"--fsdp_sharding_strategy"},
-       Type::kStr,
-       S("FULL_SHARD"),
-       {}},
-      {"fsdp_reshard_after_forward",
-       {"--fsdp_reshard_after_forward"},
-       Type::kStr,
-       S("true"),
-       {}},
-      {"fsdp_auto_wrap_policy",
-       {"--fsdp_auto_wrap_policy"},
-       Type::kStr,
-       N(),
-       {}},
-      {"fsdp_transformer_layer_cls_to_wrap",
-       {"--fsdp_transformer_layer_cls_to_wrap"},
-       Type::kStr,
-       N(),
-       {}},
-      {"fsdp_backward_prefetch",
-       {"--fsdp_backward_prefetch"},
-       Type::kStr,
-       N(),
-       {}},
-      {"fsdp_state_dict_type", {"--fsdp_state_dict_type"}, Type::kStr, N(), {}},
-      {"fsdp_forward_prefetch",
-       {"--fsdp_forward_prefetch"},
-       Type::kStr,
-       S("false"),
-       {}},
-      {"fsdp_use_orig_params",
-       {"--fsdp_use_orig_params"},
-       Type::kStr,
-       S("true"),
-       {}},
-      {"fsdp_cpu_ram_efficient_loading",
-       {"--fsdp_cpu_ram_efficient_loading"},
-       Type::kStr,
-       S("true"),
-       {}},
-      {"fsdp_sync_module_states",
-       {"--fsdp_sync_module_states"},
-       Type::kStr,
-       S("true"),
-       {}},
-      {"fsdp_activation_checkpointing",
-       {"--fsdp_activation_checkpointing"},
-       Type::kStr,
-       S("false"),
-       {}},
-      {"fp8_backend",
-       {"--fp8_backend"},
-       Type::kStr,
-       N(),
-       {"ao", "te", "msamp"}},
-      {"fp8_use_autocast_during_eval",
-       {"--fp8_use_autocast_during_eval"},
-       Type::kFlag,
-       B(false),
-       {}},
-      {"fp8_margin", {"--fp8_margin"}, Type::kInt, I(0), {}},
-      {"fp8_interval", {"--fp8_interval"}, Type::kInt, I(1), {}},
-      {"fp8_format",
-       {"--fp8_format"},
-       Type::kStr,
-       S("HYBRID"),
-       {"HYBRID", "E4M3", "E5M2"}},
-      {"fp8_amax_history_len",
-       {"--fp8_amax_history_len"},
-       Type::kInt,
-       I(1024),
-       {}},
-      {"fp8_amax_compute_algo",
-       {"--fp8_amax_compute_algo"},
-       Type::kStr,
-       S("most_recent"),
-       {"max", "most_recent"}},
-      {"fp8_override_linear_precision",
-       {"--fp8_override_linear_precision"},
-       Type::kBoolList,
-       PyValue::List("(False, False, False)"),
-       {}},
-      {"fp8_opt_level", {"--fp8_opt_level"}, Type::kStr, S("O2"), {"O1", "O2"}},
-      // type=str_to_bool applies to the string default "true" too: 1.
-      {"fp8_enable_fsdp_float8_all_gather",
-       {"--fp8_enable_fsdp_float8_all_gather"},
-       Type::kStrToBool,
-       I(1),
-       {}},
-      {"fp8_pad_inner_dim",
-       {"--fp8_pad_inner_dim"},
-       Type::kStrToBool,
-       I(1),
-       {}},
-      {"debug", {"--debug"}, Type::kFlag, N(), {}},
-      {"parallelism_config_dp_replicate_size",
-       {"--parallelism_config_dp_replicate_size"},
-       Type::kInt,
-       I(1),
-       {}},
-      {"parallelism_config_dp_shard_size",
-       {"--parallelism_config_dp_shard_size"},
-       Type::kInt,
-       I(1),
-       {}},
-      {"parallelism_config_tp_size",
-       {"--parallelism_config_tp_size"},
-       Type::kInt,
-       I(1),
-       {}},
-      {"parallelism_config_cp_size",
-       {"--parallelism_config_cp_size"},
-       Type::kInt,
-       I(1),
-       {}},
-      {"parallelism_config_cp_backend",
-       {"--parallelism_config_cp_backend"},
-       Type::kStr,
-       S("torch"),
-       {"torch"}},
-      {"parallelism_config_cp_comm_strategy",
-       {"--parallelism_config_cp_comm_strategy"},
-       Type::kStr,
-       S("allgather"),
-       {}},
-      {"parallelism_config_sp_size",
-       {"--parallelism_config_sp_size"},
-       Type::kInt,
-       I(1),
-       {}},
-      {"parallelism_config_sp_backend",
-       {"--parallelism_config_sp_backend"},
-       Type::kStr,
-       S("deepspeed"),
-       {"deepspeed"}},
-      {"parallelism_config_sp_seq_length",
-       {"--parallelism_config_sp_seq_length"},
-       Type::kStr,
-       N(),
-       {}},
-      {"parallelism_config_sp_seq_length_is_variable",
-       {"--parallelism_config_sp_seq_length_is_variable"},
-       Type::kPyBool,
-       B(true),
-       {}},
-      {"parallelism_config_sp_attn_implementation",
-       {"--parallelism_config_sp_attn_implementation"},
-       Type::kStr,
-       S("sdpa"),
-       {}},
-  };
-  return *flags;
-}
-
-// accelerate launch flags of the paths ddprun-accelerate does not run.
-const char* const kUnsupported[][2] = {
-    {"--tpu", "TPU"},
-    {"--no_tpu_cluster", "TPU"},
-    {"--vm", "TPU"},
-    {"--env", "TPU"},
-    {"--main_training_function", "TPU"},
-    {"--downcast_bf16", "TPU"},
-    {"--use_deepspeed", "DeepSpeed (use ddprun-deepspeed)"},
-    {"--deepspeed", "DeepSpeed (use ddprun-deepspeed)"},
-    {"--zero", "DeepSpeed (use ddprun-deepspeed)"},
-    {"--offload", "DeepSpeed (use ddprun-deepspeed)"},
-    {"--gradient_accumulation_steps", "DeepSpeed (use ddprun-deepspeed)"},
-    {"--gradient_clipping", "DeepSpeed (use ddprun-deepspeed)"},
-    {"--use_megatron_lm", "Megatron-LM"},
-    {"--megatron_lm", "Megatron-LM"},
-    {"--aws", "SageMaker"},
-    {"--mpirun_hostfile", "mpirun"},
-};
-
-Status Unsupported(const std::string& message) {
-  const auto flag_at = message.find("--");
-  if (message.compare(0, 13, "unknown flag ") != 0 ||
-      flag_at == std::string::npos) {
-    return InvalidArgumentError(message);
-  }
-  std::string flag = message.substr(flag_at);
-  std::replace(flag.begin() + 2, flag.end(), '-', '_');
-  for (const auto& u : kUnsupported) {
-    if (flag.compare(0, std::strlen(u[0]), u[0]) == 0) {
-      return InvalidArgumentError(
-          flag + ": accelerate's " + u[1] +
-          " launch is not supported by ddprun-accelerate");
-    }
-  }
-  return InvalidArgumentError(message);
-}
-
-StatusOr<PyValue> Convert(const AccelFlag& f, const std::string& name,
-                          const std::string& text) {
-  auto str_to_bool = [&](const std::string& t) -> StatusOr<long long> {
-    std::string lower;
-    for (char c : t) lower += static_cast<char>(std::tolower(c));
-    for (const char* yes : {"y", "yes", "t", "true", "on", "1"}) {
-      if (lower == yes) return 1;
-    }
-    for (const char* no : {"n", "no", "f", "false", "off", "0"}) {
-      if (lower == no) return 0;
-    }
-    return InvalidArgumentError(name + ": invalid truth value '" + t + "'");
-  };
-  switch (f.type) {
-    case Type::kFlag:
-      return PyValue::Bool(true);
-    case Type::kInt: {
-      DDP_ASSIGN_OR_RETURN(long v, ParseIntValue(name, text));
-      return PyValue::Int(v);
-    }
-    case Type::kFloat: {
-      DDP_ASSIGN_OR_RETURN(double v, ParseDoubleValue(name, text));
-      return PyValue::Float(v);
-    }
-    case Type::kStrToBool: {
-      DDP_ASSIGN_OR_RETURN(long long v, str_to_bool(text));
-      return PyValue::Int(v);
-    }
-    case Type::kPyBool:
-      return PyValue::Bool(!text.empty());
-    case Type::kBoolList: {
-      std::string repr;
-      std::stringstream ss(text);
-      for (std::string part; std::getline(ss, part, ',');) {
-        DDP_ASSIGN_OR_RETURN(long long v, str_to_bool(part));
-        repr += (repr.empty() ? "" : ", ") + std::to_string(v);
-      }
-      return PyValue::List("(" + repr + ")");
-    }
-    case Type::kStr:
-      break;
-  }
-  if (!f.choices.empty() &&
-      std::find(f.choices.begin(), f.choices.end(), text) == f.choices.end()) {
-    std::string list;
-    for (const auto& c : f.choices) list += (list.empty() ? "" : ", ") + c;
-    return InvalidArgumentError(name + ": invalid choice '" + text +
-                                "' (choose from " + list + ")");
-  }
-  return PyValue::Str(text);
-}
 
 // accelerate's get_int_from_env: the first variable set to an int >= 0.
 StatusOr<long long> IntFromEnv(const std::map<std::string, std::string>& env,
@@ -451,7 +97,8 @@ Status ApplyConfig(const AccelerateConfig& cfg, AccelerateArgs* a) {
                                 ? PyValue::Str("no")
                                 : cfg.Get("mixed_precision");
   }
-  if (a->Get("dynamo_backend").is_none()) ns["dynamo_backend"] = S("no");
+  if (a->Get("dynamo_backend").is_none())
+    ns["dynamo_backend"] = PyValue::Str("no");
   if (a->Int("num_processes", 0) == -1) {
     return InvalidArgumentError(
         "You need to manually pass in `--num_processes` using this config "
@@ -515,23 +162,24 @@ StatusOr<AccelerateArgs> ParseAccelerateArgs(
     const std::map<std::string, std::string>& env, const AccelerateHost& host) {
   std::vector<OptionSpec> specs = {
       {"help", {"-h", "--help"}, OptionKind::kHelp}};
-  for (const AccelFlag& f : Flags()) {
+  for (const AccelFlag& f : AccelerateFlags()) {
     specs.push_back(
         {f.dest, f.names,
          f.type == Type::kFlag ? OptionKind::kFlag : OptionKind::kValue});
   }
   StatusOr<TokenizedArgs> tokens =
       TokenizeOptions(args, specs, /*allow_abbrev=*/false);
-  if (!tokens.ok()) return Unsupported(tokens.status().message());
+  if (!tokens.ok()) return UnsupportedFlagError(tokens.status().message());
   AccelerateArgs a;
   if (tokens->help) {
     a.help = true;
     return a;
   }
-  for (const AccelFlag& f : Flags()) {
+  for (const AccelFlag& f : AccelerateFlags()) {
     a.ns[f.dest] = f.def;
     if (!tokens->Has(f.dest)) continue;
-    DDP_ASSIGN_OR_RETURN(a.ns[f.dest], Convert(f, tokens->Name(f.dest),
+    DDP_ASSIGN_OR_RETURN(a.ns[f.dest],
+                         ConvertAccelerateFlag(f, tokens->Name(f.dest),
                                                tokens->Get(f.dest, "")));
     a.given.insert(f.dest);
   }
@@ -597,12 +245,12 @@ StatusOr<AccelerateArgs> ParseAccelerateArgs(
     }
     if (a.Get("mixed_precision").is_none()) {
       warned.push_back("\t`--mixed_precision` was set to a value of `'no'`");
-      ns["mixed_precision"] = S("no");
+      ns["mixed_precision"] = PyValue::Str("no");
     }
     if (!ns.count("use_cpu")) ns["use_cpu"] = a.Get("cpu");
     if (a.Get("dynamo_backend").is_none()) {
       warned.push_back("\t`--dynamo_backend` was set to a value of `'no'`");
-      ns["dynamo_backend"] = S("no");
+      ns["dynamo_backend"] = PyValue::Str("no");
     }
   }
   if (a.Get("num_cpu_threads_per_process").is_none()) {

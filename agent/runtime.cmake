@@ -46,6 +46,7 @@ if(TARGET ddprun_agent_cli)
     ${CMAKE_CURRENT_LIST_DIR}/accelerate_args.cc
     ${CMAKE_CURRENT_LIST_DIR}/accelerate_cli.cc
     ${CMAKE_CURRENT_LIST_DIR}/accelerate_config.cc
+    ${CMAKE_CURRENT_LIST_DIR}/accelerate_flags.cc
     ${CMAKE_CURRENT_LIST_DIR}/accelerate_main.cc
     ${CMAKE_CURRENT_LIST_DIR}/deepspeed_cli.cc
     ${CMAKE_CURRENT_LIST_DIR}/deepspeed_hosts.cc
