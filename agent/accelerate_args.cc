@@ -163,9 +163,9 @@ StatusOr<AccelerateArgs> ParseAccelerateArgs(
   std::vector<OptionSpec> specs = {
       {"help", {"-h", "--help"}, OptionKind::kHelp}};
   for (const AccelFlag& f : AccelerateFlags()) {
-    specs.push_back(
-        {f.dest, f.names,
-         f.type == Type::kFlag ? OptionKind::kFlag : OptionKind::kValue});
+    specs.push_back({f.dest, f.names,
+                     f.type == AccelFlagType::kFlag ? OptionKind::kFlag
+                                                    : OptionKind::kValue});
   }
   StatusOr<TokenizedArgs> tokens =
       TokenizeOptions(args, specs, /*allow_abbrev=*/false);

@@ -12,7 +12,7 @@
 namespace ddprun::agent {
 
 // How argparse converts a flag's text (the `type=` / `action=`).
-enum class Type {
+enum class AccelFlagType {
   kStr,
   kInt,
   kFloat,
@@ -25,7 +25,7 @@ enum class Type {
 struct AccelFlag {
   const char* dest;
   std::vector<std::string> names;
-  Type type;
+  AccelFlagType type;
   PyValue def;
   std::vector<std::string> choices;  // empty = any
 };
