@@ -324,6 +324,7 @@ StatusOr<CommandLine> DeepSpeedNodeCommandLine(
                                                                : "123456789";
     o.role = "trainer";
     o.max_restarts = 100;
+    o.omp_default = false;
     o.master_port.reset();
     o.node_rank_given = false;
     cl.env_overrides["CROSS_RANK"] = std::to_string(node_rank);

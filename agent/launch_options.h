@@ -103,6 +103,9 @@ struct LaunchOptions {
   // deepspeed_local_rank_arg is false (--no_local_rank).
   WorkerContract contract = WorkerContract::kTorchrun;
   bool deepspeed_local_rank_arg = true;
+  // torchrun's OMP_NUM_THREADS=1 (and banner) for several workers when the
+  // variable is unset; off for deepspeed's elastic agent, which has none.
+  bool omp_default = true;
 
   // Legacy torch.distributed.launch behaviour (ddprun-launch or --legacy).
   bool legacy_launch = false;

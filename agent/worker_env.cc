@@ -140,7 +140,7 @@ std::string EntrypointName(const LaunchOptions& options) {
 }
 
 bool NeedsOmpDefault(const LaunchOptions& options, const EnvMap& parent_env) {
-  return options.contract == WorkerContract::kTorchrun &&
+  return options.contract == WorkerContract::kTorchrun && options.omp_default &&
          options.nproc_per_node > 1 && !parent_env.count("OMP_NUM_THREADS");
 }
 

@@ -58,7 +58,8 @@ std::vector<std::string> BuildWorkerArgv(const LaunchOptions& options,
 std::string EntrypointName(const LaunchOptions& options);
 
 // True when torchrun would set OMP_NUM_THREADS=1 and print its banner
-// (never under the deepspeed contract: deepspeed sets no thread count).
+// (never under deepspeed's launch or elastic agent: they set no thread
+// count).
 bool NeedsOmpDefault(const LaunchOptions& options, const EnvMap& parent_env);
 // torchrun's banner, as its logger prints it (ends with '\n').
 std::string OmpWarningBanner();

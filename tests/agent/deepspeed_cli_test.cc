@@ -274,6 +274,7 @@ TEST_CASE("DeepSpeedNodeCommandLine: launch.py's node as a ddprun launch",
   CHECK(el->options.rdzv_id == "job9");
   CHECK(el->options.role == "trainer");
   CHECK(el->options.max_restarts == 100);
+  CHECK_FALSE(el->options.omp_default);
   CHECK(el->env_overrides.at("CROSS_RANK") == "0");
   CHECK(el->env_overrides.at("CROSS_SIZE") == "2");
   CHECK(el->env_overrides.at("LOCAL_SIZE") == "2");

@@ -186,6 +186,38 @@ TEST_CASE("ddprun-deepspeed: SIGTERM stops every node and worker",
   CHECK(WaitDead(pids, 10s));
 }
 
+TEST_CASE("ddprun-deepspeed --elastic_training: DSElasticAgent's workers",
+          "[agent][process][deepspeed]") {
+  TempDir dir;
+  const int port = FreeLoopbackPort();
+  Ddprun run(dir,
+             {"--elastic_training", "--master_addr=127.0.0.1",
+              "--master_port=" + std::to_string(port), "--num_gpus=2",
+              "--no_python", kEnvDump, "x"},
+             {{"-OMP_NUM_THREADS", ""}, {"-ELASTIC_RUN_ID", ""}}, kDeepSpeed);
+  REQUIRE(run.Wait(30s) == 0);
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    auto e = ParseEnv(ReadFile(dir.path() + "/env_" + std::to_string(r)));
+    // deepspeed/elasticity/elastic_agent.py: torch elastic's variables over
+    // launch.py's, role "trainer", run id ELASTIC_RUN_ID or 123456789.
+    CHECK(e["RANK"] == std::to_string(r));
+    CHECK(e["GROUP_RANK"] == "0");
+    CHECK(e["ROLE_NAME"] == "trainer");
+    CHECK(e["TORCHELASTIC_RUN_ID"] == "123456789");
+    CHECK(e["TORCHELASTIC_MAX_RESTARTS"] == "100");
+    CHECK(e["WORLD_SIZE"] == "2");
+    CHECK(e["CROSS_RANK"] == "0");
+    CHECK(e["CROSS_SIZE"] == "1");
+    CHECK(e["LOCAL_SIZE"] == "2");
+    CHECK(e["CUDA_VISIBLE_DEVICES"] == "0,1");
+    CHECK(e.count("OMP_NUM_THREADS") == 0);  // the agent sets none
+    // No --local_rank with --elastic_training.
+    CHECK(ReadFile(dir.path() + "/args_" + std::to_string(r)) == "args:x\n");
+  }
+  CHECK(run.Stderr().find("Setting OMP_NUM_THREADS") == std::string::npos);
+}
+
 TEST_CASE("ddprun-deepspeed: bad input is one line and exit 2, and --help",
           "[agent][process][deepspeed]") {
   for (const auto& args : std::vector<std::vector<std::string>>{
