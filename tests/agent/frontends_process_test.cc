@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <memory>
 #include <set>
 
 #include "tests/agent/process_harness.h"
@@ -137,6 +138,42 @@ TEST_CASE("ddprun-deepspeed: a hostfile of local hosts starts every node",
     CHECK(e["PYTHONPATH"].find(cwd) == 0);
   }
   CHECK(ranks == std::set<std::string>{"0", "1", "2"});
+}
+
+TEST_CASE("ddprun-deepspeed --no_ssh: each node started by hand",
+          "[agent][process][deepspeed]") {
+  TempDir dir0, dir1;
+  std::ofstream(dir0.path() + "/hostfile")
+      << "node-a slots=1\nnode-b slots=2\n";
+  const int port = FreeLoopbackPort();
+  std::vector<std::unique_ptr<Ddprun>> nodes;
+  for (int n = 0; n < 2; ++n) {
+    nodes.push_back(std::make_unique<Ddprun>(
+        n == 0 ? dir0 : dir1,
+        std::vector<std::string>{
+            "-H", dir0.path() + "/hostfile", "--no_ssh",
+            "--node_rank=" + std::to_string(n), "--master_addr=127.0.0.1",
+            "--master_port=" + std::to_string(port), "--no_python", kEnvDump},
+        std::map<std::string, std::string>{{"-OMP_NUM_THREADS", ""}},
+        kDeepSpeed));
+  }
+  REQUIRE(nodes[0]->Wait(60s) == 0);
+  REQUIRE(nodes[1]->Wait(60s) == 0);
+  // node-a: rank 0; node-b: ranks 1, 2 with LOCAL_RANK = RANK % 2.
+  auto a = ParseEnv(ReadFile(dir0.path() + "/env_0"));
+  CHECK(a["CROSS_RANK"] == "0");
+  CHECK(a["LOCAL_SIZE"] == "1");
+  CHECK(a["WORLD_SIZE"] == "3");
+  CHECK(ReadFile(dir0.path() + "/args_0") == "args:--local_rank=0\n");
+  for (int r = 1; r <= 2; ++r) {
+    auto b = ParseEnv(ReadFile(dir1.path() + "/env_" + std::to_string(r)));
+    CHECK(b["CROSS_RANK"] == "1");
+    CHECK(b["LOCAL_SIZE"] == "2");
+    CHECK(b["LOCAL_RANK"] == std::to_string(r % 2));
+    CHECK(b["CUDA_VISIBLE_DEVICES"] == "0,1");
+    CHECK(ReadFile(dir1.path() + "/args_" + std::to_string(r % 2)) ==
+          "args:--local_rank=" + std::to_string(r % 2) + "\n");
+  }
 }
 
 TEST_CASE("ddprun-deepspeed: a failing node stops the whole job",
