@@ -3,17 +3,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "agent/file_util.h"
+
 namespace ddprun::agent {
-
-namespace {
-
-bool IsExecutableFile(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-         access(path.c_str(), X_OK) == 0;
-}
-
-}  // namespace
 
 Status CheckEntrypoint(const LaunchOptions& o,
                        const std::map<std::string, std::string>& env) {

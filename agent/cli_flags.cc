@@ -1,6 +1,5 @@
 #include "agent/cli_flags.h"
 
-#include <algorithm>
 #include <cctype>
 
 namespace ddprun::agent {
@@ -108,6 +107,16 @@ std::vector<FlagSpec> MakeFlags() {
        "--max_restarts lasts. Choose more than the longest step or "
        "checkpoint.",
        false, false},
+      {"torch_version", 0, kV, "VERSION", "detected from the workers' torch",
+       "ddprun addition: the torch version the workers run (e.g. 2.6 or "
+       "1.13), which decides what torchrun of that version would give them: "
+       "TORCH_NCCL_ASYNC_ERROR_HANDLING from 2.2 (NCCL_ASYNC_ERROR_HANDLING "
+       "before), TORCHELASTIC_SIGNALS_TO_HANDLE from 2.9, --local-rank from "
+       "2.0 (--local_rank before) for torch.distributed.launch. Detected "
+       "without importing torch: the torch package on the sys.path of "
+       "$PYTHON_EXEC (asked once, cached), or the LibTorch a compiled "
+       "entrypoint links; when none is found, the newest torch.",
+       false, false},
       {"virtual_local_rank", 0, kB, nullptr, "off",
        "Give every worker LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES=<its GPU>.",
        false, false},
@@ -135,14 +144,10 @@ std::vector<FlagSpec> MakeFlags() {
        false, false},
       {"use_env", 0, kB, nullptr, "off",
        "torch.distributed.launch only: without it each worker gets "
-       "--local_rank=N appended to its arguments.",
+       "--local-rank=N (torch >= 2.0) or --local_rank=N (torch 1.x) appended "
+       "to its arguments.",
        true, false},
   };
-}
-
-std::string Normalize(std::string name) {
-  std::replace(name.begin(), name.end(), '-', '_');
-  return name;
 }
 
 }  // namespace
@@ -159,34 +164,6 @@ std::string PetEnvName(const FlagSpec& flag) {
     name += static_cast<char>(std::toupper(static_cast<unsigned char>(*p)));
   }
   return name;
-}
-
-StatusOr<const FlagSpec*> FindFlag(const std::string& option) {
-  const auto& flags = AllFlags();
-  if (option.size() == 2 && option[0] == '-' && option[1] != '-') {
-    for (const FlagSpec& f : flags) {
-      if (f.short_name == option[1]) return &f;
-    }
-    return InvalidArgumentError("unknown flag " + option);
-  }
-  if (option.size() <= 2 || option.compare(0, 2, "--") != 0) {
-    return InvalidArgumentError("unknown flag " + option);
-  }
-  const std::string name = Normalize(option.substr(2));
-  std::vector<const FlagSpec*> prefixed;
-  for (const FlagSpec& f : flags) {
-    const std::string dest = f.dest;
-    if (dest == name) return &f;
-    if (dest.compare(0, name.size(), name) == 0) prefixed.push_back(&f);
-  }
-  if (prefixed.size() == 1) return prefixed[0];
-  if (prefixed.empty()) return InvalidArgumentError("unknown flag " + option);
-  std::string candidates;
-  for (const FlagSpec* f : prefixed) {
-    candidates += (candidates.empty() ? "--" : ", --") + std::string(f->dest);
-  }
-  return InvalidArgumentError("ambiguous flag " + option + " (could be " +
-                              candidates + ")");
 }
 
 }  // namespace ddprun::agent

@@ -33,10 +33,4 @@ const std::vector<FlagSpec>& AllFlags();
 // "nproc_per_node" -> "PET_NPROC_PER_NODE".
 std::string PetEnvName(const FlagSpec& flag);
 
-// Finds the flag named by an option token without its value: "--nnodes",
-// "--nproc-per-node", "-m", or (as argparse allows) an unambiguous prefix of a
-// long name such as "--nproc". Errors (kInvalidArgument): unknown flag,
-// ambiguous prefix.
-StatusOr<const FlagSpec*> FindFlag(const std::string& option);
-
 }  // namespace ddprun::agent

@@ -45,7 +45,9 @@ std::string HelpText(bool legacy) {
   AppendWrapped(
       legacy ? "Drop-in replacement for torch.distributed.launch (deprecated "
                "in PyTorch): the torchrun launcher plus --use_env; without "
-               "it each worker gets --local_rank=N appended."
+               "it each worker gets --local-rank=N appended (--local_rank=N "
+               "when the workers' torch is 1.x, as its launcher passes; see "
+               "--torch_version)."
              : "Drop-in replacement for torchrun (torch.distributed.run): "
                "starts NPROC_PER_NODE workers per node with torchrun's "
                "environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...), "
@@ -85,7 +87,12 @@ std::string HelpText(bool legacy) {
       "environment: PYTHON_EXEC (worker interpreter, default python3), "
       "TORCH_ELASTIC_SHUTDOWN_TIMEOUT, TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE "
       "(worker line prefix with ${role_name}, ${rank}, ${local_rank}), "
-      "LOGLEVEL or DDPRUN_LOG_LEVEL (DEBUG|INFO|WARNING|ERROR).",
+      "LOGLEVEL or DDPRUN_LOG_LEVEL (DEBUG|INFO|WARNING|ERROR), "
+      "DDPRUN_CACHE_DIR (where the interpreter's sys.path is cached for "
+      "--torch_version detection; default $XDG_CACHE_HOME/ddprun or "
+      "~/.cache/ddprun). The same binary run as ddprun-accelerate or "
+      "ddprun-deepspeed takes `accelerate launch`'s or `deepspeed`'s "
+      "command line (see their --help).",
       2, &out);
   return out;
 }

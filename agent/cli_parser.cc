@@ -9,6 +9,7 @@
 #include "agent/cli_values.h"
 #include "agent/log_line_prefix.h"
 #include "agent/nproc_resolver.h"
+#include "agent/option_tokenizer.h"
 #include "agent/slurm_env.h"
 #include "rendezvous/rdzv_conf.h"
 
@@ -31,77 +32,40 @@ struct Tokens {
   std::vector<std::string> rest;
 };
 
-// argparse treats "-1" and "-0.5" as values, not options.
-bool IsNegativeNumber(const std::string& s) {
-  if (s.size() < 2 || s[0] != '-') return false;
-  bool digit = false;
-  for (std::string::size_type i = 1; i < s.size(); ++i) {
-    if (std::isdigit(static_cast<unsigned char>(s[i]))) {
-      digit = true;
-    } else if (s[i] != '.') {
-      return false;
+// The torchrun flag table as the tokenizer reads it: "--dest" and "-x".
+const std::vector<OptionSpec>& TorchrunSpecs() {
+  static const std::vector<OptionSpec>* specs = [] {
+    auto* out = new std::vector<OptionSpec>;
+    for (const FlagSpec& f : AllFlags()) {
+      OptionSpec spec;
+      spec.dest = f.dest;
+      spec.names.push_back(std::string("--") + f.dest);
+      if (f.short_name) spec.names.push_back(std::string("-") + f.short_name);
+      spec.kind = f.kind == FlagKind::kHelp   ? OptionKind::kHelp
+                  : f.kind == FlagKind::kBool ? OptionKind::kFlag
+                                              : OptionKind::kValue;
+      out->push_back(spec);
     }
-  }
-  return digit;
-}
-
-bool LooksLikeFlag(const std::string& s) {
-  return s.size() > 1 && s[0] == '-' && !IsNegativeNumber(s);
+    return out;
+  }();
+  return *specs;
 }
 
 StatusOr<Tokens> Tokenize(const std::vector<std::string>& args) {
-  Tokens t;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg == "--" || !LooksLikeFlag(arg)) {
-      const std::size_t entry = arg == "--" ? i + 1 : i;
-      if (entry < args.size()) {
-        t.has_entrypoint = true;
-        t.entrypoint = args[entry];
-        t.rest.assign(args.begin() + entry + 1, args.end());
-      }
-      return t;
-    }
-    std::string name = arg, value;
-    bool has_value = false;
-    if (arg.compare(0, 2, "--") == 0) {
-      auto eq = arg.find('=');
-      if (eq != std::string::npos) {
-        name = arg.substr(0, eq);
-        value = arg.substr(eq + 1);
-        has_value = true;
-      }
-    } else if (arg.size() > 2) {  // -r3, -r=3
-      name = arg.substr(0, 2);
-      value = arg.substr(arg[2] == '=' ? 3 : 2);
-      has_value = true;
-    }
-    DDP_ASSIGN_OR_RETURN(const FlagSpec* flag, FindFlag(name));
-    const std::string canonical = std::string("--") + flag->dest;
-    switch (flag->kind) {
-      case FlagKind::kHelp:
-        t.help = true;
-        return t;
-      case FlagKind::kBool:
-        if (has_value) {
-          return InvalidArgumentError(canonical + " takes no value (got '" +
-                                      arg + "')");
-        }
-        t.cli[flag->dest] = {"1", canonical, true};
-        break;
-      case FlagKind::kValue:
-        if (!has_value) {
-          if (i + 1 >= args.size() || LooksLikeFlag(args[i + 1]) ||
-              args[i + 1] == "--") {
-            return InvalidArgumentError(canonical + " expects a value");
-          }
-          value = args[++i];
-        }
-        t.cli[flag->dest] = {value, canonical, true};
-        break;
-    }
+  DDP_ASSIGN_OR_RETURN(TokenizedArgs t, TokenizeOptions(args, TorchrunSpecs(),
+                                                        /*allow_abbrev=*/true));
+  Tokens out;
+  out.help = t.help;
+  for (const FlagSpec& flag : AllFlags()) {
+    if (!t.Has(flag.dest)) continue;
+    out.cli[flag.dest] = {
+        flag.kind == FlagKind::kBool ? "1" : t.Get(flag.dest, ""),
+        std::string("--") + flag.dest, true};
   }
-  return t;
+  out.has_entrypoint = t.has_entrypoint;
+  out.entrypoint = t.entrypoint;
+  out.rest = t.rest;
+  return out;
 }
 
 // Command line first, then non-empty PET_<DEST> variables.
@@ -476,6 +440,10 @@ StatusOr<CommandLine> ParseCommandLine(
   DDP_RETURN_IF_ERROR(FillAddressing(v, &o));
   DDP_RETURN_IF_ERROR(FillShutdown(v, env, &o));
   DDP_ASSIGN_OR_RETURN(o.virtual_local_rank, v.Bool("virtual_local_rank"));
+  if (const RawValue* tv = v.Find("torch_version")) {
+    DDP_ASSIGN_OR_RETURN(o.torch_version,
+                         ParseTorchVersion(tv->source, tv->text));
+  }
   DDP_RETURN_IF_ERROR(CheckNoEffectFlags(v, &cl.warnings));
   DDP_RETURN_IF_ERROR(FillEntrypoint(v, tokens, env, &o));
   return cl;

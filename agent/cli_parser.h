@@ -16,6 +16,16 @@ struct CommandLine {
   // One line each, to print (as warnings) only now that the whole command
   // line parsed: bad input never gets a warning before its error line.
   std::vector<std::string> warnings;
+  // Front ends (ddprun-accelerate, ddprun-deepspeed): variables the original
+  // launcher puts into the environment its workers inherit; main() applies
+  // them to the agent's environment before anything starts, so they count
+  // as inherited (e.g. OMP_NUM_THREADS set here means no torchrun banner).
+  // `env_removed` names are deleted first.
+  std::map<std::string, std::string> env_overrides;
+  std::vector<std::string> env_removed;
+  // A node started over ssh (ddprun-deepspeed): stop the workers when stdin
+  // reaches EOF, as on SIGHUP.
+  bool stop_on_stdin_eof = false;
 };
 
 // Parses torchrun's command line into LaunchOptions.

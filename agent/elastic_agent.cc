@@ -216,7 +216,8 @@ Status ElasticAgent::StartWorkers() {
   }
   for (auto& w : workers_) {
     ProcessSpec spec;
-    spec.argv = BuildWorkerArgv(o, w->local_rank, config_.parent_env);
+    spec.argv = BuildWorkerArgv(o, w->local_rank, config_.parent_env,
+                                round_.rank_offset);
     spec.env = BuildWorkerEnv(o, round_, config_.run_id, w->local_rank,
                               w->error_file, config_.parent_env);
     if (!w->heartbeat_file.empty()) {

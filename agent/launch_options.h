@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "agent/torch_version.h"
+
 namespace ddprun::agent {
 
 // Which standard streams of a worker go to files (redirect) or to files and
@@ -24,6 +26,12 @@ struct StdSpec {
     auto it = per_rank.find(local_rank);
     return it == per_rank.end() ? StdStreams::kNone : it->second;
   }
+};
+
+// Whose contract the workers get: which variables and arguments they see.
+enum class WorkerContract {
+  kTorchrun,   // torchrun's (agent/worker_env.h)
+  kDeepSpeed,  // deepspeed.launcher.launch's (ddprun-deepspeed)
 };
 
 // Everything the command line (and PET_* / SLURM_* environment defaults) says
@@ -83,9 +91,26 @@ struct LaunchOptions {
   // kills it as hung. 0 = off.
   double watchdog_timeout_s = 0;
 
+  // The torch the workers run: --torch_version, else (filled in by main()
+  // before the agent starts) what DetectWorkerTorchVersion() finds. It picks
+  // the NCCL error-handling variable, TORCHELASTIC_SIGNALS_TO_HANDLE and the
+  // legacy --local-rank spelling as that torch's launchers do; unknown =
+  // the newest torch.
+  TorchVersion torch_version;
+
+  // ddprun-deepspeed: the workers get deepspeed.launcher.launch's contract
+  // instead of torchrun's, with `--local_rank=N` appended unless
+  // deepspeed_local_rank_arg is false (--no_local_rank).
+  WorkerContract contract = WorkerContract::kTorchrun;
+  bool deepspeed_local_rank_arg = true;
+  // torchrun's OMP_NUM_THREADS=1 (and banner) for several workers when the
+  // variable is unset; off for deepspeed's elastic agent, which has none.
+  bool omp_default = true;
+
   // Legacy torch.distributed.launch behaviour (ddprun-launch or --legacy).
   bool legacy_launch = false;
-  bool use_env = false;  // legacy: if false, "--local_rank=N" is appended
+  bool use_env = false;  // legacy: if false, "--local-rank=N" (torch >= 2.0)
+                         // or "--local_rank=N" is appended
 
   // What to run and its arguments, passed through untouched.
   std::string entrypoint;

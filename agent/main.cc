@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -16,15 +17,19 @@
 #include <thread>
 #include <vector>
 
+#include "agent/accelerate_main.h"
 #include "agent/asio_event_loop.h"
 #include "agent/boost_process_launcher.h"
 #include "agent/cli_parser.h"
 #include "agent/console.h"
+#include "agent/deepspeed_main.h"
 #include "agent/elastic_agent.h"
 #include "agent/interruptible_rendezvous.h"
 #include "agent/log_dir.h"
+#include "agent/python_sys_path.h"
 #include "agent/rendezvous_factory.h"
 #include "agent/signal_watcher.h"
+#include "agent/torch_version_probe.h"
 #include "agent/worker_env.h"
 #include "common/logging.h"
 #include "rendezvous/rdzv_conf.h"
@@ -51,23 +56,16 @@ void ExitNow(int exit_code) {
   ::_exit(exit_code);
 }
 
-int Run(int argc, char** argv) {
-  SetLogTag("ddprun");
-  bool legacy = Basename(argv[0]) == "ddprun-launch";
-  std::vector<std::string> args(argv + 1, argv + argc);
-  EnvMap env = CurrentEnvironment();
-  StatusOr<CommandLine> cl = ParseCommandLine(args, env, legacy);
-  std::string prog = legacy ? "ddprun-launch" : "ddprun";
-  if (!cl.ok()) {
-    std::cerr << prog << ": error: " << cl.status().message() << "\n";
-    return 2;
-  }
-  if (cl->show_help) {
-    std::cout << HelpText(legacy);
-    return 0;
-  }
-  for (const std::string& warning : cl->warnings) DDP_LOG(WARNING) << warning;
-  LaunchOptions options = std::move(cl->options);
+// Runs one node's agent for a parsed command line: the torchrun front end
+// and the per-node part of the others. `prog` prefixes error lines.
+int RunAgent(CommandLine cl, EnvMap env, const std::string& prog) {
+  for (const std::string& warning : cl.warnings) DDP_LOG(WARNING) << warning;
+  // What a front end's original launcher puts into its workers' inherited
+  // environment (accelerate's ACCELERATE_*, deepspeed's
+  // CUDA_VISIBLE_DEVICES).
+  for (const std::string& name : cl.env_removed) env.erase(name);
+  for (const auto& [name, value] : cl.env_overrides) env[name] = value;
+  LaunchOptions options = std::move(cl.options);
 
   // Signals go to a watcher thread, not to the loop: the loop thread may sit
   // in a blocking rendezvous call (Join, exit barrier) for minutes. Started
@@ -86,6 +84,43 @@ int Run(int argc, char** argv) {
     loop.Post([agent, sig] { agent->OnSignal(sig); });
   });
   if (!watching.ok()) DDP_LOG(WARNING) << watching.message();
+  if (cl.stop_on_stdin_eof) {
+    // A node started over ssh: when the connection goes (the launching
+    // ddprun-deepspeed stopped or died), sshd closes our stdin. Stop as on
+    // SIGHUP, a hung-up terminal: the signal goes through the watcher, so
+    // this thread touches nothing that the end of RunAgent destroys.
+    const int sig = std::find(handled.begin(), handled.end(), SIGHUP) !=
+                            handled.end()
+                        ? SIGHUP
+                        : handled.front();
+    std::thread([sig] {
+      char buf[256];
+      while (true) {
+        const ssize_t n = ::read(0, buf, sizeof(buf));
+        if (n == 0 || (n < 0 && errno != EINTR)) break;
+      }
+      DDP_LOG(WARNING) << "stdin closed: the launching node is gone, "
+                          "stopping the workers";
+      ::kill(::getpid(), sig);
+    }).detach();
+  }
+
+  if (!options.torch_version.known() &&
+      options.contract == WorkerContract::kTorchrun) {
+    // Cached: a launch after the first costs a few stat() calls.
+    TorchProbeOptions probe;
+    probe.cache_dir = DefaultCacheDir(env);
+    std::string why;
+    options.torch_version = DetectWorkerTorchVersion(options, env, probe, &why);
+    if (options.torch_version.known()) {
+      DDP_LOG(DEBUG) << "workers run torch " << options.torch_version.text
+                     << " (" << options.torch_version.source << ")";
+    } else {
+      DDP_LOG(DEBUG) << "torch version of the workers unknown (" << why
+                     << "): giving them what the newest torchrun does; "
+                        "--torch_version sets it";
+    }
+  }
 
   StatusOr<RendezvousSetup> setup = MakeRendezvous(options, env);
   if (!setup.ok()) {
@@ -162,7 +197,41 @@ int Run(int argc, char** argv) {
   return exit_code;
 }
 
+int RunTorchrun(const std::vector<std::string>& args, EnvMap env, bool legacy) {
+  const std::string prog = legacy ? "ddprun-launch" : "ddprun";
+  StatusOr<CommandLine> cl = ParseCommandLine(args, env, legacy);
+  if (!cl.ok()) {
+    std::cerr << prog << ": error: " << cl.status().message() << "\n";
+    return 2;
+  }
+  if (cl->show_help) {
+    std::cout << HelpText(legacy);
+    return 0;
+  }
+  return RunAgent(std::move(cl).value(), std::move(env), prog);
+}
+
+// argv[0] picks the front end: ddprun (torchrun), ddprun-launch
+// (torch.distributed.launch), ddprun-accelerate (`accelerate launch`),
+// ddprun-deepspeed (`deepspeed`).
+int Main(int argc, char** argv) {
+  SetLogTag("ddprun");
+  const std::string name = Basename(argv[0]);
+  std::vector<std::string> args(argv + 1, argv + argc);
+  EnvMap env = CurrentEnvironment();
+  auto run_agent = [&name](CommandLine cl, EnvMap agent_env) {
+    return RunAgent(std::move(cl), std::move(agent_env), name);
+  };
+  if (name == "ddprun-deepspeed") {
+    return RunDeepSpeed(args, std::move(env), run_agent);
+  }
+  if (name == "ddprun-accelerate") {
+    return RunAccelerate(args, std::move(env), run_agent);
+  }
+  return RunTorchrun(args, std::move(env), name == "ddprun-launch");
+}
+
 }  // namespace
 }  // namespace ddprun::agent
 
-int main(int argc, char** argv) { return ddprun::agent::Run(argc, argv); }
+int main(int argc, char** argv) { return ddprun::agent::Main(argc, argv); }

@@ -1,8 +1,8 @@
 #include "agent/worker_env.h"
 
 #include <csignal>
-#include <fstream>
 
+#include "agent/elf_deps.h"
 #include "agent/signal_names.h"
 
 extern char** environ;
@@ -28,14 +28,6 @@ std::vector<std::string> SplitCommas(const std::string& s) {
   return out;
 }
 
-// True when `path` starts with the ELF magic: Python could only fail on it.
-bool IsElfFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char magic[4] = {0, 0, 0, 0};
-  return in.read(magic, 4) && magic[0] == 0x7f && magic[1] == 'E' &&
-         magic[2] == 'L' && magic[3] == 'F';
-}
-
 const std::vector<int>& DefaultSignals() {
   static const std::vector<int> kSignals = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
   return kSignals;
@@ -58,6 +50,18 @@ EnvMap BuildWorkerEnv(const LaunchOptions& options,
                       int local_rank, const std::string& error_file,
                       const EnvMap& parent_env) {
   EnvMap env = parent_env;
+  if (options.contract == WorkerContract::kDeepSpeed) {
+    const int rank = round.rank_offset + local_rank;
+    env["RANK"] = std::to_string(rank);
+    env["LOCAL_RANK"] = std::to_string(rank % options.nproc_per_node);
+    env["WORLD_SIZE"] = std::to_string(round.world_size);
+    env["MASTER_ADDR"] = round.master_addr;
+    env["MASTER_PORT"] = std::to_string(round.master_port);
+    env["CROSS_RANK"] = std::to_string(round.group_rank);
+    env["CROSS_SIZE"] = std::to_string(round.group_world_size);
+    env["LOCAL_SIZE"] = std::to_string(options.nproc_per_node);
+    return env;
+  }
   env["LOCAL_RANK"] =
       options.virtual_local_rank ? "0" : std::to_string(local_rank);
   env["RANK"] = std::to_string(round.rank_offset + local_rank);
@@ -75,12 +79,15 @@ EnvMap BuildWorkerEnv(const LaunchOptions& options,
   env["TORCHELASTIC_RUN_ID"] = run_id;
   env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
   env["TORCHELASTIC_ERROR_FILE"] = error_file;
-  env["TORCHELASTIC_SIGNALS_TO_HANDLE"] =
-      SignalListString(options.signals_to_handle);
-  env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] =
-      InheritedOr(parent_env, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
-  env["NCCL_ASYNC_ERROR_HANDLING"] =
-      InheritedOr(parent_env, "NCCL_ASYNC_ERROR_HANDLING", "1");
+  // What torchrun of the workers' torch version sets, and nothing more: torch
+  // >= 2.2 warns on every rank when the old NCCL name is set.
+  const TorchVersion& torch = options.torch_version;
+  if (ExportsSignalsToHandle(torch)) {
+    env["TORCHELASTIC_SIGNALS_TO_HANDLE"] =
+        SignalListString(options.signals_to_handle);
+  }
+  const std::string nccl = NcclAsyncErrorHandlingVar(torch);
+  env[nccl] = InheritedOr(parent_env, nccl, "1");
   if (NeedsOmpDefault(options, parent_env)) env["OMP_NUM_THREADS"] = "1";
   if (options.virtual_local_rank) {
     auto it = parent_env.find("CUDA_VISIBLE_DEVICES");
@@ -98,7 +105,8 @@ EnvMap BuildWorkerEnv(const LaunchOptions& options,
 
 std::vector<std::string> BuildWorkerArgv(const LaunchOptions& options,
                                          int local_rank,
-                                         const EnvMap& parent_env) {
+                                         const EnvMap& parent_env,
+                                         int rank_offset) {
   std::vector<std::string> argv;
   // --run_path runs the script in-process in torchrun; here it is a plain
   // script run, which behaves the same for a script entrypoint.
@@ -112,8 +120,15 @@ std::vector<std::string> BuildWorkerArgv(const LaunchOptions& options,
     if (options.module && !options.run_path) argv.push_back("-m");
     argv.push_back(options.entrypoint);
   }
-  if (options.legacy_launch && !options.use_env) {
-    argv.push_back("--local_rank=" + std::to_string(local_rank));
+  if (options.contract == WorkerContract::kDeepSpeed) {
+    if (options.deepspeed_local_rank_arg) {
+      argv.push_back(
+          "--local_rank=" +
+          std::to_string((rank_offset + local_rank) % options.nproc_per_node));
+    }
+  } else if (options.legacy_launch && !options.use_env) {
+    argv.push_back(std::string(LegacyLocalRankFlag(options.torch_version)) +
+                   "=" + std::to_string(local_rank));
   }
   argv.insert(argv.end(), options.entrypoint_args.begin(),
               options.entrypoint_args.end());
@@ -125,7 +140,8 @@ std::string EntrypointName(const LaunchOptions& options) {
 }
 
 bool NeedsOmpDefault(const LaunchOptions& options, const EnvMap& parent_env) {
-  return options.nproc_per_node > 1 && !parent_env.count("OMP_NUM_THREADS");
+  return options.contract == WorkerContract::kTorchrun && options.omp_default &&
+         options.nproc_per_node > 1 && !parent_env.count("OMP_NUM_THREADS");
 }
 
 std::string OmpWarningBanner() {

@@ -12,11 +12,14 @@ PACKAGES=(
   procps openssl
 )
 # Only the tests need these (torch.distributed compatibility, network
-# namespaces, a real SLURM cluster, the libFuzzer run with clang):
-# DDPRUN_SETUP_TESTS=0 skips them (the Docker build stage does).
+# namespaces, a real SLURM cluster, a real sshd for ddprun-deepspeed's
+# multi-node launch, the libFuzzer run with clang): DDPRUN_SETUP_TESTS=0
+# skips them (the Docker build stage does). Installing openssh-server starts
+# no daemon where policy-rc.d forbids it (containers); the tests run their
+# own sshd inside network namespaces they create.
 if [[ "${DDPRUN_SETUP_TESTS:-1}" != 0 ]]; then
   PACKAGES+=(python3-torch iproute2 slurmctld slurmd slurm-client munge
-             clang libclang-rt-14-dev)
+             clang libclang-rt-14-dev openssh-client openssh-server)
 fi
 
 missing=()

@@ -26,112 +26,11 @@
 #include <thread>
 #include <vector>
 
+#include "tests/agent/process_harness.h"
+
+using namespace ddprun::test;  // NOLINT: the harness is the test's vocabulary
+
 namespace {
-
-using Clock = std::chrono::steady_clock;
-using namespace std::chrono_literals;
-
-const std::string kBin = DDPRUN_BIN_DIR "/ddprun";
-const std::string kData = DDPRUN_SOURCE_DIR "/tests/agent/data";
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
-
-// A temporary directory removed at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/ddprun_proc_test_XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { (void)!system(("rm -rf " + path_).c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-// ddprun started with stdout/stderr captured to files in `dir`.
-class Ddprun {
- public:
-  Ddprun(const TempDir& dir, std::vector<std::string> args,
-         std::map<std::string, std::string> extra_env = {},
-         const std::string& exe = kBin)
-      : out_(dir.path() + "/ddprun.out"), err_(dir.path() + "/ddprun.err") {
-    extra_env["DDPRUN_TEST_OUT"] = dir.path();
-    pid_ = fork();
-    if (pid_ == 0) {
-      int out = open(out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      int err = open(err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(out, 1);
-      dup2(err, 2);
-      for (const auto& [k, v] : extra_env) setenv(k.c_str(), v.c_str(), 1);
-      std::vector<char*> argv;
-      argv.push_back(const_cast<char*>(exe.c_str()));
-      for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execv(exe.c_str(), argv.data());
-      _exit(127);
-    }
-  }
-  ~Ddprun() {
-    if (!reaped_) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-
-  // Exit code (128+N when killed by signal N); -1 when `timeout` passes.
-  int Wait(std::chrono::milliseconds timeout = 15s) {
-    auto deadline = Clock::now() + timeout;
-    while (Clock::now() < deadline) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        reaped_ = true;
-        return WIFSIGNALED(status) ? 128 + WTERMSIG(status)
-                                   : WEXITSTATUS(status);
-      }
-      std::this_thread::sleep_for(5ms);
-    }
-    return -1;
-  }
-  pid_t pid() const { return pid_; }
-  std::string Stdout() const { return ReadFile(out_); }
-  std::string Stderr() const { return ReadFile(err_); }
-
- private:
-  std::string out_, err_;
-  pid_t pid_ = -1;
-  bool reaped_ = false;
-};
-
-// Waits until every file exists (deadline `timeout`).
-bool WaitForFiles(const std::vector<std::string>& paths,
-                  std::chrono::milliseconds timeout = 10s) {
-  auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    bool all = true;
-    for (const auto& p : paths) all = all && Exists(p);
-    if (all) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return false;
-}
-
-// True when the process is gone or a zombie (dead, not yet reaped by init).
-bool IsDead(int pid) {
-  std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
-  if (stat.empty()) return true;
-  size_t paren = stat.rfind(')');
-  return paren != std::string::npos && paren + 2 < stat.size() &&
-         (stat[paren + 2] == 'Z' || stat[paren + 2] == 'X');
-}
 
 // Field `n` (1-based, as in proc(5)) of /proc/<pid>/stat, for n >= 4.
 long StatField(int pid, int n) {
@@ -143,28 +42,6 @@ long StatField(int pid, int n) {
   for (int i = 3; i <= n && rest >> field; ++i) {
   }
   return std::atol(field.c_str());
-}
-
-bool WaitDead(const std::vector<int>& pids,
-              std::chrono::milliseconds timeout = 5s) {
-  auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    bool all = true;
-    for (int p : pids) all = all && IsDead(p);
-    if (all) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return false;
-}
-
-std::map<std::string, std::string> ParseEnv(const std::string& text) {
-  std::map<std::string, std::string> env;
-  std::stringstream ss(text);
-  for (std::string line; std::getline(ss, line);) {
-    size_t eq = line.find('=');
-    if (eq != std::string::npos) env[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  return env;
 }
 
 std::vector<int> ReadPids(const TempDir& dir, int n) {
@@ -212,8 +89,11 @@ TEST_CASE("ddprun: 4 workers get distinct ranks and torchrun's env",
     CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "0");
     CHECK(env["TORCHELASTIC_MAX_RESTARTS"] == "0");
     CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "False");
+    // A shell-script worker has no torch: what the newest torchrun sets.
     CHECK(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");
-    CHECK(env["NCCL_ASYNC_ERROR_HANDLING"] == "1");
+    CHECK(env.count("NCCL_ASYNC_ERROR_HANDLING") == 0);
+    CHECK(env["TORCHELASTIC_SIGNALS_TO_HANDLE"] ==
+          "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
     CHECK(env["TORCHELASTIC_ERROR_FILE"].find(
               "/attempt_0/" + std::to_string(r) + "/error.json") !=
           std::string::npos);
@@ -432,11 +312,20 @@ TEST_CASE("ddprun-launch: legacy mode appends --local_rank",
   REQUIRE(run.Wait() == 0);
   CHECK(ReadFile(dir.path() + "/args_1") == "args:x\n");
   TempDir dir2;
-  Ddprun legacy(dir2, {"--nproc_per_node=2", kData + "/env_dump.sh", "x"},
+  Ddprun legacy(dir2,
+                {"--nproc_per_node=2", "--torch_version=1.13",
+                 kData + "/env_dump.sh", "x"},
                 {{"PYTHON_EXEC", "/bin/sh"}}, DDPRUN_BIN_DIR "/ddprun-launch");
   REQUIRE(legacy.Wait() == 0);
-  // /bin/sh -u script --local_rank=N x
+  // /bin/sh -u script --local_rank=N x, as torch 1.x's launcher
   CHECK(ReadFile(dir2.path() + "/args_1") == "args:--local_rank=1 x\n");
+  // /bin/sh is no Python: the torch version is unknown, so torch 2.x's
+  // launcher is the model: --local-rank.
+  TempDir dir3;
+  Ddprun dashed(dir3, {"--nproc_per_node=2", kData + "/env_dump.sh", "x"},
+                {{"PYTHON_EXEC", "/bin/sh"}}, DDPRUN_BIN_DIR "/ddprun-launch");
+  REQUIRE(dashed.Wait() == 0);
+  CHECK(ReadFile(dir3.path() + "/args_1") == "args:--local-rank=1 x\n");
 }
 
 TEST_CASE("ddprun: a bad flag is one line and exit 2", "[agent][process]") {
@@ -446,19 +335,6 @@ TEST_CASE("ddprun: a bad flag is one line and exit 2", "[agent][process]") {
   std::string err = run.Stderr();
   CHECK(err.find("no_such_flag") != std::string::npos);
   CHECK(std::count(err.begin(), err.end(), '\n') == 1);
-}
-
-// A TCP port on 127.0.0.1 that was free a moment ago.
-int FreeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
 }
 
 TEST_CASE("ddprun: a static node whose peers never come fails at join_timeout",

@@ -61,15 +61,50 @@ TEST_CASE("BuildWorkerEnv: sets every torchrun variable", "[agent]") {
   CHECK(env.at("TORCHELASTIC_RUN_ID") == "job7");
   CHECK(env.at("TORCHELASTIC_USE_AGENT_STORE") == "False");
   CHECK(env.at("TORCHELASTIC_ERROR_FILE") == "/logs/attempt_2/2/error.json");
+  // Torch version unknown: what the newest torchrun sets.
   CHECK(env.at("TORCHELASTIC_SIGNALS_TO_HANDLE") ==
         "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
   CHECK(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1");
-  CHECK(env.at("NCCL_ASYNC_ERROR_HANDLING") == "1");
+  CHECK(env.count("NCCL_ASYNC_ERROR_HANDLING") == 0);
   CHECK(env.at("OMP_NUM_THREADS") == "1");
   // The parent's environment is inherited.
   CHECK(env.at("PATH") == "/usr/bin");
   CHECK(env.at("HOME") == "/root");
   CHECK(env.count("CUDA_VISIBLE_DEVICES") == 0);
+}
+
+TEST_CASE("BuildWorkerEnv: only what torchrun of the workers' torch sets",
+          "[agent]") {
+  struct Case {
+    const char* torch;
+    const char* nccl_var;  // the one NCCL error-handling name set
+    bool signals;          // TORCHELASTIC_SIGNALS_TO_HANDLE exported
+  };
+  const Case cases[] = {
+      {"1.13.0a0", "NCCL_ASYNC_ERROR_HANDLING", false},
+      {"2.1.2", "NCCL_ASYNC_ERROR_HANDLING", false},
+      {"2.2.0", "TORCH_NCCL_ASYNC_ERROR_HANDLING", false},
+      {"2.6.0+debian", "TORCH_NCCL_ASYNC_ERROR_HANDLING", false},
+      {"2.9.0", "TORCH_NCCL_ASYNC_ERROR_HANDLING", true},
+      {"2.11.0+cu130", "TORCH_NCCL_ASYNC_ERROR_HANDLING", true},
+  };
+  for (const Case& c : cases) {
+    INFO("torch " << c.torch);
+    LaunchOptions o = Options();
+    o.torch_version = *ddprun::agent::ParseTorchVersion("test", c.torch);
+    EnvMap env = BuildWorkerEnv(o, Round(), "j", 0, "e", {});
+    const std::string other =
+        std::string(c.nccl_var) == "NCCL_ASYNC_ERROR_HANDLING"
+            ? "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+            : "NCCL_ASYNC_ERROR_HANDLING";
+    CHECK(env.at(c.nccl_var) == "1");
+    CHECK(env.count(other) == 0);
+    CHECK(env.count("TORCHELASTIC_SIGNALS_TO_HANDLE") == (c.signals ? 1u : 0u));
+    // An inherited old name stays (the parent set it), and is not added.
+    EnvMap inherited =
+        BuildWorkerEnv(o, Round(), "j", 0, "e", {{c.nccl_var, "0"}});
+    CHECK(inherited.at(c.nccl_var) == "0");
+  }
 }
 
 TEST_CASE("BuildWorkerEnv: inherited values win over defaults", "[agent]") {
@@ -134,10 +169,17 @@ TEST_CASE("BuildWorkerArgv: python script, module, no_python", "[agent]") {
         V{"python3", "-u", "/abs/x.py", "--lr", "1e-4"});
 }
 
-TEST_CASE("BuildWorkerArgv: legacy launch appends --local_rank", "[agent]") {
+TEST_CASE("BuildWorkerArgv: legacy launch appends --local-rank or --local_rank",
+          "[agent]") {
   LaunchOptions o = Options();
   o.legacy_launch = true;
   using V = std::vector<std::string>;
+  // torch.distributed.launch of torch >= 2.0 (and an unknown torch).
+  CHECK(BuildWorkerArgv(o, 3, {}) ==
+        V{"python3", "-u", "train.py", "--local-rank=3", "--lr", "1e-4"});
+  o.torch_version = *ddprun::agent::ParseTorchVersion("test", "2.0.1");
+  CHECK(BuildWorkerArgv(o, 3, {})[3] == "--local-rank=3");
+  o.torch_version = *ddprun::agent::ParseTorchVersion("test", "1.13.0a0");
   CHECK(BuildWorkerArgv(o, 3, {}) ==
         V{"python3", "-u", "train.py", "--local_rank=3", "--lr", "1e-4"});
   o.use_env = true;

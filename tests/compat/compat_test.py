@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""torchrun compatibility tests: ddprun next to Debian's torchrun 1.13.
+"""torchrun compatibility tests: ddprun next to the torchrun of $PYTHON_EXEC.
 
 Usage: compat_test.py CASE --ddprun BIN --shared DIR
 Cases:
@@ -15,9 +15,24 @@ Cases:
   failure_plain    a worker raises: same exit code and failure summary as
                    torchrun (time, host, pid, log dir masked)
   failure_record   the same through torch's @record (error file traceback)
+  env_accelerate   ddprun-accelerate --multi_gpu vs torchrun with accelerate's
+                   environment (what `accelerate launch` runs): every rank
+  ddp_accelerate   ddp_check.py under ddprun-accelerate --multi_gpu
+  env_deepspeed    ddprun-deepspeed --num_gpus 2: exactly deepspeed launch's
+                   variables and --local_rank=N (from its source)
+  ddp_deepspeed    ddp_check.py (argparse --local_rank, as DeepSpeed scripts)
+                   under ddprun-deepspeed
 
-Exit 0 = pass, 1 = fail (with the reason), 77 = skipped (no torch in
-/usr/bin/python3). Every launch runs under a deadline.
+The interpreter (for torchrun and for the workers of both launchers) is
+$PYTHON_EXEC, default /usr/bin/python3 (Debian's torch 1.13). The
+expectations follow the torch version it reports, so the same cases run
+against any torchrun: ddprun must set exactly the variables that torchrun
+sets, e.g. NCCL_ASYNC_ERROR_HANDLING under torch < 2.2 and
+TORCH_NCCL_ASYNC_ERROR_HANDLING from 2.2, and `--local_rank` / `--local-rank`
+(torch >= 2.0) under torch.distributed.launch.
+
+Exit 0 = pass, 1 = fail (with the reason), 77 = skipped (no torch in the
+interpreter). Every launch runs under a deadline.
 """
 import argparse
 import json
@@ -25,12 +40,15 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-PYTHON = "/usr/bin/python3"  # Debian's torch lives here
+# Debian's torch lives in /usr/bin/python3; the torch 2.x legs point
+# PYTHON_EXEC at another interpreter.
+PYTHON = os.environ.get("PYTHON_EXEC") or "/usr/bin/python3"
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAUNCH_TIMEOUT_S = 120
 SKIP = 77
@@ -40,21 +58,21 @@ VARYING = {"MASTER_PORT", "TORCHELASTIC_ERROR_FILE"}
 # Set by the Python interpreter itself (PEP 538 locale coercion), not by a
 # launcher.
 INTERPRETER_SET = {"LC_CTYPE"}
-# Names newer torchrun versions export that 1.13 does not: ddprun may add
-# them. Anything else extra is a failure.
-NEWER_TORCHRUN = {"TORCH_NCCL_ASYNC_ERROR_HANDLING",
-                  "TORCHELASTIC_SIGNALS_TO_HANDLE"}
-# Per-rank values that must be identical under both launchers.
+# Per-rank values that must be identical under both launchers (absent under
+# both counts as identical).
 LAYOUT = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
           "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE",
           "ROLE_NAME", "TORCHELASTIC_RESTART_COUNT",
           "TORCHELASTIC_MAX_RESTARTS", "OMP_NUM_THREADS",
-          "NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_USE_AGENT_STORE"]
-# Deliberate differences: (backend, name) -> the value ddprun must set.
-# torchrun's static agent hosts a TCPStore on MASTER_PORT and tells workers
-# to attach to it (True); ddprun's agent hosts no TCPStore, so rank 0's worker
-# must create it (False), as under torchrun's c10d backend.
-EXPECTED_DIFFERENCES = {("static", "TORCHELASTIC_USE_AGENT_STORE"): "False"}
+          "NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+          "TORCHELASTIC_SIGNALS_TO_HANDLE", "TORCHELASTIC_USE_AGENT_STORE"]
+# Deliberate differences: name -> the value ddprun must set, whatever
+# torchrun sets. torchrun's agent hosts a TCPStore and tells workers to
+# attach to it (True: 1.13's static backend; every backend from torch 2.x,
+# unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1); ddprun's agent hosts no
+# TCPStore, so rank 0's worker creates it (False), as under torch 1.13's
+# c10d backend (README: it restarts reliably where torchrun 2.11's did not).
+EXPECTED_DIFFERENCES = {"TORCHELASTIC_USE_AGENT_STORE": "False"}
 LOOPBACK = {"localhost", "127.0.0.1", "::1", "[::1]"}
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}"
                      r"-[0-9a-f]{12}$")
@@ -62,6 +80,36 @@ UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}"
 
 class Failure(Exception):
     pass
+
+
+def torch_version():
+    """(major, minor) of the torch in PYTHON, or None without torch. Only
+    the driver imports torch; the launchers must not need to."""
+    p = subprocess.run([PYTHON, "-c", "import torch.distributed, torch; "
+                        "print(torch.__version__)"],
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                       timeout=LAUNCH_TIMEOUT_S)
+    if p.returncode != 0:
+        return None
+    m = re.match(r"(\d+)\.(\d+)", p.stdout.decode().strip())
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+TORCH = None  # set by main()
+
+
+def expected_torchrun_contract():
+    """What torchrun of TORCH gives every worker, where versions differ
+    (torch/distributed/elastic/agent/server/local_elastic_agent.py,
+    torch/distributed/run.py): (NCCL variable set, variable not set,
+    TORCHELASTIC_SIGNALS_TO_HANDLE exported, legacy --local-rank flag)."""
+    new_nccl = TORCH >= (2, 2)
+    return ("TORCH_NCCL_ASYNC_ERROR_HANDLING" if new_nccl
+            else "NCCL_ASYNC_ERROR_HANDLING",
+            "NCCL_ASYNC_ERROR_HANDLING" if new_nccl
+            else "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+            TORCH >= (2, 9),
+            "--local-rank" if TORCH >= (2, 0) else "--local_rank")
 
 
 def check(cond, msg):
@@ -78,6 +126,9 @@ def base_env(tmp):
                                        "TORCH_NCCL_ASYNC_ERROR_HANDLING"}}
     env["PYTHON_EXEC"] = PYTHON
     env["COMPAT_OUT"] = tmp
+    # No accelerate config file from the machine (ddprun-accelerate reads
+    # $HF_HOME/accelerate/default_config.yaml as accelerate does).
+    env["HF_HOME"] = os.path.join(tmp, "no_hf_home")
     return env
 
 
@@ -122,15 +173,15 @@ def collect(out_dir, expected, attempt):
     """{rank: {"env": ..., "argv": ...}} of one attempt."""
     runs = {}
     for name in os.listdir(out_dir):
-        if name.startswith("env_%d_" % attempt) and name.endswith(".json"):
+        if name.startswith("env_%s_" % attempt) and name.endswith(".json"):
             with open(os.path.join(out_dir, name)) as f:
                 d = json.load(f)
             rank = int(d["env"]["RANK"])
             check(rank not in runs,
-                  "rank %d started twice in attempt %d" % (rank, attempt))
+                  "rank %d started twice in attempt %s" % (rank, attempt))
             runs[rank] = d
     check(sorted(runs) == list(range(expected)),
-          "attempt %d: expected ranks 0..%d, got %s" %
+          "attempt %s: expected ranks 0..%d, got %s" %
           (attempt, expected - 1, sorted(runs)))
     return runs
 
@@ -189,8 +240,9 @@ def side_by_side(args, flags, legacy=False, static=False, restart=False):
                 for key in ("MASTER_PORT", "TORCHELASTIC_RUN_ID"):
                     check(runs[0]["env"][key] == runs[1]["env"][key],
                           "%s ranks disagree on %s" % (label, key))
-        print("OK: %d attempt(s); %d launcher variables identical per rank: "
-              "%s" % (len(attempts), len(names), " ".join(sorted(names))))
+        print("OK (torch %d.%d): %d attempt(s); %d launcher variables "
+              "identical per rank: %s" % (TORCH + (len(attempts), len(names),
+                                          " ".join(sorted(names)))))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -203,14 +255,24 @@ def compare_rank(t, t_parent, d, d_parent, attempt, flags):
     t_set = launcher_set(t_env, t_parent)
     d_set = launcher_set(d_env, d_parent)
     missing = sorted(t_set - d_set)
-    extra = sorted(d_set - t_set - NEWER_TORCHRUN)
+    extra = sorted(d_set - t_set)
     check(not missing, "%s: ddprun does not set %s" % (where, missing))
-    check(not extra, "%s: ddprun sets %s, torchrun 1.13 does not" %
-          (where, extra))
+    check(not extra, "%s: ddprun sets %s, torchrun %d.%d does not" %
+          ((where, extra) + TORCH))
+    # 1b. The version-dependent names, from torch's source (not only from
+    # the torchrun that ran next to it).
+    nccl, not_nccl, signals, _ = expected_torchrun_contract()
+    for label, e in (("torchrun", t_env), ("ddprun", d_env)):
+        check(e.get(nccl) == "1", "%s %s: %s is %r, expected '1' under torch "
+              "%d.%d" % ((label, where, nccl, e.get(nccl)) + TORCH))
+        check(not_nccl not in e, "%s %s: %s is set under torch %d.%d" %
+              ((label, where, not_nccl) + TORCH))
+        check(("TORCHELASTIC_SIGNALS_TO_HANDLE" in e) == signals,
+              "%s %s: TORCHELASTIC_SIGNALS_TO_HANDLE %s under torch %d.%d" %
+              ((label, where, "missing" if signals else "set") + TORCH))
     # 2. Same rank layout and constants.
-    backend = "c10d" if "--standalone" in flags else "static"
     for key in LAYOUT:
-        expected = EXPECTED_DIFFERENCES.get((backend, key))
+        expected = EXPECTED_DIFFERENCES.get(key)
         if expected is not None:
             check(d_env.get(key) == expected,
                   "%s: %s is %r under ddprun, expected %r" %
@@ -228,8 +290,12 @@ def compare_rank(t, t_parent, d, d_parent, attempt, flags):
             "%s %s: error file %r" % (label, where,
                                       e["TORCHELASTIC_ERROR_FILE"]))
     if "--standalone" in flags:
+        # torchrun >= 2.x announces socket.getfqdn() (RendezvousStoreInfo);
+        # ddprun keeps 127.0.0.1 for a one-node job (README differences).
+        allowed = {"torchrun": LOOPBACK | {socket.getfqdn()},
+                   "ddprun": {"127.0.0.1"}}
         for label, e in (("torchrun", t_env), ("ddprun", d_env)):
-            check(e["MASTER_ADDR"] in LOOPBACK,
+            check(e["MASTER_ADDR"] in allowed[label],
                   "%s MASTER_ADDR %r" % (label, e["MASTER_ADDR"]))
             check(UUID_RE.match(e["TORCHELASTIC_RUN_ID"]),
                   "%s run id %r is not a uuid4" %
@@ -244,14 +310,126 @@ def compare_rank(t, t_parent, d, d_parent, attempt, flags):
 
 def check_argv(t, d, script_args, legacy):
     """Script arguments pass through untouched; legacy mode prepends
-    --local_rank=N under both launchers."""
+    --local_rank=N (torch < 2.0) or --local-rank=N under both launchers."""
     check(t["argv"] == d["argv"],
           "argv: torchrun %r, ddprun %r" % (t["argv"], d["argv"]))
     if legacy:
-        check(d["argv"] == ["--local_rank=%s" % d["env"]["LOCAL_RANK"]] +
+        flag = expected_torchrun_contract()[3]
+        check(d["argv"] == ["%s=%s" % (flag, d["env"]["LOCAL_RANK"])] +
               script_args, "legacy argv %r" % d["argv"])
     else:
         check(d["argv"] == script_args, "argv %r" % d["argv"])
+
+
+# `accelerate launch --multi_gpu --num_processes 2 --mixed_precision bf16
+# --dynamo_backend inductor --main_process_port P SCRIPT ARGS` is, per
+# accelerate/commands/launch.py (multi_gpu_launcher: torch.distributed.run
+# in-process, under patch_environment) and accelerate/utils/launch.py
+# (prepare_multi_gpu_env), torchrun with these flags in a launcher whose
+# environment has these variables.
+ACCELERATE_FLAGS = ["--multi_gpu", "--num_processes", "2",
+                    "--mixed_precision", "bf16", "--dynamo_backend",
+                    "inductor"]
+ACCELERATE_ENV = {
+    "ACCELERATE_MIXED_PRECISION": "bf16",       # str(PrecisionType)
+    "ACCELERATE_DYNAMO_BACKEND": "INDUCTOR",    # DynamoBackend(...upper())
+    "ACCELERATE_DYNAMO_MODE": "default",
+    "ACCELERATE_DYNAMO_USE_FULLGRAPH": "False",
+    "ACCELERATE_DYNAMO_USE_DYNAMIC": "False",
+    "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION": "False",
+    # num_cpu_threads_per_process = get_int_from_env(["OMP_NUM_THREADS"], 1)
+    "OMP_NUM_THREADS": "1",
+}
+
+
+def accelerate_torchrun_flags(port):
+    """_filter_args(args, torch.distributed.run's parser): what accelerate's
+    namespace gives torchrun for ACCELERATE_FLAGS."""
+    return ["--nproc_per_node", "2", "--master_port", str(port),
+            "--rdzv_backend", "static", "--rdzv_conf", "",
+            "--max_restarts", "0", "--monitor_interval", "0.1",
+            "--tee", "0", "--role", "default"]
+
+
+def accelerate_side_by_side(args):
+    """ddprun-accelerate's workers against torchrun's under accelerate's
+    environment: the same variables (torchrun's, of this torch version, and
+    accelerate's) with the same values, the same argv."""
+    tmp = tempfile.mkdtemp(prefix="ddprun_compat_acc_")
+    try:
+        script_args = ["a", "--b", "c d", "--help", "-m"]
+        results = {}
+        for name in ("torchrun", "ddprun"):
+            out = os.path.join(tmp, name)
+            os.makedirs(out)
+            env = base_env(out)
+            env.pop("OMP_NUM_THREADS", None)
+            parent = dict(env)
+            port = free_port()
+            if name == "torchrun":
+                cmd = torchrun_cmd(tmp, args.shared, env) + \
+                    accelerate_torchrun_flags(port)
+                env.update(ACCELERATE_ENV)  # patch_environment
+                parent["PYTHONPATH"] = env["PYTHONPATH"]
+            else:
+                cmd = [os.path.join(os.path.dirname(args.ddprun),
+                                    "ddprun-accelerate")] + ACCELERATE_FLAGS + \
+                    ["--main_process_port", str(port)]
+            run(cmd + [os.path.join(HERE, "env_dump.py")] + script_args, env,
+                name)
+            results[name] = (collect(out, 2, 0), parent)
+        (t_runs, t_parent), (d_runs, d_parent) = (results["torchrun"],
+                                                  results["ddprun"])
+        for rank in (0, 1):
+            names = compare_rank(t_runs[rank], t_parent, d_runs[rank],
+                                 d_parent, 0, ["--static"])
+            check_argv(t_runs[rank], d_runs[rank], script_args, False)
+            for key, value in ACCELERATE_ENV.items():
+                for label, r in (("torchrun", t_runs[rank]),
+                                 ("ddprun", d_runs[rank])):
+                    check(r["env"].get(key) == value,
+                          "%s rank %d: %s is %r, accelerate sets %r" %
+                          (label, rank, key, r["env"].get(key), value))
+        print("OK (torch %d.%d): %d variables identical per rank under "
+              "accelerate's multi-GPU launch: %s" %
+              (TORCH + (len(names), " ".join(sorted(names)))))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def deepspeed_contract(args):
+    """Every rank of ddprun-deepspeed --num_gpus 2 gets exactly what
+    deepspeed/launcher/launch.py sets (its main(): CUDA_VISIBLE_DEVICES from
+    the node's slots, MASTER_ADDR/PORT, WORLD_SIZE, CROSS_RANK, CROSS_SIZE,
+    LOCAL_SIZE, then RANK and LOCAL_RANK per process) and `--local_rank=N`
+    before the script's arguments; whatever the torch version."""
+    tmp = tempfile.mkdtemp(prefix="ddprun_compat_ds_")
+    try:
+        env = base_env(tmp)
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        port = free_port()
+        script_args = ["a", "--b", "c d"]
+        run([os.path.join(os.path.dirname(args.ddprun), "ddprun-deepspeed"),
+             "--num_gpus=2", "--master_port=%d" % port,
+             os.path.join(HERE, "env_dump.py")] + script_args, env,
+            "ddprun-deepspeed")
+        runs = collect(tmp, 2, "x")
+        for rank, r in runs.items():
+            expected = {"CUDA_VISIBLE_DEVICES": "0,1",
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                        "WORLD_SIZE": "2", "CROSS_RANK": "0",
+                        "CROSS_SIZE": "1", "LOCAL_SIZE": "2",
+                        "RANK": str(rank), "LOCAL_RANK": str(rank % 2)}
+            got = {k: v for k, v in r["env"].items()
+                   if env.get(k) != v and k not in INTERPRETER_SET}
+            check(got == expected, "rank %d: launcher variables %r, "
+                  "deepspeed's launch.py sets %r" % (rank, got, expected))
+            check(r["argv"] == ["--local_rank=%d" % rank] + script_args,
+                  "rank %d argv %r" % (rank, r["argv"]))
+        print("OK (torch %d.%d): both ranks have exactly deepspeed launch's "
+              "variables and --local_rank" % TORCH)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def free_port():
@@ -261,13 +439,17 @@ def free_port():
         return s.getsockname()[1]
 
 
-def ddp_run(args, flags):
+def ddp_run(args, flags, launcher=None, local_rank_arg=False):
+    """ddp_check.py under `launcher` (default ddprun) with `flags`; with
+    local_rank_arg the launcher must pass --local_rank=LOCAL_RANK."""
     tmp = tempfile.mkdtemp(prefix="ddprun_compat_ddp_")
     try:
         env = base_env(tmp)
-        out = run([args.ddprun] + flags + [os.path.join(HERE, "ddp_check.py"),
-                                           tmp], env,
-                  "ddprun %s ddp_check.py" % " ".join(flags))
+        launcher = launcher or args.ddprun
+        out = run([launcher] + flags + [os.path.join(HERE, "ddp_check.py"),
+                                        tmp], env,
+                  "%s %s ddp_check.py" % (os.path.basename(launcher),
+                                          " ".join(flags)))
         res = {}
         for rank in (0, 1):
             path = os.path.join(tmp, "ddp_%d.json" % rank)
@@ -279,6 +461,9 @@ def ddp_run(args, flags):
             check(r["rank"] == rank == r["env_rank"] == r["env_local_rank"],
                   "rank %d reported %r" % (rank, r))
             check(r["world"] == 2, "world %r" % r["world"])
+            check(r["arg_local_rank"] == (rank if local_rank_arg else None),
+                  "rank %d: --local_rank argument %r" %
+                  (rank, r["arg_local_rank"]))
             check(r["allreduce"] == 3.0,
                   "all_reduce of 1+2 gave %r" % r["allreduce"])
             check(r["params_equal_across_ranks"],
@@ -403,13 +588,15 @@ def main():
                                          "env_standalone", "env_static",
                                          "env_legacy", "env_restart",
                                          "signal_forward", "failure_plain",
-                                         "failure_record"])
+                                         "failure_record", "env_accelerate",
+                                         "ddp_accelerate", "env_deepspeed",
+                                         "ddp_deepspeed"])
     parser.add_argument("--ddprun", required=True)
     parser.add_argument("--shared", required=True)
     args = parser.parse_args()
-    if subprocess.run([PYTHON, "-c", "import torch.distributed"],
-                      stdout=subprocess.DEVNULL,
-                      stderr=subprocess.DEVNULL).returncode != 0:
+    global TORCH
+    TORCH = torch_version()
+    if TORCH is None:
         print("SKIP: %s has no torch" % PYTHON)
         return SKIP
     try:
@@ -429,6 +616,19 @@ def main():
             signal_forward(args)
         elif args.case == "env_legacy":
             side_by_side(args, ["--nproc_per_node=2"], legacy=True)
+        elif args.case == "env_accelerate":
+            accelerate_side_by_side(args)
+        elif args.case == "ddp_accelerate":
+            ddp_run(args, ["--multi_gpu", "--num_processes=2"],
+                    launcher=os.path.join(os.path.dirname(args.ddprun),
+                                          "ddprun-accelerate"))
+        elif args.case == "env_deepspeed":
+            deepspeed_contract(args)
+        elif args.case == "ddp_deepspeed":
+            ddp_run(args, ["--num_gpus=2", "--master_port=%d" % free_port()],
+                    launcher=os.path.join(os.path.dirname(args.ddprun),
+                                          "ddprun-deepspeed"),
+                    local_rank_arg=True)
         else:
             failure_report(args, record=args.case == "failure_record")
     except Failure as e:

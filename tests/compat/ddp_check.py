@@ -1,16 +1,17 @@
 """A real torch.distributed program, unchanged from what users run under
 torchrun: env:// init with Gloo, an all-reduce, one DistributedDataParallel
 step. Each rank writes <out>/ddp_<rank>.json with what it observed; the driver
-asserts on those files.
+asserts on those files. Takes `--local_rank N` as DeepSpeed scripts do (the
+deepspeed launcher and torch.distributed.launch pass it; torchrun does not).
 
 Ranks start from different random weights and see different data, so equal
 parameters after the step prove that DDP broadcast rank 0's weights and
 averaged the gradients; rank 0 also recomputes the step in one process and
 records whether DDP matches it.
 """
+import argparse
 import json
 import os
-import sys
 
 import torch
 import torch.distributed as dist
@@ -34,7 +35,11 @@ def reference_step(world):
 
 
 def main():
-    out_dir = sys.argv[1]
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out_dir")
+    parser.add_argument("--local_rank", "--local-rank", type=int, default=None)
+    args = parser.parse_args()
+    out_dir = args.out_dir
     dist.init_process_group("gloo")  # init_method env:// is the default
     rank, world = dist.get_rank(), dist.get_world_size()
 
@@ -57,6 +62,7 @@ def main():
         "world": world,
         "env_rank": int(os.environ["RANK"]),
         "env_local_rank": int(os.environ["LOCAL_RANK"]),
+        "arg_local_rank": args.local_rank,
         "allreduce": t.item(),
         "params": params.tolist(),
         "params_equal_across_ranks": all(
