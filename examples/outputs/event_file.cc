@@ -57,6 +57,14 @@ StatusOr<std::unique_ptr<EventFileWriter>> EventFileWriter::Create(
   return writer;
 }
 
+Status EventFileWriter::WriteSessionStart(int64_t first_step) {
+  tb::Event event;
+  event.set_wall_time(clock_->WallSeconds());
+  event.set_step(first_step);
+  event.mutable_session_log()->set_status(tb::SessionLog::START);
+  return Append(records_.get(), event);
+}
+
 Status EventFileWriter::WriteScalar(const std::string& tag, int64_t step,
                                     float value) {
   tb::Event event;
@@ -98,6 +106,10 @@ StatusOr<EventFileScalars> ReadEventFileScalars(const std::string& path) {
       break;
     }
     if (i == 0) out.first_wall_time = event.wall_time();
+    if (event.has_session_log() && out.session_start < 0 &&
+        event.session_log().status() == tb::SessionLog::START) {
+      out.session_start = event.step();
+    }
     if (!event.has_summary()) continue;
     for (const tb::Summary::Value& v : event.summary().value()) {
       if (v.value_case() == tb::Summary::Value::kSimpleValue) {

@@ -18,7 +18,8 @@ inline constexpr char kEventFilePrefix[] = "events.out.tfevents.";
 
 // Writes one TensorBoard event file: TFRecord framing (tfrecord.h) of Event
 // protos, the first with file_version "brain.Event:2", then one Event per
-// value with wall_time, step and a Summary. Not thread-safe: one writer
+// value with wall_time, step and a Summary (or a SessionLog). Not
+// thread-safe: one writer
 // thread. Records reach the kernel on Flush() / Close() (see
 // TfRecordWriter).
 class EventFileWriter {
@@ -32,6 +33,10 @@ class EventFileWriter {
   static StatusOr<std::unique_ptr<EventFileWriter>> Create(
       const std::string& dir, const Clock* clock);
 
+  // A SessionLog START at `first_step`, the first step this attempt will
+  // record: TensorBoard then drops what earlier files hold for that step and
+  // later (see PurgeFrom).
+  Status WriteSessionStart(int64_t first_step);
   // A Summary.Value with simple_value (a float32, as TensorBoard stores it).
   Status WriteScalar(const std::string& tag, int64_t step, float value);
   // A Summary.Value with Summary.Image: `png` is the encoded image of
@@ -55,6 +60,8 @@ class EventFileWriter {
 struct EventFileScalars {
   SeriesMap series;
   double first_wall_time = 0;  // of the first event; orders attempts
+  // The step of the file's first SessionLog START, -1 without one.
+  int64_t session_start = -1;
   bool truncated_tail = false;
   Status damage;  // DATA_LOSS: a CRC mismatch or an undecodable record;
                   // `series` holds what came before it

@@ -23,10 +23,18 @@ Status MakeDir(const std::string& dir, const std::string& what) {
   return Status::Ok();
 }
 
-// The scalars of the event files already in `dir`, oldest attempt first,
-// each merged over the ones before it.
+// The scalars of the event files already in `dir`, attempt after attempt
+// in the order they started, each purging what its predecessors recorded
+// from its SessionLog START step on (a file without one is appended as it
+// is, as TensorBoard does).
 SeriesMap ReadEarlierAttempts(const std::string& dir) {
-  std::vector<std::tuple<double, std::string, SeriesMap>> attempts;
+  struct Attempt {
+    double wall_time;
+    std::string path;
+    int64_t session_start;
+    SeriesMap series;
+  };
+  std::vector<Attempt> attempts;
   for (const std::string& path : ListEventFiles(dir)) {
     StatusOr<EventFileScalars> read = ReadEventFileScalars(path);
     if (!read.ok()) {
@@ -37,15 +45,17 @@ SeriesMap ReadEarlierAttempts(const std::string& dir) {
       DDP_LOG(WARNING) << read->damage.message()
                        << "; its scalars before that are kept";
     }
-    attempts.emplace_back(read->first_wall_time, path, std::move(read->series));
+    attempts.push_back({read->first_wall_time, path, read->session_start,
+                        std::move(read->series)});
   }
-  std::sort(attempts.begin(), attempts.end(), [](const auto& a, const auto& b) {
-    return std::tie(std::get<0>(a), std::get<1>(a)) <
-           std::tie(std::get<0>(b), std::get<1>(b));
-  });
+  std::sort(
+      attempts.begin(), attempts.end(), [](const Attempt& a, const Attempt& b) {
+        return std::tie(a.wall_time, a.path) < std::tie(b.wall_time, b.path);
+      });
   SeriesMap merged;
-  for (const auto& attempt : attempts) {
-    MergeLaterAttempt(std::get<2>(attempt), &merged);
+  for (const Attempt& attempt : attempts) {
+    if (attempt.session_start >= 0) PurgeFrom(attempt.session_start, &merged);
+    AppendSeries(attempt.series, &merged);
   }
   return merged;
 }
@@ -69,9 +79,18 @@ StatusOr<std::unique_ptr<RunOutputs>> RunOutputs::Open(Options options) {
   const std::string& dir = out->options_.output_dir;
   if (dir.empty()) return InvalidArgumentError("output directory is empty");
   DDP_RETURN_IF_ERROR(MakeDir(dir, "output directory"));
+  if (out->options_.resumed_step < 0) {
+    return InvalidArgumentError("resumed step " +
+                                std::to_string(out->options_.resumed_step) +
+                                " is negative");
+  }
+  const int64_t first_step = out->options_.resumed_step + 1;
   out->earlier_ = ReadEarlierAttempts(dir);
+  PurgeFrom(first_step, &out->earlier_);
   DDP_ASSIGN_OR_RETURN(out->events_,
                        EventFileWriter::Create(dir, out->options_.clock));
+  DDP_RETURN_IF_ERROR(out->events_->WriteSessionStart(first_step));
+  DDP_RETURN_IF_ERROR(out->events_->Flush());
   return out;
 }
 
@@ -140,7 +159,7 @@ Status RunOutputs::Finish() {
 
 SeriesMap RunOutputs::history() const {
   SeriesMap merged = earlier_;
-  MergeLaterAttempt(current_, &merged);
+  AppendSeries(current_, &merged);
   return merged;
 }
 

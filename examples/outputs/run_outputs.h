@@ -28,21 +28,26 @@ namespace ddprun::examples::outputs {
 // leave the object usable; none is worth stopping training for, so a caller
 // logs them.
 //
-// A resumed run continues into the same output dir with a new event file;
-// Open() reads the scalars of the earlier files so that the plot covers the
-// whole run (steps an attempt recorded after the checkpoint the next
-// attempt resumed from are replaced, see MergeLaterAttempt).
+// A restarted run continues into the same output dir with a new event file
+// that starts with a SessionLog START at its first step (resumed_step + 1):
+// TensorBoard drops the earlier files' values from that step on, and Open()
+// reads the earlier files' scalars the same way, so that the plot covers the
+// whole run without the work the restart threw away (see PurgeFrom).
 class RunOutputs {
  public:
   struct Options {
     std::string output_dir;
     std::string trainer_name;  // the plot's title: "<name>: training curves"
     bool is_main = true;       // false: writes nothing
+    // The global step training resumes from (the checkpoint's step); 0 for
+    // a fresh start. Earlier attempts' values after it are dropped.
+    int64_t resumed_step = 0;
     const Clock* clock = nullptr;  // wall time of events; null = real clock
   };
 
   // Main rank: creates output_dir if needed, reads the scalars of the event
-  // files already there, creates a new event file. Errors name the path
+  // files already there, creates a new event file and writes its version
+  // and SessionLog START records (flushed). Errors name the path
   // (e.g. "cannot create output directory x: Not a directory"); an earlier
   // event file that is damaged or unreadable is only logged (WARNING) and
   // contributes the records before the damage.
@@ -86,7 +91,7 @@ class RunOutputs {
 
   Options options_;
   std::unique_ptr<EventFileWriter> events_;  // null on the other ranks
-  SeriesMap earlier_;  // earlier attempts' scalars, merged
+  SeriesMap earlier_;  // earlier attempts' scalars up to resumed_step
   SeriesMap current_;  // this attempt's
   bool finished_ = false;
 };

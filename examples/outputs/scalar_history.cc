@@ -4,16 +4,20 @@
 
 namespace ddprun::examples::outputs {
 
-void MergeLaterAttempt(const SeriesMap& later, SeriesMap* into) {
+void PurgeFrom(int64_t step, SeriesMap* series) {
+  for (auto it = series->begin(); it != series->end();) {
+    std::vector<ScalarPoint>& points = it->second;
+    points.erase(
+        std::remove_if(points.begin(), points.end(),
+                       [step](const ScalarPoint& p) { return p.step >= step; }),
+        points.end());
+    it = points.empty() ? series->erase(it) : std::next(it);
+  }
+}
+
+void AppendSeries(const SeriesMap& later, SeriesMap* into) {
   for (const auto& [tag, points] : later) {
-    if (points.empty()) continue;
-    int64_t first = points.front().step;
-    for (const ScalarPoint& p : points) first = std::min(first, p.step);
     std::vector<ScalarPoint>& kept = (*into)[tag];
-    kept.erase(std::remove_if(
-                   kept.begin(), kept.end(),
-                   [first](const ScalarPoint& p) { return p.step >= first; }),
-               kept.end());
     kept.insert(kept.end(), points.begin(), points.end());
   }
 }

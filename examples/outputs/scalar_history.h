@@ -16,11 +16,13 @@ struct ScalarPoint {
 // were recorded.
 using SeriesMap = std::map<std::string, std::vector<ScalarPoint>>;
 
-// Adds the series of a later attempt of the same run to `into`. A restarted
-// run resumes from a checkpoint and records again the steps after it, so
-// for each tag of `later` the points of `into` at or after that tag's first
-// step in `later` are dropped (they belong to work the restart threw away);
-// this is what TensorBoard does with the steps of a restarted run.
-void MergeLaterAttempt(const SeriesMap& later, SeriesMap* into);
+// Drops the points at `step` or later, of every tag: an attempt that
+// restarts from the checkpoint of step `step - 1` records those steps again,
+// and the failed attempt's values for them belong to work the restart threw
+// away. TensorBoard does the same on an event file's SessionLog START.
+void PurgeFrom(int64_t step, SeriesMap* series);
+
+// Appends the points of `later` to those of `into`, tag by tag.
+void AppendSeries(const SeriesMap& later, SeriesMap* into);
 
 }  // namespace ddprun::examples::outputs

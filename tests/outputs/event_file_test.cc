@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -129,10 +130,13 @@ TEST_CASE("event file: an independent reader gets back tags, steps, values",
   const json read = PythonReadOk(out->event_file());
   CHECK(read["truncated"] == false);
   const json& records = read["records"];
-  REQUIRE(records.size() == 1 + expected.size() + 1);
+  REQUIRE(records.size() == 2 + expected.size() + 1);
   CHECK(records[0]["file_version"] == "brain.Event:2");
   CHECK(records[0]["wall_time"].get<double>() == 1700000012.0);
-  CHECK(records[1]["wall_time"].get<double>() == 1700000013.0);
+  // A fresh start: SessionLog START at step 1.
+  CHECK(records[1]["session_log_status"] == 1);
+  CHECK(records[1]["step"] == 1);
+  CHECK(records[2]["wall_time"].get<double>() == 1700000013.0);
   CHECK(Scalars(read) == expected);
   const json& last = records.back();
   CHECK(last["step"] == 6);
@@ -159,11 +163,12 @@ TEST_CASE("event file: the independent reader detects a flipped byte",
     path = out->event_file();
   }
   const std::string good = ReadAll(path);
-  // Record 1 (the first scalar) starts after the version record.
+  // Record 2 (the first scalar) follows the version and START records.
   auto records = ReadTfRecordFile(path);
   REQUIRE(records.ok());
-  const size_t rec1 = FrameTfRecord(records->records[0]).size();
-  const size_t len1 = records->records[1].size();
+  const size_t rec1 = FrameTfRecord(records->records[0]).size() +
+                      FrameTfRecord(records->records[1]).size();
+  const size_t len1 = records->records[2].size();
   struct Flip {
     size_t pos;
     const char* expect;
@@ -227,14 +232,51 @@ TEST_CASE("event file: a crash loses only what was not flushed", "[outputs]") {
   CHECK(Scalars(cut).size() == 9);
 }
 
-TEST_CASE("event file: a resumed run's plot covers all its attempts",
+std::unique_ptr<RunOutputs> Resume(const std::string& dir, const Clock* clock,
+                                   int64_t resumed_step) {
+  RunOutputs::Options o;
+  o.output_dir = dir;
+  o.trainer_name = "unit";
+  o.clock = clock;
+  o.resumed_step = resumed_step;
+  auto opened = RunOutputs::Open(o);
+  INFO(opened.status());
+  REQUIRE(opened.ok());
+  return std::move(opened).value();
+}
+
+// What TensorBoard shows for train/loss: the event files in name order, a
+// SessionLog START dropping the values at its step and later.
+std::vector<Scalar> AsTensorBoardShows(const std::string& dir,
+                                       const std::string& tag) {
+  std::vector<Scalar> shown;
+  for (const std::string& file : ListEventFiles(dir)) {
+    const json read = PythonReadOk(file);
+    for (const json& rec : read["records"]) {
+      if (rec.value("session_log_status", 0) == 1) {
+        const int64_t start = rec["step"];
+        shown.erase(
+            std::remove_if(shown.begin(), shown.end(),
+                           [&](const Scalar& s) { return s.step >= start; }),
+            shown.end());
+      }
+      for (const json& v : rec["values"]) {
+        if (v["tag"] == tag)
+          shown.push_back({tag, rec["step"], v["simple_value"]});
+      }
+    }
+  }
+  return shown;
+}
+
+TEST_CASE("event file: a restarted run's plot covers all its attempts",
           "[outputs]") {
   const std::string dir = FreshDir("events_resume");
-  FakeClock clock;
+  FakeClock clock;  // all attempts in the same second: ".1", ".2" suffixes
   {
-    // Attempt 1: steps 1-27, val at 10 and 20, flushed; then it dies.
-    auto first = OpenOutputs(dir, &clock);
-    for (int step = 1; step <= 27; ++step) {
+    // Attempt 1 records steps 1-33, validation at 10, 20, 30, then dies.
+    auto first = Resume(dir, &clock, 0);
+    for (int step = 1; step <= 33; ++step) {
       REQUIRE(first->Scalar("train/loss", step, 100 + step).ok());
       if (step % 10 == 0) {
         REQUIRE(first->Scalar("val/dice", step, step / 100.0).ok());
@@ -242,40 +284,50 @@ TEST_CASE("event file: a resumed run's plot covers all its attempts",
     }
     REQUIRE(first->EpochEnd().ok());
   }
-  // Attempt 2 resumes from the checkpoint of step 20 in the same second:
-  // its own file beside the first (a ".1" suffix), steps 21-40.
-  auto second = OpenOutputs(dir, &clock);
-  const std::vector<std::string> files = ListEventFiles(dir);
-  REQUIRE(files.size() == 2);
-  CHECK(second->event_file() == files[0] + ".1");
-  CHECK(second->history().at("train/loss").size() == 27);
-  for (int step = 21; step <= 40; ++step) {
-    REQUIRE(second->Scalar("train/loss", step, 200 + step).ok());
-    if (step % 10 == 0) {
-      REQUIRE(second->Scalar("val/dice", step, step / 50.0).ok());
+  {
+    // Attempt 2 resumes from the checkpoint of step 25: attempt 1's steps
+    // 26-33 (and its validation at 30) are gone. It dies at 32.
+    auto second = Resume(dir, &clock, 25);
+    CHECK(second->event_file() == ListEventFiles(dir)[0] + ".1");
+    const SeriesMap before = second->history();
+    CHECK(before.at("train/loss").size() == 25);
+    CHECK(before.at("val/dice").size() == 2);
+    for (int step = 26; step <= 32; ++step) {
+      REQUIRE(second->Scalar("train/loss", step, 200 + step).ok());
     }
+    REQUIRE(second->EpochEnd().ok());
   }
-  REQUIRE(second->Finish().ok());
-  const SeriesMap history = second->history();
+  // Attempt 3 resumes from attempt 2's checkpoint of step 30 and finishes.
+  auto third = Resume(dir, &clock, 30);
+  for (int step = 31; step <= 40; ++step) {
+    REQUIRE(third->Scalar("train/loss", step, 300 + step).ok());
+  }
+  REQUIRE(third->Scalar("val/dice", 40, 0.9).ok());
+  REQUIRE(third->Finish().ok());
+  CHECK(ListEventFiles(dir).size() == 3);
+
+  const SeriesMap history = third->history();
   const std::vector<ScalarPoint>& loss = history.at("train/loss");
   REQUIRE(loss.size() == 40);
+  std::vector<Scalar> expected;
   for (int step = 1; step <= 40; ++step) {
+    const int base = step <= 25 ? 100 : step <= 30 ? 200 : 300;
     INFO("step " << step);
     CHECK(loss[step - 1].step == step);
-    CHECK(loss[step - 1].value == (step <= 20 ? 100 + step : 200 + step));
+    CHECK(loss[step - 1].value == base + step);
+    expected.push_back({"train/loss", step, double(base + step)});
   }
   const std::vector<ScalarPoint>& dice = history.at("val/dice");
-  REQUIRE(dice.size() == 4);
-  CHECK(dice[1].value == static_cast<float>(0.2));  // attempt 1's step 20
-  CHECK(dice[2].value == static_cast<float>(0.6));  // attempt 2's step 30
-  CHECK(std::filesystem::exists(second->plot_path()));
+  REQUIRE(dice.size() == 3);
+  CHECK(dice[1].step == 20);
+  CHECK(dice[2].step == 40);
+  CHECK(std::filesystem::exists(third->plot_path()));
+  // The plot and TensorBoard agree.
+  CHECK(AsTensorBoardShows(dir, "train/loss") == expected);
 
-  // A third attempt started later (say after the dir was copied) reads both
-  // files in attempt order: still 40 steps, attempt 2's values.
-  clock.Advance(10s);
-  auto third = OpenOutputs(dir, &clock);
-  CHECK(third->history().at("train/loss").size() == 40);
-  CHECK(third->history().at("train/loss").back().value == 240);
+  // A fresh start into the same dir (checkpoints deleted): nothing earlier.
+  auto fresh = Resume(dir, &clock, 0);
+  CHECK(fresh->history().empty());
 }
 
 }  // namespace

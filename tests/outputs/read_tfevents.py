@@ -6,6 +6,7 @@ data CRC (a bitwise CRC-32C, not the table of the C++ writer), decodes the
 Event / Summary protobuf fields by hand and prints the records as JSON:
 
   {"records": [{"wall_time": .., "step": .., "file_version": ..,
+                "session_log_status": .. (1 = START),
                 "values": [{"tag": .., "simple_value": ..} |
                            {"tag": .., "image": {"height", "width",
                             "colorspace", "png_width", "png_height",
@@ -129,6 +130,11 @@ def decode_event(buf):
             for n, w, v in fields(value):
                 if n == 1 and w == 2:
                     event["values"].append(decode_value(v))
+        elif number == 7 and wire == 2:
+            event["session_log_status"] = 0
+            for n, w, v in fields(value):
+                if n == 1 and w == 0:
+                    event["session_log_status"] = v
     return event
 
 

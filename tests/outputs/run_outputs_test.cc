@@ -90,6 +90,10 @@ TEST_CASE("run outputs: bad input is a clear Status, the run goes on",
                                         "/file/sub: Not a directory");
     CHECK(RunOutputs::Open(Options("")).status().code() ==
           StatusCode::kInvalidArgument);
+    RunOutputs::Options negative = Options(root);
+    negative.resumed_step = -1;
+    CHECK(RunOutputs::Open(negative).status().message() ==
+          "resumed step -1 is negative");
   }
   SECTION("NaN, empty tags, malformed images, an unwritable images dir") {
     auto opened = RunOutputs::Open(Options(root));
