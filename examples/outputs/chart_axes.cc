@@ -23,10 +23,11 @@ std::vector<double> NiceTicks(double lo, double hi, int target) {
   const double raw = (hi - lo) / std::max(1, target);
   const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
   const double fraction = raw / magnitude;
-  const double nice = fraction <= 1   ? 1
-                      : fraction <= 2 ? 2
-                      : fraction <= 5 ? 5
-                                      : 10;
+  // Nearest of 1, 2, 5, 10 (Heckbert's rounding): about `target` ticks.
+  const double nice = fraction < 1.5 ? 1
+                      : fraction < 3 ? 2
+                      : fraction < 7 ? 5
+                                     : 10;
   const double spacing = nice * magnitude;
   const double first = std::floor(lo / spacing + 1e-9) * spacing;
   const double last = std::ceil(hi / spacing - 1e-9) * spacing;

@@ -68,6 +68,31 @@ std::vector<ScalarPoint> SortedByStep(std::vector<ScalarPoint> points) {
 
 // The legend goes into the corner of the plot area that covers the fewest
 // points of the curves (sampled along each segment), top right on a tie.
+// At most two points per pixel column (the lowest and the highest value in
+// it, in step order): the same picture as every point, and a 100k-step
+// series draws in milliseconds instead of seconds.
+std::vector<ScalarPoint> Decimate(const std::vector<ScalarPoint>& sorted,
+                                  const AxisBox& box) {
+  const size_t columns = static_cast<size_t>(box.right - box.left) + 1;
+  if (sorted.size() <= 4 * columns) return sorted;
+  std::vector<ScalarPoint> out;
+  size_t i = 0;
+  while (i < sorted.size()) {
+    const int64_t column = std::llround(box.X(sorted[i].step) - box.left);
+    size_t lo = i, hi = i, j = i;
+    for (; j < sorted.size() &&
+           std::llround(box.X(sorted[j].step) - box.left) == column;
+         ++j) {
+      if (sorted[j].value < sorted[lo].value) lo = j;
+      if (sorted[j].value > sorted[hi].value) hi = j;
+    }
+    out.push_back(sorted[std::min(lo, hi)]);
+    if (lo != hi) out.push_back(sorted[std::max(lo, hi)]);
+    i = j;
+  }
+  return out;
+}
+
 void DrawLegend(Canvas* canvas, const AxisBox& box,
                 const std::vector<std::string>& tags,
                 const std::vector<std::vector<ScalarPoint>>& curves) {
@@ -161,7 +186,7 @@ void DrawPanel(Canvas* canvas, const CurvePanel& panel, const SeriesMap& series,
   cairo_set_line_join(cr, CAIRO_LINE_JOIN_ROUND);
   std::vector<std::vector<ScalarPoint>> curves;
   for (const std::string& tag : panel.tags) {
-    curves.push_back(SortedByStep(series.at(tag)));
+    curves.push_back(Decimate(SortedByStep(series.at(tag)), box));
   }
   for (size_t i = 0; i < curves.size(); ++i) {
     const std::vector<ScalarPoint>& points = curves[i];

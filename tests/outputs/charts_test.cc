@@ -96,6 +96,30 @@ TEST_CASE("curve plot: a PNG of the documented size showing the data",
   CHECK(d.Count(31, 119, 180, 20, 600, 56, 1200, 56 + 380) > 100);
 }
 
+TEST_CASE("curve plot: a long noisy series keeps its envelope", "[outputs]") {
+  // 100k steps alternating between 0 and 1: drawn from at most two points
+  // per pixel column, the band still spans both values everywhere.
+  SeriesMap s;
+  for (int step = 1; step <= 100000; ++step) {
+    s["train/loss"].push_back({step, static_cast<double>(step % 2)});
+  }
+  auto plot = PlotTrainingCurves("t", s);
+  REQUIRE(plot.ok());
+  const Decoded d = Decode(*plot);
+  // Plot area of the first panel: x 90..576, y 90..384; the band fills the
+  // area between the ticks of 0 and 1, whatever they are.
+  int full_columns = 0;
+  for (int x = 100; x < 560; ++x) {
+    int blue = 0;
+    for (int y = 90; y < 384; ++y) {
+      const uint8_t* p = d.At(x, y);
+      blue += std::abs(p[0] - 31) < 30 && std::abs(p[2] - 180) < 30;
+    }
+    full_columns += blue > 100;
+  }
+  CHECK(full_columns > 440);
+}
+
 TEST_CASE("curve plot: one point and constant series still plot", "[outputs]") {
   SeriesMap s;
   s["val/c_index"].push_back({7, 0.5});
