@@ -24,7 +24,10 @@ namespace ddprun::examples::outputs {
 //
 // Only the main rank (rank 0) writes; on the others every call returns OK
 // and does nothing, so a trainer calls it unconditionally. Calls come from
-// the training thread only (no locking). Errors come back as Status and
+// the training thread only (no locking). Calls block on local file I/O only,
+// never wait on anything else: Open() reads the earlier event files (about
+// 50 bytes per scalar), Finish() draws the plot (tens of milliseconds, also
+// for 100k steps). Errors come back as Status and
 // leave the object usable; none is worth stopping training for, so a caller
 // logs them.
 //
@@ -64,11 +67,13 @@ class RunOutputs {
 
   // Writes `image` (gray or RGB, see raster_image.h; e.g. from SliceGrid,
   // MaskOverlayGrid, BarChart) to ImagePath(tag, step) and as a TensorBoard
-  // image summary. INVALID_ARGUMENT for an empty tag or a malformed image.
+  // image summary. INVALID_ARGUMENT for an empty tag or a malformed image;
+  // an error naming the path when the file cannot be written.
   Status Image(const std::string& tag, int64_t step, const RasterImage& image);
 
-  // Hands the records so far to the kernel: a crash after it loses nothing
-  // recorded before it. Call once per epoch.
+  // Hands the records so far to the kernel (fflush, no fsync): a crash of
+  // the process after it loses nothing recorded before it. Call once per
+  // epoch.
   Status EpochEnd();
 
   // Closes the event file and writes training_curves.png from history().
