@@ -5,7 +5,7 @@
 // prepare_extend_env_parallelism_config) of accelerate 1.15.0.dev0 compute
 // for the same arguments; the function is named at each case.
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include <stdlib.h>
 

@@ -3,7 +3,7 @@
 // (expected values computed by running runner.py's functions on the same
 // input, except where a comment says the two differ on purpose).
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include <stdlib.h>
 #include <unistd.h>

@@ -4,7 +4,7 @@
 // prepare_multi_gpu_env + torchrun, prepare_simple_launcher_cmd_env), the
 // local multi-node fan-out, failures and signals.
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include <memory>
 #include <set>

@@ -3,7 +3,7 @@
 // imported): each worker gets what torchrun / torch.distributed.launch of
 // that version gives, from their source (local_elastic_agent.py, run.py).
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include <unistd.h>
 

@@ -2,7 +2,7 @@
 // version strings, fake site-packages trees, hand-made ELF files, and the
 // real /usr/bin/python3 asked for its sys.path (with the cache).
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include <elf.h>
 #include <stdlib.h>

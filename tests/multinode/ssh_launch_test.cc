@@ -7,7 +7,7 @@
 // otherwise. Every wait is bounded; sshd, the launcher and the namespaces
 // go away on every exit path (Child and NetnsTestbed destructors).
 
-#include <catch2/catch.hpp>
+#include "ddprun_catch.h"
 
 #include <signal.h>
 #include <unistd.h>

@@ -1,0 +1,137 @@
+#include "examples/outputs/event_file.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "examples/outputs/tensorboard_event.pb.h"
+
+namespace ddprun::examples::outputs {
+namespace {
+
+namespace tb = ::ddprun::tensorboard;
+
+std::string HostName() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') {
+    return "localhost";
+  }
+  return name;
+}
+
+Status Append(TfRecordWriter* records, const tb::Event& event) {
+  std::string bytes;
+  if (!event.SerializeToString(&bytes)) {
+    return InternalError("cannot serialise an event for " + records->path());
+  }
+  return records->Append(bytes);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<EventFileWriter>> EventFileWriter::Create(
+    const std::string& dir, const Clock* clock) {
+  const double now = clock->WallSeconds();
+  char stamp[32];
+  std::snprintf(stamp, sizeof(stamp), "%010lld", static_cast<long long>(now));
+  const std::string base =
+      dir + "/" + kEventFilePrefix + stamp + "." + HostName();
+  StatusOr<std::unique_ptr<TfRecordWriter>> records =
+      TfRecordWriter::Create(base);
+  for (int n = 1;
+       !records.ok() && records.status().code() == StatusCode::kAlreadyExists &&
+       n < 100;
+       ++n) {
+    records = TfRecordWriter::Create(base + "." + std::to_string(n));
+  }
+  if (!records.ok()) return records.status();
+  std::unique_ptr<EventFileWriter> writer(
+      new EventFileWriter(std::move(records).value(), clock));
+  tb::Event version;
+  version.set_wall_time(now);
+  version.set_file_version("brain.Event:2");
+  DDP_RETURN_IF_ERROR(Append(writer->records_.get(), version));
+  DDP_RETURN_IF_ERROR(writer->Flush());
+  return writer;
+}
+
+Status EventFileWriter::WriteSessionStart(int64_t first_step) {
+  tb::Event event;
+  event.set_wall_time(clock_->WallSeconds());
+  event.set_step(first_step);
+  event.mutable_session_log()->set_status(tb::SessionLog::START);
+  return Append(records_.get(), event);
+}
+
+Status EventFileWriter::WriteScalar(const std::string& tag, int64_t step,
+                                    float value) {
+  tb::Event event;
+  event.set_wall_time(clock_->WallSeconds());
+  event.set_step(step);
+  tb::Summary::Value* v = event.mutable_summary()->add_value();
+  v->set_tag(tag);
+  v->set_simple_value(value);
+  return Append(records_.get(), event);
+}
+
+Status EventFileWriter::WriteImage(const std::string& tag, int64_t step,
+                                   int width, int height, int channels,
+                                   const std::string& png) {
+  tb::Event event;
+  event.set_wall_time(clock_->WallSeconds());
+  event.set_step(step);
+  tb::Summary::Value* v = event.mutable_summary()->add_value();
+  v->set_tag(tag);
+  tb::Summary::Image* image = v->mutable_image();
+  image->set_height(height);
+  image->set_width(width);
+  image->set_colorspace(channels);  // 1 = grayscale, 3 = RGB, as TF's codes
+  image->set_encoded_image_string(png);
+  return Append(records_.get(), event);
+}
+
+StatusOr<EventFileScalars> ReadEventFileScalars(const std::string& path) {
+  DDP_ASSIGN_OR_RETURN(TfRecordFile file, ReadTfRecordFile(path));
+  EventFileScalars out;
+  out.truncated_tail = file.truncated_tail;
+  out.damage = file.damage;
+  for (size_t i = 0; i < file.records.size(); ++i) {
+    tb::Event event;
+    if (!event.ParseFromString(file.records[i])) {
+      out.damage =
+          Status(StatusCode::kDataLoss,
+                 path + ": record " + std::to_string(i) + " is not an Event");
+      break;
+    }
+    if (i == 0) out.first_wall_time = event.wall_time();
+    if (event.has_session_log() && out.session_start < 0 &&
+        event.session_log().status() == tb::SessionLog::START) {
+      out.session_start = event.step();
+    }
+    if (!event.has_summary()) continue;
+    for (const tb::Summary::Value& v : event.summary().value()) {
+      if (v.value_case() == tb::Summary::Value::kSimpleValue) {
+        out.series[v.tag()].push_back({event.step(), v.simple_value()});
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> ListEventFiles(const std::string& dir) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(kEventFilePrefix, 0) == 0 && it->is_regular_file(ec)) {
+      files.push_back(it->path().string());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+}  // namespace ddprun::examples::outputs
