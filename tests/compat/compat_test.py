@@ -126,6 +126,10 @@ def base_env(tmp):
                                        "TORCH_NCCL_ASYNC_ERROR_HANDLING"}}
     env["PYTHON_EXEC"] = PYTHON
     env["COMPAT_OUT"] = tmp
+    # Debian's torch 2.6 is built without libuv but asks for it by default:
+    # workers' init_process_group fails unless USE_LIBUV=0 (under any
+    # launcher). torch 1.13 ignores the variable.
+    env["USE_LIBUV"] = "0"
     # No accelerate config file from the machine (ddprun-accelerate reads
     # $HF_HOME/accelerate/default_config.yaml as accelerate does).
     env["HF_HOME"] = os.path.join(tmp, "no_hf_home")
@@ -147,21 +151,19 @@ def run(cmd, env, what):
 
 
 def torchrun_cmd(tmp, shared, env, legacy=False):
-    """Debian's torchrun with the Python 3.11 start-up fix on PYTHONPATH
-    (added to env)."""
+    """Debian's torchrun with the start-up fixes of torchrun_fixes.py on
+    PYTHONPATH (added to env)."""
     fix_dir = os.path.join(tmp, "sitecustomize")
     os.makedirs(fix_dir, exist_ok=True)
-    shutil.copy(os.path.join(shared, "reference", "torchrun_py311_fix.py"),
-                os.path.join(fix_dir, "torchrun_py311_fix.py"))
-    # The fix imports torch; workers inherit PYTHONPATH, so apply it only in
-    # the launcher (workers have TORCHELASTIC_RUN_ID) or every env_dump
+    shutil.copy(os.path.join(HERE, "torchrun_fixes.py"), fix_dir)
+    # The fixes import torch; workers inherit PYTHONPATH, so apply them only
+    # in the launcher (workers have TORCHELASTIC_RUN_ID) or every env_dump
     # worker would pay seconds for a torch import it does not need.
     with open(os.path.join(fix_dir, "sitecustomize.py"), "w") as f:
         f.write("import os\n"
                 "if 'TORCHELASTIC_RUN_ID' not in os.environ:\n"
-                "    _fix = os.path.join(os.path.dirname(__file__),\n"
-                "                        'torchrun_py311_fix.py')\n"
-                "    exec(compile(open(_fix).read(), _fix, 'exec'))\n")
+                "    import torchrun_fixes\n"
+                "    torchrun_fixes.apply()\n")
     env["PYTHONPATH"] = fix_dir + (
         ":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     module = "torch.distributed.launch" if legacy else "torch.distributed.run"

@@ -311,11 +311,16 @@ TEST_CASE("World: ranks under Debian's torchrun use its agent store",
           "[worker][process][torchrun]") {
   // torchrun's static rendezvous sets TORCHELASTIC_USE_AGENT_STORE=True: the
   // agent hosts the TCPStore and workers use the /worker/attempt_N prefix.
+  // Debian's torchrun needs tests/compat/torchrun_fixes.py to start (Python
+  // 3.11 under 1.13; no libuv under 2.6); the workers here are ours.
   std::string dir = TempDir();
-  std::string fix =
-      std::string(DDPRUN_SHARED_DIR) + "/reference/torchrun_py311_fix.py";
-  REQUIRE(std::system(
-              ("cp " + fix + " " + dir + "/sitecustomize.py").c_str()) == 0);
+  std::string fixes =
+      std::string(DDPRUN_SOURCE_DIR) + "/tests/compat/torchrun_fixes.py";
+  REQUIRE(std::system(("cp " + fixes + " " + dir).c_str()) == 0);
+  {
+    std::ofstream site(dir + "/sitecustomize.py");
+    site << "import torchrun_fixes\ntorchrun_fixes.apply()\n";
+  }
   std::string cmd = "cd " + dir + " && PYTHONPATH=" + dir +
                     " OMP_NUM_THREADS=1 timeout 120 /usr/bin/python3 -m "
                     "torch.distributed.run --nnodes=1 --node_rank=0 "
