@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "ddprun_catch.h"
@@ -95,7 +96,36 @@ TEST_CASE("World: DDPRUN_BACKEND picks the backend or names what is wrong",
                             "nccl)") != std::string::npos);
     }
   }
+  SECTION("DDPRUN_DEVICE: an unknown device or NCCL on the CPU is a usage "
+          "error") {
+    for (auto [env, message] : std::vector<std::pair<
+             std::map<std::string, std::string>, std::string>>{
+             {{{"DDPRUN_DEVICE", "tpu"}},
+              "unknown device 'tpu' (expected auto, cpu or cuda)"},
+             {{{"DDPRUN_DEVICE", "cpu"}, {"DDPRUN_BACKEND", "nccl"}},
+              "backend nccl reduces CUDA tensors only: device cpu needs "
+              "backend gloo"}}) {
+      auto results = wt::RunRanks({Helper(), "collectives"}, 2, env);
+      for (auto& r : results) {
+        INFO(r.output);
+        REQUIRE(r.exit_code == ddprun::worker::kExitUsage);
+        REQUIRE(r.output.find(message) != std::string::npos);
+      }
+    }
+  }
 #if !DDPRUN_WORKER_WITH_CUDA
+  SECTION("gloo on CUDA on a CPU-only LibTorch says so") {
+    auto results = wt::RunRanks({Helper(), "collectives"}, 2,
+                                {{"DDPRUN_BACKEND", "gloo"},
+                                 {"DDPRUN_DEVICE", "cuda"}});
+    for (auto& r : results) {
+      INFO(r.output);
+      REQUIRE(r.exit_code == ddprun::worker::kExitUsage);
+      REQUIRE(r.output.find("backend gloo on device cuda requested but this "
+                            "LibTorch was built without CUDA") !=
+              std::string::npos);
+    }
+  }
   SECTION("nccl on a CPU-only LibTorch says so") {
     auto results = wt::RunRanks({Helper(), "collectives"}, 2,
                                 {{"DDPRUN_BACKEND", "nccl"}});

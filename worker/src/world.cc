@@ -172,6 +172,9 @@ InitOptions InitOptionsFromEnv(InitOptions base) {
   if (const char* b = std::getenv("DDPRUN_BACKEND")) {
     if (*b != '\0') base.backend = b;
   }
+  if (const char* d = std::getenv("DDPRUN_DEVICE")) {
+    if (*d != '\0') base.device = d;
+  }
   base.store_timeout = std::chrono::seconds(
       EnvSeconds("DDPRUN_STORE_TIMEOUT_S",
                  static_cast<int>(base.store_timeout.count() / 1000)));
@@ -274,7 +277,9 @@ at::Tensor World::ReduceScatter(const at::Tensor& input) const {
   // rank r+1 and adds the partial sum of chunk (r-s-2) mod n received from
   // rank r-1. A chunk is never written after it was sent; after n-1 steps
   // chunk r holds every rank's contribution.
-  at::Tensor work = OnDevice(input, impl_->device).contiguous().clone();
+  // ProcessGroupGloo sends and receives CPU tensors only (it reduces CUDA
+  // ones), so the ring runs on the CPU also when the world's device is CUDA.
+  at::Tensor work = input.to(at::kCPU).contiguous().clone();
   std::vector<at::Tensor> chunks = work.split(chunk);
   at::Tensor incoming = at::empty({chunk}, work.options());
   const int next = (r + 1) % n, prev = (r + n - 1) % n;
@@ -307,10 +312,21 @@ World InitWorld(const WorkerEnv& env, const InitOptions& options) {
     throw ConfigError("unknown backend '" + options.backend +
                       "' (expected auto, gloo or nccl)");
   }
-  if (backend == "nccl") {
+  std::string device = options.device;
+  if (device == "auto") device = backend == "nccl" ? "cuda" : "cpu";
+  if (device != "cpu" && device != "cuda") {
+    throw ConfigError("unknown device '" + options.device +
+                      "' (expected auto, cpu or cuda)");
+  }
+  if (backend == "nccl" && device == "cpu") {
+    throw ConfigError("backend nccl reduces CUDA tensors only: device cpu "
+                      "needs backend gloo");
+  }
+  if (device == "cuda") {
 #if DDPRUN_WORKER_WITH_CUDA
     if (!CudaUsable()) {
-      throw ConfigError("backend nccl requested but no CUDA device is visible");
+      throw ConfigError("backend " + backend + " on device cuda requested "
+                        "but no CUDA device is visible");
     }
     if (options.pin_cuda_device) {
       int dev = env.local_rank % c10::cuda::device_count();
@@ -323,8 +339,8 @@ World InitWorld(const WorkerEnv& env, const InitOptions& options) {
       impl->device = c10::Device(c10::kCUDA, c10::cuda::current_device());
     }
 #else
-    throw ConfigError(
-        "backend nccl requested but this LibTorch was built without CUDA");
+    throw ConfigError("backend " + backend + " on device cuda requested "
+                      "but this LibTorch was built without CUDA");
 #endif
   }
   if (env.standalone) return World(impl);

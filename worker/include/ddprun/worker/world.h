@@ -32,7 +32,14 @@ struct InitOptions {
   std::chrono::milliseconds store_timeout = std::chrono::seconds(300);
   // Timeout of every collective of the process group.
   std::chrono::milliseconds collective_timeout = std::chrono::seconds(1800);
-  // Pin the CUDA device to LOCAL_RANK (mod visible devices) on NCCL.
+  // Where the model, the batches and the collectives live
+  // (World::device()): "auto" (CUDA under NCCL, CPU under Gloo), "cpu", or
+  // "cuda": cuda:LOCAL_RANK (mod visible devices) also under Gloo, which
+  // then reduces CUDA tensors; that is how several ranks share one GPU
+  // (NCCL refuses two ranks on one device). "cpu" with NCCL, or "cuda"
+  // without a visible CUDA device, is a ConfigError.
+  std::string device = "auto";
+  // Pin the CUDA device to LOCAL_RANK (mod visible devices) on CUDA.
   bool pin_cuda_device = true;
   // Gloo worker threads (0: Torch's default, 2).
   int gloo_threads = 0;
@@ -42,7 +49,7 @@ struct InitOptions {
   bool tune_host_allocator = true;
 };
 
-// Applies overrides from the environment: DDPRUN_BACKEND,
+// Applies overrides from the environment: DDPRUN_BACKEND, DDPRUN_DEVICE,
 // DDPRUN_STORE_TIMEOUT_S, DDPRUN_COLLECTIVE_TIMEOUT_S. Returns the result.
 InitOptions InitOptionsFromEnv(InitOptions base = {});
 
