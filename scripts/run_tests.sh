@@ -1,7 +1,46 @@
 #!/usr/bin/env bash
-# Installs, builds and runs every test (ctest). Exit status is ctest's.
-set -euo pipefail
+# Installs, builds and runs every test:
+#   1. the host build (Debian bookworm, LibTorch 1.13): ctest, which includes
+#      the syntax check of worker/ and examples/ against the LibTorch 2.11 +
+#      CUDA headers of ../shared/gpu-kit (skipped with a message without it);
+#   2. the LibTorch 2.x leg (scripts/libtorch2_tests.sh): the worker, the
+#      trainers and their tests built against Debian trixie's LibTorch 2.6 in
+#      a cached trixie root, and run there with torchrun 2.6 as the Python
+#      reference. DDPRUN_TORCH2_LEG=0 skips it.
+# The trixie root is made in the background while the host builds (it is
+# mostly downloading and unpacking). Exit status: 0 when both legs pass.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh
-cd build
-ctest --output-on-failure --timeout 600 -j "${DDPRUN_TEST_JOBS:-2}"
+start=$SECONDS
+stamp() { printf '[run_tests %3d min] %s\n' $(((SECONDS - start) / 60)) "$*"; }
+
+bash scripts/setup.sh || exit 1
+leg=${DDPRUN_TORCH2_LEG:-1}
+root_pid=
+if [[ $leg != 0 ]]; then
+  mkdir -p build
+  stamp "preparing the trixie root in the background (build/trixie_root.log)"
+  (bash scripts/trixie_root.sh cpu -- bash /work/src/scripts/trixie_build.sh cpu --deps-only \
+     >build/trixie_root.log 2>&1) &
+  root_pid=$!
+fi
+
+stamp "host build"
+bash scripts/build.sh || exit 1
+stamp "host tests"
+(cd build && ctest --output-on-failure --timeout 600 -j "${DDPRUN_TEST_JOBS:-2}")
+host_rc=$?
+
+leg_rc=0
+if [[ $leg != 0 ]]; then
+  if ! wait "$root_pid"; then
+    cat build/trixie_root.log >&2
+    stamp "the trixie root could not be prepared"
+    exit 1
+  fi
+  stamp "LibTorch 2.6 leg"
+  bash scripts/libtorch2_tests.sh build
+  leg_rc=$?
+fi
+stamp "done: host tests exit $host_rc, LibTorch 2.6 leg exit $leg_rc"
+((host_rc == 0 && leg_rc == 0))

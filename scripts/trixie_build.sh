@@ -2,8 +2,8 @@
 # Builds ddprun's LibTorch side against Debian trixie's LibTorch 2.6, on a
 # trixie system (the root of scripts/trixie_root.sh, or docker/Dockerfile.cuda).
 #
-#   trixie_build.sh cpu  [--test] [--with-launcher]
-#   trixie_build.sh cuda [--with-launcher]
+#   trixie_build.sh cpu  [--test] [--with-launcher] [--deps-only]
+#   trixie_build.sh cuda [--with-launcher] [--deps-only]
 #
 # Installs the variant's Debian packages (idempotent), configures and builds
 # into $DDPRUN_BUILD_DIR (default /work/out/build-<variant>):
@@ -18,22 +18,23 @@
 # DDPRUN_CUDNN=placeholder (offline CI) a placeholder package stands in, and
 # the link leaves libtorch_cuda's own references into cuDNN to run time; the
 # binaries then build but cannot start. DDPRUN_CUDNN=download (the image)
-# installs the real one.
+# installs the real one, which accepts NVIDIA's cuDNN licence agreement.
 set -euo pipefail
 
 variant=${1:-}
 case $variant in
   cpu | cuda) shift ;;
   *)
-    echo "usage: $0 cpu|cuda [--test] [--with-launcher]" >&2
+    echo "usage: $0 cpu|cuda [--test] [--with-launcher] [--deps-only]" >&2
     exit 2
     ;;
 esac
-run_tests=0 with_launcher=0
+run_tests=0 with_launcher=0 deps_only=0
 for arg in "$@"; do
   case $arg in
     --test) run_tests=1 ;;
     --with-launcher) with_launcher=1 ;;
+    --deps-only) deps_only=1 ;;
     *)
       echo "trixie_build: unknown argument '$arg'" >&2
       exit 2
@@ -51,7 +52,7 @@ cudnn=${DDPRUN_CUDNN:-placeholder}
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config git ca-certificates
-  nlohmann-json3-dev catch2 libcli11-dev libspdlog-dev libgloo-dev
+  nlohmann-json3-dev catch2 libcli11-dev libspdlog-dev
   libnifti2-dev libstb-dev libyaml-cpp-dev libprotobuf-dev protobuf-compiler
   libcairo2-dev procps iproute2 python3
 )
@@ -60,8 +61,10 @@ if [[ $with_launcher == 1 ]]; then
              libboost-filesystem-dev openssl)
 fi
 case $variant in
-  cpu) packages+=(libtorch-dev python3-torch) ;;
-  cuda) packages+=(libtorch-cuda-dev nvidia-cuda-toolkit) ;;
+  cpu) packages+=(libtorch-dev libgloo-dev python3-torch) ;;
+  # libgloo-cuda-dev: the gloo that libtorch-cuda links (it conflicts with
+  # the CPU one).
+  cuda) packages+=(libtorch-cuda-dev libgloo-cuda-dev nvidia-cuda-toolkit) ;;
 esac
 
 export DEBIAN_FRONTEND=noninteractive
@@ -83,8 +86,9 @@ EOF
       rm -rf "$stub"
       ;;
     download)
-      # The package asks to accept NVIDIA's cuDNN licence before it fetches.
-      echo "nvidia-cudnn nvidia-cudnn/license_note note" | debconf-set-selections
+      # The package asks to accept NVIDIA's cuDNN licence before it fetches
+      # cuDNN: choosing download is accepting it.
+      echo "nvidia-cudnn nvidia-cudnn/question select I Agree" | debconf-set-selections
       packages+=(nvidia-cudnn)
       ;;
     *)
@@ -105,6 +109,10 @@ if ((${#missing[@]})); then
   apt-get install -y -q --no-install-recommends "${missing[@]}" >/tmp/trixie_build.apt.log 2>&1 ||
     { tail -30 /tmp/trixie_build.apt.log >&2; exit 1; }
   apt-get clean
+fi
+
+if [[ $deps_only == 1 ]]; then
+  exit 0
 fi
 
 export CCACHE_DIR=${CCACHE_DIR:-/work/out/ccache}
