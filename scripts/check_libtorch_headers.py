@@ -107,11 +107,7 @@ PCH_HEADERS = ("torch/torch.h", "torch/csrc/distributed/c10d/ProcessGroup.hpp")
 
 
 def pch_key(args):
-    """Flags a precompiled header must share with the units that use it;
-    None for a unit built without Torch's compile definitions (a Torch-free
-    library such as examples/outputs), which gets no precompiled header."""
-    if "-DUSE_DISTRIBUTED" not in args:
-        return None
+    """Flags a precompiled header must share with the units that use it."""
     return tuple(a for a in args[1:]
                  if a.startswith(("-D", "-U", "-std", "-f", "-O", "-m"))
                  or a == "-g")
@@ -176,8 +172,6 @@ def main():
         entries = json.load(f)
     roots = [os.path.join(os.path.realpath(a.source), d) + os.sep
              for d in ("worker", "examples")]
-    # CMake's own precompiled-header units (cmake_pch.hxx.cxx) live in the
-    # build tree and are not sources.
     units = sorted({(e["file"], e["directory"], e["command"])
                     for e in entries
                     if any(os.path.realpath(e["file"]).startswith(r)
@@ -185,6 +179,14 @@ def main():
     if not units:
         print("error: no worker/ or examples/ sources in %s" % a.build)
         return 1
+    # Torch-free units (a library without Torch's compile definitions, e.g.
+    # examples/outputs) never see LibTorch's include directories, which in a
+    # wheel also hold an old protobuf; they are not LibTorch code to check.
+    torch_units = [u for u in units if "-DUSE_DISTRIBUTED" in u[2]]
+    for path, _, _ in units:
+        if all(path != u[0] for u in torch_units):
+            print("--   not Torch code: %s" % os.path.relpath(path, a.source))
+    units = torch_units
     print("checking %d sources against %s (%s)" %
           (len(units), os.path.basename(a.kit),
            "CUDA and NCCL paths on, CUDA headers " + cuda if cuda
@@ -197,7 +199,7 @@ def main():
     pch = {}
     for path, directory, args in commands:
         key = pch_key(args)
-        if key is None or key in pch:
+        if key in pch:
             continue
         t0 = time.monotonic()
         header, error = make_pch(args, directory, pch_dir, len(pch))
@@ -211,10 +213,8 @@ def main():
 
     def check(unit):
         path, directory, args = unit
-        key = pch_key(args)
-        if key is not None:
-            args = args[:-1] + ["-Winvalid-pch", "-include", pch[key],
-                                args[-1]]
+        args = args[:-1] + ["-Winvalid-pch", "-include", pch[pch_key(args)],
+                            args[-1]]
         t0 = time.monotonic()
         r = subprocess.run(args, cwd=directory, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)

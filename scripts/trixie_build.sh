@@ -63,8 +63,9 @@ fi
 case $variant in
   cpu) packages+=(libtorch-dev libgloo-dev python3-torch) ;;
   # libgloo-cuda-dev: the gloo that libtorch-cuda links (it conflicts with
-  # the CPU one).
-  cuda) packages+=(libtorch-cuda-dev libgloo-cuda-dev nvidia-cuda-toolkit) ;;
+  # the CPU one); libnccl-dev: nccl.h, which c10d's NCCL headers include.
+  cuda) packages+=(libtorch-cuda-dev libgloo-cuda-dev libnccl-dev
+                   nvidia-cuda-toolkit) ;;
 esac
 
 export DEBIAN_FRONTEND=noninteractive
@@ -150,6 +151,15 @@ cmake --build "$build" -j "${DDPRUN_BUILD_JOBS:-2}" ${targets[@]:+--target "${ta
 version=$(awk '/define TORCH_VERSION_(MAJOR|MINOR|PATCH) /{printf "%s%s", sep, $3; sep="."}' \
   /usr/include/torch/csrc/api/include/torch/version.h)
 echo "trixie_build: built the $variant variant against LibTorch $version"
+
+if [[ $variant == cuda && $with_launcher == 1 ]]; then
+  # docker/Dockerfile.cuda's runtime stage must install what these load.
+  absent=()
+  [[ $cudnn == placeholder ]] && absent=(--absent libcudnn.so.9=nvidia-cudnn)
+  python3 "$src/scripts/check_image_packages.py" "$src/docker/Dockerfile.cuda" \
+    "${absent[@]}" "$build"/bin/ddprun "$build"/bin/ddprun-rendezvous \
+    "$build"/bin/*_trainer "$build"/bin/ddp_demo "$build"/bin/ddp-hwinfo
+fi
 
 if [[ $run_tests == 1 ]]; then
   cd "$build"
