@@ -67,7 +67,7 @@ struct Cli {
   }
 };
 
-TEST_CASE("Config file values apply; flags on the command line override them",
+TEST_CASE("Config file values apply, flags on the command line override them",
           "[config]") {
   std::string yaml = TempFile(
       "c.yaml",
@@ -232,7 +232,7 @@ TEST_CASE("An unknown option is an error with the closest name", "[flags]") {
   CHECK(k.parser.help_text().find("--batch_size") != std::string::npos);
 }
 
-TEST_CASE("--amp alone means bf16; a value or a config boolean sets it",
+TEST_CASE("Flag --amp alone means bf16, a value or a config boolean sets it",
           "[flags]") {
   Cli a;
   REQUIRE(*a.Parse({"--amp", "--epochs", "2"}));

@@ -116,7 +116,7 @@ TEST_CASE("Vocabulary: ids by count then word, unknown words, padding",
   CHECK(frequent.Id("b") == Vocabulary::kUnknown);
 }
 
-TEST_CASE("LabelSet: the closed answer set is sorted; unseen answers are -1",
+TEST_CASE("LabelSet: the closed answer set is sorted, unseen answers are -1",
           "[vocabulary]") {
   const LabelSet answers = LabelSet::Build({"yes", "no", "2", "yes", "0"});
   REQUIRE(answers.size() == 4);
