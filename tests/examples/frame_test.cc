@@ -18,6 +18,7 @@
 #include "examples/common/mixed_precision.h"
 #include "examples/common/step_runner.h"
 #include "examples/common/train_loop.h"
+#include "examples/common/trainer_session.h"
 
 namespace ddprun::examples {
 namespace {
@@ -198,6 +199,102 @@ TEST_CASE("StepMicroBatches: steps of micro_batch x accumulation, cut",
   REQUIRE(steps.size() == 2);
   CHECK(steps[0] == std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}});
   CHECK(steps[1] == std::vector<std::vector<int64_t>>{{4, 5}, {6}});
+}
+
+// Counts what the loop hands to an observer.
+struct Recorder : TrainingObserver {
+  std::vector<int64_t> steps;
+  std::vector<nlohmann::json> epochs;
+  int finished = 0;
+  void OnStep(const StepRecord& s) override { steps.push_back(s.step); }
+  void OnEpoch(const nlohmann::json& r) override { epochs.push_back(r); }
+  void OnFinish() override { ++finished; }
+};
+
+// A toy trainer in this process: 12 items, micro-batches of 2, 2 per step
+// (3 steps per epoch), a scripted validation metric per epoch.
+struct ToyRun {
+  std::shared_ptr<Recorder> recorder = std::make_shared<Recorder>();
+  bool complete = false;
+  double last_metric = 0;
+
+  ToyRun(const std::string& dir, int epochs) {
+    std::vector<std::string> args = {
+        "toy",      "--output_dir",         dir,
+        "--epochs", std::to_string(epochs), "--gradient_accumulation_steps",
+        "2",        "--checkpoint_every",   "0"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    TrainerCli cli("toy", {dir, 1, 0});
+    REQUIRE_FALSE(cli.Parse(static_cast<int>(argv.size()), argv.data()));
+    TrainerSession session(cli);
+    session.AddObserver(recorder);
+    torch::nn::Linear model(2, 1);
+    session.PlaceOnDevice(*model);
+    torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+    session.Prepare({model.ptr(), &sgd});
+    complete = session.complete();
+    LoopConfig loop;
+    loop.dataset_size = 12;
+    loop.micro_batch = 2;
+    loop.accumulation = session.common().gradient_accumulation_steps;
+    loop.best = {"val_metric", /*higher_is_better=*/true, "toy_best.pt"};
+    const double script[] = {0.5, 0.7, 0.6, 0.9};
+    session.Run<at::Tensor>(
+        loop, {nullptr,
+               [](const std::vector<int64_t>& p) -> StatusOr<at::Tensor> {
+                 return torch::tensor(p, torch::kFloat32)
+                     .reshape({-1, 1})
+                     .repeat({1, 2});
+               },
+               [&](std::vector<at::Tensor>& micro) {
+                 return session.Step(micro.size(), [&](int64_t m) {
+                   return model->forward(micro[m] / 12).pow(2).mean();
+                 });
+               },
+               [&](int64_t epoch) -> nlohmann::json {
+                 return {{"val_metric", script[epoch]}};
+               }});
+    last_metric = session.last_metrics().value("val_metric", -1.0);
+    session.Done("toy");
+  }
+};
+
+TEST_CASE(
+    "TrainerSession: observers get every step and epoch, the best "
+    "checkpoint follows the metric, a finished run trains nothing",
+    "[frame][session]") {
+  const std::string dir =
+      "/tmp/ddprun_frame_test_" + std::to_string(::getpid()) + "_session";
+  std::filesystem::remove_all(dir);
+  ToyRun first(dir, 3);
+  CHECK_FALSE(first.complete);
+  CHECK(first.recorder->steps ==
+        std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9});
+  REQUIRE(first.recorder->epochs.size() == 3);
+  CHECK(first.recorder->epochs[2]["epoch"] == 3);
+  CHECK(first.recorder->epochs[2]["step"] == 9);
+  CHECK(first.recorder->finished == 1);
+  // Best at epoch 2 (0.7 > 0.5; 0.6 is not better).
+  const worker::TrainState best =
+      worker::Checkpointer::LoadFile(dir + "/checkpoints/toy_best.pt", {});
+  CHECK(best.step == 6);
+  CHECK(best.epoch == 2);
+  CHECK(best.scalars.at("best/toy_best.pt") == 0.7);
+  CHECK(worker::Checkpointer::ListComplete(dir + "/checkpoints").size() == 1);
+
+  ToyRun again(dir, 3);
+  CHECK(again.complete);
+  CHECK(again.recorder->steps.empty());
+  CHECK(again.recorder->epochs.empty());
+  CHECK(again.recorder->finished == 0);
+  CHECK(again.last_metric == 0.6);  // from the final checkpoint
+
+  ToyRun more(dir, 4);  // a larger --epochs trains on, best keeps counting
+  CHECK(more.recorder->steps == std::vector<int64_t>{10, 11, 12});
+  CHECK(worker::Checkpointer::LoadFile(dir + "/checkpoints/toy_best.pt", {})
+            .step == 12);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

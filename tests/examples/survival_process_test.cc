@@ -380,6 +380,28 @@ TEST_CASE(
           "world size 2") != std::string::npos);
 }
 
+// torch.distributed.launch's way (prs-med-segmentation.md, option 3):
+// ddprun-launch without --use_env appends --local_rank=N to each worker's
+// arguments, which the trainers take (and check against LOCAL_RANK).
+TEST_CASE(
+    "survival_trainer: 2 ranks under ddprun-launch (the legacy launcher's "
+    "--local_rank=N)",
+    "[survival][ddprun][frame]") {
+  const std::string out = FreshDir("survival_legacy_launch");
+  CommandResult r = RunCommand(
+      std::string(DDPRUN_LAUNCHER_BIN) +
+          "-launch --standalone --nproc_per_node=2 --no_python " +
+          SurvivalFrame().command + " --output_dir " + out + " --debug",
+      120);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.output.find("world 2, batch 8 total (4 per rank)") !=
+        std::string::npos);
+  auto metrics = ReadMetrics(out);
+  REQUIRE(metrics.size() == 1);
+  CHECK(metrics[0]["world_size"] == 2);
+}
+
 // One worker is kill -9'd after a checkpoint exists; ddprun restarts the
 // group (--max_restarts=1), the run resumes from a checkpoint at least as new
 // as the one seen before the kill and ends within 0.1 C-index of an
