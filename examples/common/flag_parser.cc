@@ -299,20 +299,27 @@ bool FlagParser::IsSet(const std::string& name) const {
 
 std::string FlagParser::DescribeAccepted() const {
   std::string text =
-      "Every --a_b may be written --a-b. --config keys are the option names.";
+      "Every --a_b may be written --a-b. --config keys are the option names "
+      "(also inside sections such as training:).";
   if (!aliases_.empty()) {
     text += "\nAlso accepted, as on the guides' command lines:";
+    const char* sep = " ";
     for (const FlagAlias& a : aliases_) {
       if (a.alias.find('.') != std::string::npos) continue;
-      text += " --" + a.alias + " (= --" + a.target +
+      text += sep + ("--" + a.alias) + " (= --" + a.target +
               (a.value.empty() ? "" : " " + a.value) + ")";
+      sep = ", ";
     }
   }
   if (!foreign_.empty()) {
     text +=
         "\nAccepted without effect, with a line saying what happens "
         "instead:";
-    for (const ForeignFlag& f : foreign_) text += " --" + f.name;
+    const char* sep = " ";
+    for (const ForeignFlag& f : foreign_) {
+      text += sep + ("--" + f.name);
+      sep = ", ";
+    }
   }
   return text;
 }

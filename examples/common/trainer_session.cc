@@ -55,16 +55,9 @@ void TrainerSession::PlaceOnDevice(torch::nn::Module& model) {
 
 worker::TrainState TrainerSession::Resume() {
   const std::string& from = common_.resume_from;
-  if (!from.empty()) {
-    if (!std::filesystem::is_regular_file(from)) {
-      throw worker::ConfigError("--resume_from " + from + ": no such file");
-    }
-    if (!worker::Checkpointer::IsComplete(from)) {
-      throw worker::ConfigError(
-          "--resume_from " + from +
-          " is not a complete checkpoint of these trainers (a torn copy, or "
-          "a file another program wrote, such as Python's torch.save)");
-    }
+  // A typo is reported even when a restart makes the flag moot.
+  if (!from.empty() && !std::filesystem::is_regular_file(from)) {
+    throw worker::ConfigError("--resume_from " + from + ": no such file");
   }
   if (std::optional<worker::TrainState> s = checkpointer_->LoadLatest(parts_)) {
     LogMain("resumed from checkpoint at step " + std::to_string(s->step) +
@@ -73,12 +66,22 @@ worker::TrainState TrainerSession::Resume() {
     saved_ = MarkOf(*s);
     return *s;
   }
-  if (!from.empty()) {
-    worker::TrainState s = worker::Checkpointer::LoadFile(from, parts_);
-    LogMain("resumed from " + from + " at step " + std::to_string(s.step));
-    return s;
+  if (from.empty()) return worker::TrainState();
+  if (!worker::Checkpointer::IsComplete(from)) {
+    throw worker::ConfigError(
+        "--resume_from " + from +
+        " is not a complete checkpoint of these trainers (a torn copy, or "
+        "a file another program wrote, such as Python's torch.save)");
   }
-  return worker::TrainState();
+  worker::TrainState s;
+  try {
+    s = worker::Checkpointer::LoadFile(from, parts_);
+  } catch (const worker::WorkerError& e) {
+    // E.g. a checkpoint of another model size: the user's input is wrong.
+    throw worker::ConfigError("--resume_from " + from + ": " + e.what());
+  }
+  LogMain("resumed from " + from + " at step " + std::to_string(s.step));
+  return s;
 }
 
 void TrainerSession::Prepare(const TrainingSetup& setup) {

@@ -73,7 +73,7 @@ class TrainerSession {
   TrainerSession& operator=(const TrainerSession&) = delete;
 
   const worker::World& world() const { return world_; }
-  const c10::Device device() const { return world_.device(); }
+  c10::Device device() const { return world_.device(); }
   CommonOptions& common() { return common_; }
   int num_workers() const { return num_workers_; }
   // Rank 0 logs `line` (local).
