@@ -130,6 +130,17 @@ int Train(int argc, char** argv) {
   app.add_option("--synthetic_format", opt.synthetic_format,
                  "Image format written by --make_synthetic: png or jpg")
       ->check(CLI::IsMember({"png", "jpg"}));
+  // mimic-cxr-vqa.md's names: its batch is per GPU like ours.
+  cli.AddAliases({{"batch_size_per_gpu", "batch_size", ""},
+                  {"no_auto_optimize", "auto_optimize", "false"}});
+  const std::string no_deepspeed =
+      "no DeepSpeed here: --zero 1 shards Adam's state over the ranks "
+      "(ZeRO-1), --zero 2 also reduce-scatters the gradients (ZeRO-2, no CPU "
+      "offload); fp16 is --mixed_precision fp16";
+  cli.AddForeignFlags(
+      {{"use_deepspeed", ForeignFlag::Arity::kNone, no_deepspeed},
+       {"deepspeed", ForeignFlag::Arity::kOptional, no_deepspeed},
+       {"deepspeed_config", ForeignFlag::Arity::kOne, no_deepspeed}});
   if (auto code = cli.Parse(argc, argv)) return *code;
   const NormKind norm = ParseNormKind(opt.norm, opt.sync_batchnorm);
   if (cli.MakeSynthetic(

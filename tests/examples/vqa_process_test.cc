@@ -367,5 +367,24 @@ TEST_CASE("vqa_trainer: --auto_optimize keeps an explicit --batch_size",
   CHECK(c.output.find(" x accumulation 3 x world 1") != std::string::npos);
 }
 
+// mimic-cxr-vqa.md's own names (vqa's table beside the common one).
+TEST_CASE(
+    "vqa_trainer: the guide's --no_auto_optimize, batch_size_per_gpu "
+    "and DeepSpeed flags",
+    "[vqa][frame]") {
+  const std::string out = FreshDir("vqa_guide_names");
+  CommandResult r = RunCommand(VqaFrame().command + " --output_dir " + out +
+                                   " --debug --no_auto_optimize "
+                                   "--batch_size_per_gpu 4 --use_deepspeed",
+                               120);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.output.find("auto_optimize: ") == std::string::npos);
+  CHECK(r.output.find("question words, batch 4 x accumulation 1") !=
+        std::string::npos);
+  CHECK(r.output.find("note: --use_deepspeed: no DeepSpeed here: --zero 1") !=
+        std::string::npos);
+}
+
 }  // namespace
 }  // namespace ddprun::examples::testing
