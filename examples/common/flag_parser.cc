@@ -162,9 +162,13 @@ StatusOr<std::vector<std::string>> FlagParser::Rewrite(
         has_value = true;
       }
     }
-    if (const OptionalValue* o = FindOptional(name); o && !has_value) {
-      value = next_is_value ? args[++i] : o->implicit;
-      has_value = true;
+    if (const OptionalValue* o = FindOptional(name)) {
+      if (!has_value) {
+        value = next_is_value ? args[++i] : o->implicit;
+        has_value = true;
+      }
+      if (IsTrue(value)) value = o->implicit;  // "--amp true"
+      if (IsFalse(value)) value = o->off;
     }
     auto [it, fresh] = spelled.emplace(name, spelling);
     if (!fresh && it->second != spelling) {

@@ -253,6 +253,12 @@ TEST_CASE("Flag --amp alone means bf16, a value or a config boolean sets it",
   CHECK(e.amp == "no");
   Cli f;
   CHECK(f.Error({"--amp", "fp8"}).find("fp8") != std::string::npos);
+  Cli g;
+  REQUIRE(*g.Parse({"--amp=true"}));
+  CHECK(g.amp == "bf16");
+  Cli h;
+  REQUIRE(*h.Parse({"--amp", "false"}));
+  CHECK(h.amp == "no");
   for (auto* p : {&on, &off}) std::remove(p->c_str());
 }
 
