@@ -1,18 +1,89 @@
 #include "examples/common/trainer_cli.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "ddprun/worker/errors.h"
+#include "examples/common/guide_flags.h"
 
 namespace ddprun::examples {
+namespace {
+
+// Rank 0, or a process alone: the one that prints notes before the world
+// exists.
+bool IsMainProcess() {
+  const char* rank = std::getenv("RANK");
+  return rank == nullptr || *rank == '\0' || std::string(rank) == "0";
+}
+
+}  // namespace
 
 TrainerCli::TrainerCli(const std::string& description,
                        const TrainerDefaults& defaults)
-    : app_(description) {
+    : app_(description), parser_(&app_) {
   common_.output_dir = defaults.output_dir;
   common_.epochs = defaults.epochs;
   common_.synthetic_n = defaults.synthetic_n;
-  AddCommonOptions(&app_, &common_);
+  common_.gradient_accumulation_steps = defaults.gradient_accumulation_steps;
+  AddCommonOptions();
+  parser_.AddAliases(CommonGuideAliases());
+  parser_.AddForeignFlags(CommonForeignFlags());
+  parser_.AddOptionalValue({"amp", "bf16", "no"});
+}
+
+void TrainerCli::AddCommonOptions() {
+  CommonOptions* o = &common_;
+  parser_.AddConfigOption();
+  app_.option_defaults()->always_capture_default();
+  app_.add_option("--output_dir", o->output_dir,
+                  "Directory for checkpoints/, metrics.jsonl and outputs");
+  app_.add_option("--checkpoint_dir", o->checkpoint_dir,
+                  "Directory of the checkpoints (default: "
+                  "<output_dir>/checkpoints)");
+  app_.add_option(
+      "--make_synthetic", o->make_synthetic,
+      "Write a synthetic dataset (real on-disk format) to DIR and exit");
+  app_.add_option("--n", o->synthetic_n, "Samples written by --make_synthetic");
+  app_.add_option("--epochs", o->epochs, "Training epochs")
+      ->check(CLI::PositiveNumber);
+  app_.add_option("--seed", o->seed,
+                  "Random seed (model init, shuffling, synthetic data)");
+  app_.add_option("--checkpoint_every", o->checkpoint_every,
+                  "Rank 0 saves a checkpoint every N optimizer steps (0: only "
+                  "at the end)")
+      ->check(CLI::NonNegativeNumber);
+  app_.add_option(
+      "--resume_from", o->resume_from,
+      "Checkpoint file to start from: any of ours, e.g. "
+      "<checkpoint_dir>/best.pt (ignored when the checkpoint dir already has "
+      "a run state)");
+  app_.add_flag("--debug", o->debug,
+                "Tiny subset and one epoch, for a quick check");
+  app_.add_option(
+      "--num_workers", o->num_workers,
+      "Data-loader threads per rank (-1: auto from cores per local rank)");
+  app_.add_option("--amp", o->amp,
+                  "Mixed precision: bf16 autocast on the CPU, or on the GPU "
+                  "under NCCL (off by default); --amp alone means bf16; fp16 "
+                  "adds dynamic loss scaling (on a CPU without float16 "
+                  "autocast: bf16, with a note)")
+      ->check(CLI::IsMember({"bf16", "fp16", "no"}));
+  app_.add_option("--mixed_precision", o->mixed_precision,
+                  "The guides' spelling of --amp: no, bf16 or fp16")
+      ->check(CLI::IsMember({"no", "bf16", "fp16"}));
+  app_.add_option("--gradient_accumulation_steps",
+                  o->gradient_accumulation_steps,
+                  "Micro-batches per optimizer step (DDP synchronises "
+                  "gradients once per step)")
+      ->check(CLI::PositiveNumber);
+  app_.add_option("--local_rank", o->local_rank,
+                  "Set by torch.distributed.launch / ddprun-launch without "
+                  "--use_env (also --local-rank); must match LOCAL_RANK");
+  app_.add_option("--backend", o->backend,
+                  "Process group backend: auto, gloo or nccl")
+      ->check(CLI::IsMember({"auto", "gloo", "nccl"}));
+  app_.add_option("--progress_interval", o->progress_interval_s,
+                  "Seconds between rank-0 progress lines");
 }
 
 void TrainerCli::AddDataOptions(const std::string& flag, std::string* path,
@@ -37,10 +108,12 @@ void TrainerCli::AddBatchSize(int64_t* batch_size, const std::string& help) {
       ->check(CLI::PositiveNumber);
 }
 
-void TrainerCli::AddAccumulation(int64_t* steps) {
-  app_.add_option("--gradient_accumulation_steps", *steps,
-                  "Micro-batches per optimizer step")
-      ->check(CLI::PositiveNumber);
+void TrainerCli::AddAliases(const std::vector<FlagAlias>& aliases) {
+  parser_.AddAliases(aliases);
+}
+
+void TrainerCli::AddForeignFlags(const std::vector<ForeignFlag>& flags) {
+  parser_.AddForeignFlags(flags);
 }
 
 std::optional<int> TrainerCli::Parse(int argc, char** argv) {
@@ -50,7 +123,32 @@ std::optional<int> TrainerCli::Parse(int argc, char** argv) {
     if (option->get_items_expected_max() == 0 && option != app_.get_help_ptr())
       option->description(option->get_description() + " (off by default)");
   }
-  return ParseFlags(&app_, argc, argv);
+  app_.footer(parser_.DescribeAccepted());
+  StatusOr<bool> go = parser_.Parse(argc, argv);
+  if (!go.ok()) throw worker::ConfigError(go.status().message());
+  if (!*go) {
+    std::fputs(parser_.help_text().c_str(), stdout);
+    return 0;
+  }
+  if (IsMainProcess()) {
+    for (const std::string& note : parser_.notes())
+      std::fprintf(stderr, "note: %s\n", note.c_str());
+  }
+  CheckLocalRank();
+  return std::nullopt;
+}
+
+void TrainerCli::CheckLocalRank() const {
+  if (!IsSet("local_rank")) return;
+  const std::string flag = std::to_string(common_.local_rank);
+  const char* env = std::getenv("LOCAL_RANK");
+  if (env == nullptr || *env == '\0') {
+    ::setenv("LOCAL_RANK", flag.c_str(), 1);
+  } else if (std::atoi(env) != common_.local_rank) {
+    throw worker::ConfigError("--local_rank " + flag +
+                              " disagrees with LOCAL_RANK=" + env +
+                              " from the launcher");
+  }
 }
 
 bool TrainerCli::MakeSynthetic(const std::function<Status()>& write,

@@ -4,10 +4,12 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "common/status.h"
+#include "examples/common/flag_parser.h"
 #include "examples/common/trainer_support.h"
 
 namespace ddprun::examples {
@@ -17,13 +19,20 @@ struct TrainerDefaults {
   std::string output_dir;
   int epochs = 1;
   int64_t synthetic_n = 0;  // --n of --make_synthetic
+  int64_t gradient_accumulation_steps = 1;
 };
 
 // The command line every trainer starts from: a CLI11 app with the common
-// options (AddCommonOptions) and helpers for the options and steps that
-// several trainers share, so each is registered (name, check, default shown
-// in --help) in one place. Flags override --config values (CLI11 applies
-// config values only to options absent from the command line).
+// options (output and checkpoint dirs, epochs, seed, checkpoints, resume,
+// --debug, loader threads, --amp / --mixed_precision, accumulation,
+// --local_rank, backend, --config) and helpers for the options several
+// trainers share, so each is registered (name, check, default shown in
+// --help) in one place. Parsing goes through FlagParser (flag_parser.h):
+// --a-b spellings, the guides' aliases (CommonGuideAliases() plus the
+// trainer's AddAliases), the guides' flags that mean nothing here
+// (CommonForeignFlags() plus AddForeignFlags: one line each on rank 0),
+// nested config sections. Priority: flag > config file > what the trainer
+// applies to !IsSet() options (--auto_optimize) > default.
 class TrainerCli {
  public:
   TrainerCli(const std::string& description, const TrainerDefaults& defaults);
@@ -42,14 +51,21 @@ class TrainerCli {
   // --batch_size (positive) with `help` saying per rank or total.
   void AddBatchSize(int64_t* batch_size, const std::string& help);
 
-  // --gradient_accumulation_steps (positive).
-  void AddAccumulation(int64_t* steps);
+  // The trainer's own guide names (after the common ones; same name
+  // replaces).
+  void AddAliases(const std::vector<FlagAlias>& aliases);
+  void AddForeignFlags(const std::vector<ForeignFlag>& flags);
 
-  // Parses argv (call once: it appends "(off by default)" to flags' help).
-  // Returns the exit code when the program should stop
-  // (--help: 0; a bad flag or config file: CLI11's code after printing the
-  // error), nullopt to continue.
+  // Parses argv (call once). Returns 0 after printing --help, nullopt to
+  // continue. Throws worker::ConfigError (exit code 2) for an unknown or bad
+  // flag, a bad config file, or a --local_rank that disagrees with
+  // LOCAL_RANK; without LOCAL_RANK in the environment --local_rank sets it
+  // (the legacy torch.distributed.launch passes only the flag).
   std::optional<int> Parse(int argc, char** argv);
+
+  // True when the command line or the config file gave option `name`
+  // (without dashes).
+  bool IsSet(const std::string& name) const { return parser_.IsSet(name); }
 
   // With --make_synthetic DIR: runs `write` (throws ConfigError on its
   // error), prints "wrote <n> <noun> to DIR/<file>" and returns true.
@@ -62,8 +78,12 @@ class TrainerCli {
   static void Require(const std::string& flag, const std::string& value);
 
  private:
+  void AddCommonOptions();
+  void CheckLocalRank() const;
+
   CLI::App app_;
   CommonOptions common_;
+  FlagParser parser_;
 };
 
 }  // namespace ddprun::examples

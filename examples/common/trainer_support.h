@@ -6,7 +6,6 @@
 #include <string>
 
 #include <ATen/core/Tensor.h>
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "common/status_or.h"
@@ -16,31 +15,31 @@
 
 namespace ddprun::examples {
 
-// Options every trainer shares. Defaults here are what --help shows.
+// Options every trainer shares (registered by TrainerCli). Defaults here
+// are what --help shows.
 struct CommonOptions {
   std::string output_dir;      // checkpoints/, metrics.jsonl, samples
+  std::string checkpoint_dir;  // "": <output_dir>/checkpoints
   std::string make_synthetic;  // write a synthetic dataset here and exit
   int64_t synthetic_n = 0;     // samples for --make_synthetic
   int epochs = 1;
   uint64_t seed = 0;
-  int64_t checkpoint_every = 20;     // steps; 0 = only at the end of training
-  std::string resume_from;           // a checkpoint file
-  bool debug = false;                // tiny subset, one epoch
-  int num_workers = -1;              // data-loader threads, -1 = auto
-  bool amp = false;                  // bf16 autocast on the world device
-  std::string backend = "auto";      // gloo, nccl or auto
-  double progress_interval_s = 5.0;  // rank-0 progress line period
+  int64_t checkpoint_every = 20;  // steps; 0 = only at the end of training
+  std::string resume_from;        // a checkpoint file
+  bool debug = false;             // tiny subset, one epoch
+  int num_workers = -1;           // data-loader threads, -1 = auto
+  std::string amp;                // "", bf16, fp16 or no (--amp alone: bf16)
+  std::string mixed_precision;    // "", no, bf16 or fp16 (the guides' flag)
+  int64_t gradient_accumulation_steps = 1;  // micro-batches per step
+  int local_rank = -1;                      // --local_rank (legacy launcher)
+  std::string backend = "auto";             // gloo, nccl or auto
+  double progress_interval_s = 5.0;         // rank-0 progress line period
+
+  std::string CheckpointDir() const {
+    return checkpoint_dir.empty() ? output_dir + "/checkpoints"
+                                  : checkpoint_dir;
+  }
 };
-
-// Registers the options above (and --config) on `app`; the values already
-// in `options` are the defaults --help shows. Also makes every option added
-// to `app` afterwards show its default.
-void AddCommonOptions(CLI::App* app, CommonOptions* options);
-
-// Parses argv into `app`. Returns the exit code when the program should stop
-// (--help: 0, bad flag or config: CLI11's code after printing the error),
-// nullopt to continue.
-std::optional<int> ParseFlags(CLI::App* app, int argc, char** argv);
 
 // Throws worker::ConfigError (exit code 2, written to the error file) with
 // the status message: bad data files abort the run with one clear line.
@@ -70,14 +69,6 @@ worker::World InitTrainerWorld(const CommonOptions& options);
 // the training thread, right before use.
 void ToDevice(const c10::Device& device,
               std::initializer_list<at::Tensor*> tensors);
-
-// Where training starts: the newest complete checkpoint in the checkpoint
-// dir (a restart after a failure), else --resume_from, else a fresh state.
-// Collective. Logs which one on rank 0.
-worker::TrainState ResumeOrStart(const worker::World& world,
-                                 worker::Checkpointer* checkpointer,
-                                 const worker::CheckpointParts& parts,
-                                 const std::string& resume_from);
 
 // Rank 0 appends `record` (plus "time") as one line to
 // <output_dir>/metrics.jsonl and logs it; other ranks do nothing.

@@ -1,72 +1,85 @@
 #include "examples/common/yaml_config.h"
 
-#include <memory>
+#include <fstream>
 #include <sstream>
 
 #include <yaml-cpp/yaml.h>
 
 namespace ddprun::examples {
+namespace {
 
-std::string YamlConfig::to_config(const CLI::App* app, bool default_also,
-                                  bool write_description,
-                                  std::string prefix) const {
-  // TOML's "key=value" lines are valid YAML once '=' becomes ': '.
-  std::string toml =
-      CLI::ConfigTOML().to_config(app, default_also, write_description, prefix);
-  std::istringstream in(toml);
-  std::ostringstream out;
-  std::string line;
-  while (std::getline(in, line)) {
-    size_t eq = line.find('=');
-    if (!line.empty() && line[0] != '#' && eq != std::string::npos) {
-      line = line.substr(0, eq) + ": " + line.substr(eq + 1);
-    }
-    out << line << "\n";
-  }
-  return out.str();
+std::string At(const std::string& name, const YAML::Mark& mark) {
+  return name + ":" + std::to_string(mark.line + 1) + ": ";
 }
 
-std::vector<CLI::ConfigItem> YamlConfig::from_config(
-    std::istream& input) const {
+// Appends the entries under `node` (a mapping) with keys prefixed by
+// `prefix` ("" at the top level).
+Status Flatten(const YAML::Node& node, const std::string& prefix,
+               const std::string& name, std::vector<ConfigEntry>* out) {
+  for (const auto& kv : node) {
+    if (!kv.first.IsScalar()) {
+      return InvalidArgumentError(At(name, kv.first.Mark()) +
+                                  "keys must be plain names");
+    }
+    ConfigEntry entry;
+    entry.key = prefix + kv.first.as<std::string>();
+    entry.line = kv.first.Mark().line + 1;
+    const YAML::Node& v = kv.second;
+    if (v.IsMap()) {
+      DDP_RETURN_IF_ERROR(Flatten(v, entry.key + ".", name, out));
+      continue;
+    }
+    if (v.IsSequence()) {
+      entry.is_list = true;
+      for (const auto& e : v) {
+        if (!e.IsScalar()) {
+          return InvalidArgumentError(
+              At(name, kv.first.Mark()) + "key '" + entry.key +
+              "' must hold a value or a list of values, not nested lists "
+              "or mappings");
+        }
+        entry.values.push_back(e.as<std::string>());
+      }
+    } else if (v.IsScalar()) {
+      entry.values.push_back(v.as<std::string>());
+    } else {
+      entry.is_null = true;
+    }
+    out->push_back(std::move(entry));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::vector<ConfigEntry>> ParseConfigText(const std::string& text,
+                                                   const std::string& name) {
   YAML::Node root;
   try {
-    root = YAML::Load(input);
+    root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    throw CLI::ConfigError("config file: " + std::string(e.what()));
+    return InvalidArgumentError(At(name, e.mark) + e.msg);
   }
-  std::vector<CLI::ConfigItem> items;
-  if (root.IsNull()) return items;
+  std::vector<ConfigEntry> entries;
+  if (root.IsNull()) return entries;
   if (!root.IsMap()) {
-    throw CLI::ConfigError(
-        "config file: top level must be a mapping of option names");
+    return InvalidArgumentError(
+        name + ": the top level must be a mapping of option names to values");
   }
-  for (const auto& kv : root) {
-    CLI::ConfigItem item;
-    item.name = kv.first.as<std::string>();
-    const YAML::Node& v = kv.second;
-    if (v.IsSequence()) {
-      for (const auto& e : v) item.inputs.push_back(e.as<std::string>());
-    } else if (v.IsScalar()) {
-      item.inputs.push_back(v.as<std::string>());
-    } else if (v.IsNull()) {
-      item.inputs.push_back("");
-    } else {
-      throw CLI::ConfigError("config file: key '" + item.name + "' at line " +
-                             std::to_string(v.Mark().line + 1) +
-                             " must be a scalar or a list, not a mapping");
-    }
-    items.push_back(std::move(item));
+  try {
+    DDP_RETURN_IF_ERROR(Flatten(root, "", name, &entries));
+  } catch (const YAML::Exception& e) {
+    return InvalidArgumentError(At(name, e.mark) + e.msg);
   }
-  return items;
+  return entries;
 }
 
-void AddConfigOption(CLI::App* app) {
-  app->config_formatter(std::make_shared<YamlConfig>());
-  // A misspelt key must not be silently ignored (CLI11's default).
-  app->allow_config_extras(false);
-  app->set_config("--config", "",
-                  "YAML or JSON file of option values (keys are long option "
-                  "names); flags on the command line override it");
+StatusOr<std::vector<ConfigEntry>> ReadConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFoundError("cannot read config file " + path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return ParseConfigText(text.str(), path);
 }
 
 }  // namespace ddprun::examples

@@ -1,29 +1,36 @@
 #pragma once
 
-#include <istream>
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
+#include "common/status_or.h"
 
 namespace ddprun::examples {
 
-// A CLI11 config reader for YAML files (and therefore JSON files, which YAML
-// parses). Top-level keys name long options without the dashes
-// ("batch_size: 8"); sequences give several values ("stages: [32, 48]").
-// CLI11 applies config values only to options not given on the command line,
-// so flags override the file. AddConfigOption makes unknown keys an error.
-// Throws CLI::ConfigError with the file's line on a YAML syntax error or a
-// nested mapping.
-class YamlConfig : public CLI::Config {
- public:
-  std::string to_config(const CLI::App* app, bool default_also,
-                        bool write_description,
-                        std::string prefix) const override;
-  std::vector<CLI::ConfigItem> from_config(std::istream& input) const override;
+// One value of a trainer config file. Nested mappings become dotted keys,
+// so the guides' sectioned files read as flat option names plus their
+// section:
+//   training:                       {key "training.batch_size",
+//     batch_size: 1            ->    values {"1"}, line 2}
+//     stages: [32, 48]              {key "training.stages",
+//                                    values {"32", "48"}, is_list, line 3}
+struct ConfigEntry {
+  std::string key;                  // dotted path from the top level
+  std::vector<std::string> values;  // one for a scalar, n for a list
+  bool is_list = false;
+  bool is_null = false;  // "key:" or "key: ~" (no value)
+  int line = 0;          // 1-based line of the value in the file
 };
 
-// Adds `--config FILE` to `app` with the YAML/JSON reader above.
-void AddConfigOption(CLI::App* app);
+// Reads a YAML file (JSON is YAML) of option values: a mapping whose values
+// are scalars, lists of scalars or nested mappings (any depth). Entries come
+// in file order. Errors (INVALID_ARGUMENT / NOT_FOUND, one line naming the
+// file and, where known, the line): unreadable file, YAML syntax error, a
+// top level that is not a mapping, a list holding mappings or lists.
+StatusOr<std::vector<ConfigEntry>> ReadConfigFile(const std::string& path);
+
+// Same from text; `name` is used in error messages.
+StatusOr<std::vector<ConfigEntry>> ParseConfigText(const std::string& text,
+                                                   const std::string& name);
 
 }  // namespace ddprun::examples

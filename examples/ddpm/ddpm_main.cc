@@ -10,9 +10,7 @@
 #include "examples/common/metrics.h"
 #include "examples/common/nifti_io.h"
 #include "examples/common/norm_layer.h"
-#include "examples/common/train_loop.h"
-#include "examples/common/trainer_cli.h"
-#include "examples/common/trainer_support.h"
+#include "examples/common/trainer_session.h"
 #include "examples/ddpm/brats_data.h"
 #include "examples/ddpm/fast_ddpm.h"
 #include "examples/ddpm/unet3d.h"
@@ -33,7 +31,6 @@ struct DdpmOptions {
   std::string norm = "group";
   bool sync_batchnorm = false;
   int64_t batch_size = 1;  // per GPU
-  int64_t gradient_accumulation_steps = 4;
   int64_t timesteps = 10;
   bool v_parameterization = false;
   double learning_rate = 2e-3;
@@ -63,7 +60,8 @@ int Train(int argc, char** argv) {
       "NIfTI volumes (BraTS-like, listed in a CSV with an `image` column) "
       "from the other three with a conditional 3D UNet trained and sampled "
       "on a short schedule.",
-      {"runs/ddpm", /*epochs (per stage)=*/3, /*synthetic_n=*/40});
+      {"runs/ddpm", /*epochs (per stage)=*/3, /*synthetic_n=*/40,
+       /*gradient_accumulation_steps=*/4});
   CLI::App& app = cli.app();
   CommonOptions& common = cli.common();
   app.get_option("--epochs")->description("Training epochs PER STAGE");
@@ -81,7 +79,6 @@ int Train(int argc, char** argv) {
   app.add_option("--width", opt.width, "UNet channels of the first level");
   cli.AddNormOptions(&opt.norm, &opt.sync_batchnorm);
   cli.AddBatchSize(&opt.batch_size, "Volumes per GPU per micro-batch");
-  cli.AddAccumulation(&opt.gradient_accumulation_steps);
   app.add_option("--timesteps", opt.timesteps,
                  "Fast-DDPM steps used out of 1000")
       ->check(CLI::Range(1, 1000));
@@ -108,80 +105,67 @@ int Train(int argc, char** argv) {
   }
   TrainerCli::Require("--csv_path", opt.csv_path);
 
-  dw::World world = InitTrainerWorld(common);
+  TrainerSession session(cli);
+  const dw::World& world = session.world();
   const std::vector<BratsCase> cases = ValueOrThrow(ReadBratsCsv(opt.csv_path));
-  std::vector<int64_t> train, val;
-  std::tie(train, val) =
-      SplitTrainVal(cases.size(), opt.val_fraction, common.seed);
-  if (common.debug) {
-    train.resize(std::min<size_t>(train.size(), 8));
-    val.resize(std::min<size_t>(val.size(), 2));
-    common.epochs = 1;
-    opt.stages.resize(1);
-  }
-  const int64_t accum = opt.gradient_accumulation_steps;
-  const int num_workers =
-      AutoNumWorkers(common.num_workers, world.local_world_size());
+  auto [train, val] =
+      session.Split(cases.size(), opt.val_fraction, opt.csv_path, 8, 2);
+  if (common.debug) opt.stages.resize(1);
+  const int64_t accum = common.gradient_accumulation_steps;
   std::ostringstream stages;
   for (size_t i = 0; i < opt.stages.size(); ++i)
     stages << (i ? "," : "") << opt.stages[i];
-  dw::LogMain(world,
-              "ddpm: " + std::to_string(train.size()) + " train / " +
-                  std::to_string(val.size()) + " val cases, stages " +
-                  stages.str() + ", effective batch " +
-                  std::to_string(opt.batch_size) + " x " +
-                  std::to_string(world.world_size()) + " ranks x " +
-                  std::to_string(accum) + " accumulation = " +
-                  std::to_string(opt.batch_size * world.world_size() * accum) +
-                  ", " + std::to_string(opt.timesteps) + " timesteps, " +
-                  (opt.v_parameterization ? "v" : "eps") + "-prediction, " +
-                  NormKindName(norm) + " norm");
+  session.LogMain(
+      "ddpm: " + std::to_string(train.size()) + " train / " +
+      std::to_string(val.size()) + " val cases, stages " + stages.str() +
+      ", effective batch " + std::to_string(opt.batch_size) + " x " +
+      std::to_string(world.world_size()) + " ranks x " + std::to_string(accum) +
+      " accumulation = " +
+      std::to_string(opt.batch_size * world.world_size() * accum) + ", " +
+      std::to_string(opt.timesteps) + " timesteps, " +
+      (opt.v_parameterization ? "v" : "eps") + "-prediction, " +
+      NormKindName(norm) + " norm, " + session.precision().description);
 
   UNet3dOptions model_options;
   model_options.width = opt.width;
   model_options.norm = norm;
   model_options.world = world;
   UNet3d model(model_options);
-  model->to(world.device());  // before the optimizer takes its parameters
+  session.PlaceOnDevice(*model);
   torch::optim::Adam optimizer(model->parameters(),
                                torch::optim::AdamOptions(opt.learning_rate));
   const FastDdpm ddpm(opt.timesteps, opt.v_parameterization);
-  dw::Checkpointer checkpointer(
-      world, {common.output_dir + "/checkpoints", common.checkpoint_every, 2});
-  dw::CheckpointParts parts;
-  parts.model = model.ptr().get();
-  parts.optimizer = &optimizer;
-  dw::TrainState state =
-      ResumeOrStart(world, &checkpointer, parts, common.resume_from);
+  TrainingSetup setup;
+  setup.model = model.ptr();
+  setup.optimizer = &optimizer;
   // SyncBatchNorm computes the same running statistics on every rank, so
   // DDP's per-step broadcast of rank 0's buffers would only hide a failure
   // to synchronise (norm_stats_rank_spread reports one).
-  dw::DdpOptions ddp_options;
-  ddp_options.broadcast_buffers = norm != NormKind::kSyncBatch;
-  dw::DistributedDataParallel ddp(world, model.ptr(), ddp_options);
+  setup.ddp.broadcast_buffers = norm != NormKind::kSyncBatch;
+  setup.clip_grad_norm = opt.clip_grad;
+  const int64_t per_stage = common.epochs;
+  setup.total_epochs = per_stage * static_cast<int64_t>(opt.stages.size());
+  session.Prepare(setup);
   auto net = [&](const torch::Tensor& x_t, const torch::Tensor& t,
                  const torch::Tensor& cond) {
-    dw::AutocastScope autocast(common.amp, world.device());
+    auto autocast = session.Autocast();
     return model->forward(torch::cat({x_t, cond}, 1), t);
   };
 
-  nlohmann::json last;
-  const int64_t per_stage = common.epochs;
   for (size_t stage = 0; stage < opt.stages.size(); ++stage) {
-    const int64_t stage_end = per_stage * static_cast<int64_t>(stage + 1);
-    if (state.epoch >= stage_end) continue;  // stage finished before a restart
+    LoopConfig loop;
+    loop.end_epoch = per_stage * static_cast<int64_t>(stage + 1);
+    if (session.state().epoch >= loop.end_epoch) continue;  // done before
     const int64_t size = opt.stages[stage];
-    CommonOptions stage_common = common;
-    stage_common.epochs = stage_end;
-    TrainLoop::Config loop_config;
-    loop_config.dataset_size = static_cast<int64_t>(train.size());
-    loop_config.batch_per_rank = opt.batch_size * accum;
-    loop_config.samples_per_step = opt.batch_size * accum * world.world_size();
-    TrainLoop loop(world, stage_common, loop_config, &checkpointer, parts,
-                   &state);
-    dw::LogMain(world, "stage " + std::to_string(stage + 1) + "/" +
-                           std::to_string(opt.stages.size()) + ": volumes " +
-                           std::to_string(size) + "^3");
+    loop.dataset_size = static_cast<int64_t>(train.size());
+    loop.micro_batch = opt.batch_size;
+    loop.accumulation = accum;
+    // PSNR is comparable within a stage only: one best file per stage.
+    loop.best = {"val_psnr", /*higher_is_better=*/true,
+                 "stage" + std::to_string(stage + 1) + "_best.pt"};
+    session.LogMain("stage " + std::to_string(stage + 1) + "/" +
+                    std::to_string(opt.stages.size()) + ": volumes " +
+                    std::to_string(size) + "^3");
 
     auto load =
         [&](const std::vector<int64_t>& positions) -> StatusOr<torch::Tensor> {
@@ -192,29 +176,15 @@ int Train(int argc, char** argv) {
       }
       return torch::stack(volumes);
     };
-    auto step = [&](torch::Tensor& volumes) {
-      ToDevice(world.device(), {&volumes});
+    auto step = [&](std::vector<torch::Tensor>& micro) {
       model->train();
-      optimizer.zero_grad();
-      const auto micro = volumes.split(opt.batch_size);
-      double total = 0;
-      for (size_t m = 0; m < micro.size(); ++m) {
+      return session.Step(micro.size(), [&](int64_t m) {
+        ToDevice(world.device(), {&micro[m]});
         auto [target, cond] = SplitTarget(micro[m], opt.target_modality);
         FastDdpm::Noised noised = ddpm.AddNoise(target);
         torch::Tensor out = net(noised.x_t, noised.t, cond).to(torch::kFloat32);
-        torch::Tensor loss = torch::mse_loss(out, noised.target) /
-                             static_cast<double>(micro.size());
-        total += loss.item<double>();
-        if (m + 1 == micro.size()) {
-          ddp.Backward(loss);
-        } else {
-          auto no_sync = ddp.NoSync();
-          ddp.Backward(loss);
-        }
-      }
-      dw::ClipGradNorm(model->parameters(), opt.clip_grad);
-      optimizer.step();
-      return total;
+        return torch::mse_loss(out, noised.target);
+      });
     };
     // Samples every validation case of this rank on the 10-step schedule;
     // PSNR/SSIM sums are reduced over ranks. A constant guess (the true
@@ -270,15 +240,13 @@ int Train(int argc, char** argv) {
     };
     if (world.is_main())
       std::filesystem::create_directories(common.output_dir + "/samples");
-    loop.Run<torch::Tensor>(nullptr, load, step, validate, num_workers);
-    if (!loop.last_metrics().empty()) last = loop.last_metrics();
+    session.Run<torch::Tensor>(loop, {nullptr, load, step, validate});
   }
-  dw::LogMain(world,
-              "done: step " + std::to_string(state.step) + ", val PSNR " +
-                  std::to_string(last.value("val_psnr", 0.0)) +
-                  " dB (constant guess " +
-                  std::to_string(last.value("val_psnr_constant", 0.0)) +
-                  " dB), SSIM " + std::to_string(last.value("val_ssim", 0.0)));
+  const auto& last = session.last_metrics();
+  session.Done("val PSNR " + std::to_string(last.value("val_psnr", 0.0)) +
+               " dB (constant guess " +
+               std::to_string(last.value("val_psnr_constant", 0.0)) +
+               " dB), SSIM " + std::to_string(last.value("val_ssim", 0.0)));
   return 0;
 }
 

@@ -4,9 +4,7 @@
 
 #include "ddprun/worker/worker.h"
 #include "examples/common/metrics.h"
-#include "examples/common/train_loop.h"
-#include "examples/common/trainer_cli.h"
-#include "examples/common/trainer_support.h"
+#include "examples/common/trainer_session.h"
 #include "examples/common/vocabulary.h"
 #include "examples/segmentation/prompt_unet.h"
 #include "examples/segmentation/seg_data.h"
@@ -103,73 +101,60 @@ int Train(int argc, char** argv) {
   }
   TrainerCli::Require("--data_path", opt.data_path);
 
-  dw::World world = InitTrainerWorld(common);
+  TrainerSession session(cli);
+  const dw::World& world = session.world();
   const std::vector<SegRecord> records =
       ValueOrThrow(ReadSegJsonl(opt.data_path));
-  std::vector<int64_t> train, val;
-  std::tie(train, val) =
-      SplitTrainVal(records.size(), opt.val_fraction, common.seed);
-  if (common.debug) {
-    train.resize(std::min<size_t>(train.size(), 16));
-    val.resize(std::min<size_t>(val.size(), 8));
-    common.epochs = 1;
-  }
+  auto [train, val] =
+      session.Split(records.size(), opt.val_fraction, opt.data_path, 16, 8);
   std::vector<std::string> prompts;
   for (int64_t i : train) prompts.push_back(records[i].prompt);
   const Vocabulary vocab = Vocabulary::Build(prompts);
   const double lr =
       dw::ScaleLearningRate(opt.learning_rate, world.world_size(),
                             opt.no_lr_scaling ? "none" : "linear");
-  const int num_workers =
-      AutoNumWorkers(common.num_workers, world.local_world_size());
-  dw::LogMain(world, "segmentation: " + std::to_string(train.size()) +
-                         " train / " + std::to_string(val.size()) +
-                         " val images, vocabulary " +
-                         std::to_string(vocab.size()) + ", world " +
-                         std::to_string(world.world_size()) + ", batch " +
-                         std::to_string(opt.batch_size) + " per rank, lr " +
-                         std::to_string(lr));
+  const int64_t accum = common.gradient_accumulation_steps;
+  session.LogMain(
+      "segmentation: " + std::to_string(train.size()) + " train / " +
+      std::to_string(val.size()) + " val images, vocabulary " +
+      std::to_string(vocab.size()) + ", world " +
+      std::to_string(world.world_size()) + ", batch " +
+      std::to_string(opt.batch_size) + " per rank" +
+      (accum > 1 ? " x accumulation " + std::to_string(accum) : "") + ", lr " +
+      std::to_string(lr) + ", " + session.precision().description);
 
   PromptUNetOptions model_options;
   model_options.vocab_size = vocab.size();
   model_options.width = opt.width;
   PromptUNet model(model_options);
-  model->to(world.device());  // before the optimizer takes its parameters
+  session.PlaceOnDevice(*model);
   torch::optim::Adam optimizer(model->parameters(),
                                torch::optim::AdamOptions(lr));
-  dw::Checkpointer checkpointer(
-      world, {common.output_dir + "/checkpoints", common.checkpoint_every, 2});
-  dw::CheckpointParts parts;
-  parts.model = model.ptr().get();
-  parts.optimizer = &optimizer;
-  dw::TrainState state =
-      ResumeOrStart(world, &checkpointer, parts, common.resume_from);
-  dw::DistributedDataParallel ddp(world, model.ptr());
+  session.Prepare({model.ptr(), &optimizer});
 
-  TrainLoop::Config loop_config;
-  loop_config.dataset_size = static_cast<int64_t>(train.size());
-  loop_config.batch_per_rank = opt.batch_size;
-  loop_config.samples_per_step = opt.batch_size * world.world_size();
-  TrainLoop loop(world, common, loop_config, &checkpointer, parts, &state);
+  LoopConfig loop;
+  loop.dataset_size = static_cast<int64_t>(train.size());
+  loop.micro_batch = opt.batch_size;
+  loop.accumulation = accum;
+  loop.best = {"val_dice", /*higher_is_better=*/true};
 
   auto load = [&](const std::vector<int64_t>& positions) {
     std::vector<int64_t> items;
     for (int64_t p : positions) items.push_back(train[p]);
     return LoadBatch(records, vocab, opt, items);
   };
-  auto step = [&](Batch& batch) {
-    ToDevice(world.device(), {&batch.images, &batch.masks, &batch.tokens});
+  auto step = [&](std::vector<Batch>& micro) {
     model->train();
-    torch::Tensor logits;
-    {
-      dw::AutocastScope autocast(common.amp, world.device());
-      logits = model->forward(batch.images, batch.tokens);
-    }
-    torch::Tensor loss = DiceBceLoss(logits, batch.masks, opt.dice_weight);
-    optimizer.zero_grad();
-    ddp.Backward(loss);
-    optimizer.step();
-    return loss.item<double>();
+    return session.Step(micro.size(), [&](int64_t m) {
+      Batch& b = micro[m];
+      ToDevice(world.device(), {&b.images, &b.masks, &b.tokens});
+      torch::Tensor logits;
+      {
+        auto autocast = session.Autocast();
+        logits = model->forward(b.images, b.tokens);
+      }
+      return DiceBceLoss(logits, b.masks, opt.dice_weight);
+    });
   };
   // Loss weighted by samples and Dice sums are reduced over ranks, so the
   // numbers cover the whole validation set exactly once.
@@ -183,7 +168,7 @@ int Train(int argc, char** argv) {
       ToDevice(world.device(), {&b.images, &b.masks, &b.tokens});
       torch::Tensor logits;
       {
-        dw::AutocastScope autocast(common.amp, world.device());
+        auto autocast = session.Autocast();
         logits = model->forward(b.images, b.tokens).to(torch::kFloat32);
       }
       loss_sum += DiceBceLoss(logits, b.masks, opt.dice_weight).item<double>() *
@@ -203,10 +188,9 @@ int Train(int argc, char** argv) {
             {"val_dice", DiceFromSums(s[2], s[3])},
             {"val_images", static_cast<int64_t>(s[1])}};
   };
-  loop.Run<Batch>(nullptr, load, step, validate, num_workers);
-  dw::LogMain(world,
-              "done: step " + std::to_string(state.step) + ", val Dice " +
-                  std::to_string(loop.last_metrics().value("val_dice", 0.0)));
+  session.Run<Batch>(loop, {nullptr, load, step, validate});
+  session.Done("val Dice " +
+               std::to_string(session.last_metrics().value("val_dice", 0.0)));
   return 0;
 }
 

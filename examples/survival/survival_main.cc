@@ -9,9 +9,7 @@
 #include "ddprun/worker/worker.h"
 #include "examples/common/batch_loader.h"
 #include "examples/common/metrics.h"
-#include "examples/common/train_loop.h"
-#include "examples/common/trainer_cli.h"
-#include "examples/common/trainer_support.h"
+#include "examples/common/trainer_session.h"
 #include "examples/survival/cox_loss.h"
 #include "examples/survival/resnet3d.h"
 #include "examples/survival/smart_cache.h"
@@ -60,13 +58,14 @@ StatusOr<Batch> MakeBatch(
 
 // Risk scores of `mine` (this rank's share of the validation set), gathered
 // from every rank as [N, 3] rows (risk, time, event).
-torch::Tensor PredictValidation(const dw::World& world, ResNet3d& model,
+torch::Tensor PredictValidation(TrainerSession& session, ResNet3d& model,
                                 const std::vector<SurvivalRecord>& records,
                                 const std::vector<int64_t>& mine,
                                 const std::vector<int64_t>& image_size,
-                                int64_t batch_size, bool amp) {
+                                int64_t batch_size) {
   torch::NoGradGuard no_grad;
   model->eval();
+  const dw::World& world = session.world();
   std::vector<torch::Tensor> rows;
   for (const auto& items : MakeBatches(mine, batch_size, false)) {
     Batch b = ValueOrThrow(MakeBatch(records, items, [&](int64_t item) {
@@ -76,7 +75,7 @@ torch::Tensor PredictValidation(const dw::World& world, ResNet3d& model,
     ToDevice(world.device(), {&b.images, &b.time, &b.event});
     torch::Tensor risk;
     {
-      dw::AutocastScope autocast(amp, world.device());
+      auto autocast = session.Autocast();
       risk = model->forward(b.images);
     }
     rows.push_back(torch::stack(
@@ -134,7 +133,8 @@ int Train(int argc, char** argv) {
   }
   TrainerCli::Require("--csv_path", opt.csv_path);
 
-  dw::World world = InitTrainerWorld(common);
+  TrainerSession session(cli);
+  const dw::World& world = session.world();
   if (opt.batch_size % world.world_size() != 0) {
     throw dw::ConfigError(
         "--batch_size " + std::to_string(opt.batch_size) +
@@ -142,46 +142,30 @@ int Train(int argc, char** argv) {
         std::to_string(world.world_size()));
   }
   const int64_t per_rank = opt.batch_size / world.world_size();
+  const int64_t accum = common.gradient_accumulation_steps;
   const std::vector<SurvivalRecord> records =
       ValueOrThrow(ReadSurvivalCsv(opt.csv_path));
-
-  std::vector<int64_t> train, val;
-  std::tie(train, val) =
-      SplitTrainVal(records.size(), opt.val_fraction, common.seed);
-  if (common.debug) {
-    train.resize(std::min<size_t>(train.size(), 16));
-    val.resize(std::min<size_t>(val.size(), 8));
-    common.epochs = 1;
-  }
-  if (train.empty())
-    throw dw::ConfigError(opt.csv_path + ": no rows left for training");
-  const int num_workers =
-      AutoNumWorkers(common.num_workers, world.local_world_size());
-  dw::LogMain(world, "survival: " + std::to_string(train.size()) + " train / " +
-                         std::to_string(val.size()) + " val subjects, world " +
-                         std::to_string(world.world_size()) + ", batch " +
-                         std::to_string(opt.batch_size) + " total (" +
-                         std::to_string(per_rank) + " per rank), " +
-                         std::to_string(num_workers) + " loader threads, " +
-                         (common.amp ? "bf16 autocast" : "fp32"));
+  auto [train, val] =
+      session.Split(records.size(), opt.val_fraction, opt.csv_path, 16, 8);
+  session.LogMain(
+      "survival: " + std::to_string(train.size()) + " train / " +
+      std::to_string(val.size()) + " val subjects, world " +
+      std::to_string(world.world_size()) + ", batch " +
+      std::to_string(opt.batch_size) + " total (" + std::to_string(per_rank) +
+      " per rank)" +
+      (accum > 1 ? " x accumulation " + std::to_string(accum) : "") + ", " +
+      std::to_string(session.num_workers()) + " loader threads, " +
+      session.precision().description);
 
   ResNet3dOptions model_options;
   model_options.depth = opt.resnet;
   model_options.width = opt.width;
   ResNet3d model(model_options);
-  model->to(world.device());  // before the optimizer takes its parameters
+  session.PlaceOnDevice(*model);
   torch::optim::Adam optimizer(model->parameters(),
                                torch::optim::AdamOptions(opt.learning_rate)
                                    .weight_decay(opt.weight_decay));
-  dw::Checkpointer checkpointer(
-      world, {common.output_dir + "/checkpoints", common.checkpoint_every,
-              /*keep_last=*/2});
-  dw::CheckpointParts parts;
-  parts.model = model.ptr().get();
-  parts.optimizer = &optimizer;
-  dw::TrainState state =
-      ResumeOrStart(world, &checkpointer, parts, common.resume_from);
-  dw::DistributedDataParallel ddp(world, model.ptr());
+  session.Prepare({model.ptr(), &optimizer});
 
   auto load_volume = [&](int64_t item) {
     return AtRow(records[item].where,
@@ -194,19 +178,30 @@ int Train(int argc, char** argv) {
     cache = std::make_unique<SmartCache>(
         train, cache_num, std::llround(cache_num * opt.replace_rate),
         load_volume);
-    dw::LogMain(world, "smart cache: " + std::to_string(cache->size()) +
-                           " of " + std::to_string(train.size()) +
-                           " training subjects cached, " +
-                           std::to_string(cache->replace_num()) +
-                           " replaced per epoch in the background");
+    session.LogMain("smart cache: " + std::to_string(cache->size()) + " of " +
+                    std::to_string(train.size()) +
+                    " training subjects cached, " +
+                    std::to_string(cache->replace_num()) +
+                    " replaced per epoch in the background");
   }
-  TrainLoop::Config loop_config;
-  loop_config.dataset_size =
+  LoopConfig loop;
+  loop.dataset_size =
       cache ? cache->size() : static_cast<int64_t>(train.size());
-  loop_config.batch_per_rank = per_rank;
-  loop_config.samples_per_step = opt.batch_size;
-  TrainLoop loop(world, common, loop_config, &checkpointer, parts, &state);
+  loop.micro_batch = per_rank;
+  loop.accumulation = accum;
+  loop.samples_per_step = opt.batch_size * accum;
+  loop.best = {"val_cindex", /*higher_is_better=*/true};
 
+  auto begin_epoch = [&](int64_t epoch) {
+    if (!cache) return;
+    OkOrThrow(cache->BeginEpoch(epoch));
+    const SmartCache::EpochStats& s = cache->last_epoch_stats();
+    session.LogMain("smart cache epoch " + std::to_string(epoch + 1) + ": " +
+                    std::to_string(s.kept) + " kept, " +
+                    std::to_string(s.prefetched) +
+                    " prefetched in the background, " +
+                    std::to_string(s.loaded) + " loaded now");
+  };
   // Sampler positions are cache slots or places in `train`.
   auto load_batch =
       [&](const std::vector<int64_t>& positions) -> StatusOr<Batch> {
@@ -222,25 +217,24 @@ int Train(int argc, char** argv) {
                        return cache->Get(position);
                      });
   };
-  auto train_step = [&](Batch& batch) {
-    ToDevice(world.device(), {&batch.images, &batch.time, &batch.event});
+  // Each micro-batch is its own Cox risk set.
+  auto train_step = [&](std::vector<Batch>& micro) {
     model->train();
-    torch::Tensor risk;
-    {
-      dw::AutocastScope autocast(common.amp, world.device());
-      risk = model->forward(batch.images);
-    }
-    torch::Tensor loss =
-        CoxPartialLikelihoodLoss(risk, batch.time, batch.event);
-    optimizer.zero_grad();
-    ddp.Backward(loss);
-    optimizer.step();
-    return loss.item<double>();
+    return session.Step(micro.size(), [&](int64_t m) {
+      Batch& b = micro[m];
+      ToDevice(world.device(), {&b.images, &b.time, &b.event});
+      torch::Tensor risk;
+      {
+        auto autocast = session.Autocast();
+        risk = model->forward(b.images);
+      }
+      return CoxPartialLikelihoodLoss(risk, b.time, b.event);
+    });
   };
   auto validate = [&](int64_t) -> nlohmann::json {
     const torch::Tensor gathered =
-        PredictValidation(world, model, records, RankShare(world, val),
-                          opt.image_size, per_rank, common.amp)
+        PredictValidation(session, model, records, RankShare(world, val),
+                          opt.image_size, per_rank)
             .cpu();
     std::vector<double> risk, time, event;
     for (int64_t i = 0; i < gathered.size(0); ++i) {
@@ -256,21 +250,9 @@ int Train(int argc, char** argv) {
             {"val_cindex", ConcordanceIndex(risk, time, event)},
             {"val_subjects", gathered.size(0)}};
   };
-  loop.Run<Batch>(
-      [&](int64_t epoch) {
-        if (!cache) return;
-        OkOrThrow(cache->BeginEpoch(epoch));
-        const SmartCache::EpochStats& s = cache->last_epoch_stats();
-        dw::LogMain(world, "smart cache epoch " + std::to_string(epoch + 1) +
-                               ": " + std::to_string(s.kept) + " kept, " +
-                               std::to_string(s.prefetched) +
-                               " prefetched in the background, " +
-                               std::to_string(s.loaded) + " loaded now");
-      },
-      load_batch, train_step, validate, num_workers);
-  const double val_cindex = loop.last_metrics().value("val_cindex", 0.5);
-  dw::LogMain(world, "done: step " + std::to_string(state.step) +
-                         ", val C-index " + std::to_string(val_cindex));
+  session.Run<Batch>(loop, {begin_epoch, load_batch, train_step, validate});
+  session.Done("val C-index " +
+               std::to_string(session.last_metrics().value("val_cindex", 0.5)));
   return 0;
 }
 

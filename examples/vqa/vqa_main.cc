@@ -6,9 +6,7 @@
 #include "examples/common/image_io.h"
 #include "examples/common/metrics.h"
 #include "examples/common/norm_layer.h"
-#include "examples/common/train_loop.h"
-#include "examples/common/trainer_cli.h"
-#include "examples/common/trainer_support.h"
+#include "examples/common/trainer_session.h"
 #include "examples/common/vocabulary.h"
 #include "examples/vqa/vqa_data.h"
 #include "examples/vqa/vqa_model.h"
@@ -26,7 +24,6 @@ struct VqaOptions {
   std::string norm = "group";
   bool sync_batchnorm = false;
   int64_t batch_size = 16;  // per rank, per micro-batch
-  int64_t gradient_accumulation_steps = 1;
   bool auto_optimize = false;
   int64_t target_batch = 32;
   int zero = 0;
@@ -58,10 +55,39 @@ std::string DescribeUncertain(const std::vector<VqaRecord>& records,
          " (" + effect + ")";
 }
 
-struct MicroBatch {
+struct Batch {
   torch::Tensor images, tokens, answers, labels, mask;
 };
-using Batch = std::vector<MicroBatch>;
+
+// --auto_optimize: batch, accumulation and precision from the hardware
+// table for those of them that neither a flag nor the config file set.
+void AutoOptimize(TrainerSession& session, const TrainerCli& cli,
+                  int64_t target_batch, int64_t* batch_size) {
+  const dw::World& world = session.world();
+  const dw::AutoSettings s = dw::RecommendSettings(
+      dw::DetectHardware(), world.world_size(), world.local_world_size(),
+      static_cast<int>(target_batch));
+  CommonOptions& common = session.common();
+  std::string kept;
+  if (cli.IsSet("batch_size")) {
+    kept += " --batch_size";
+  } else {
+    *batch_size = s.per_device_batch;
+  }
+  if (cli.IsSet("gradient_accumulation_steps")) {
+    kept += " --gradient_accumulation_steps";
+  } else {
+    common.gradient_accumulation_steps = s.grad_accum_steps;
+  }
+  if (cli.IsSet("amp") || cli.IsSet("mixed_precision")) {
+    kept += " --amp";
+  } else if (s.mixed_precision) {
+    common.amp = "bf16";
+  }
+  torch::set_num_threads(std::max(1, s.cpu_threads));
+  session.LogMain("auto_optimize: " + s.reason +
+                  (kept.empty() ? "" : "; given, so kept:" + kept));
+}
 
 int Train(int argc, char** argv) {
   VqaOptions opt;
@@ -81,10 +107,9 @@ int Train(int argc, char** argv) {
                  "Image encoder channels of the first stage");
   cli.AddNormOptions(&opt.norm, &opt.sync_batchnorm);
   cli.AddBatchSize(&opt.batch_size, "Micro-batch per rank");
-  cli.AddAccumulation(&opt.gradient_accumulation_steps);
   app.add_flag("--auto_optimize", opt.auto_optimize,
-               "Pick batch, accumulation, loader threads and precision from "
-               "the hardware table (overrides those flags)");
+               "Pick batch, accumulation, threads and precision from the "
+               "hardware table for those not given as flags or in --config");
   app.add_option("--target_batch", opt.target_batch,
                  "Effective batch --auto_optimize aims for (batch x "
                  "accumulation x world)");
@@ -105,6 +130,17 @@ int Train(int argc, char** argv) {
   app.add_option("--synthetic_format", opt.synthetic_format,
                  "Image format written by --make_synthetic: png or jpg")
       ->check(CLI::IsMember({"png", "jpg"}));
+  // mimic-cxr-vqa.md's names: its batch is per GPU like ours.
+  cli.AddAliases({{"batch_size_per_gpu", "batch_size", ""},
+                  {"no_auto_optimize", "auto_optimize", "false"}});
+  const std::string no_deepspeed =
+      "no DeepSpeed here: --zero 1 shards Adam's state over the ranks "
+      "(ZeRO-1), --zero 2 also reduce-scatters the gradients (ZeRO-2, no CPU "
+      "offload); fp16 is --mixed_precision fp16";
+  cli.AddForeignFlags(
+      {{"use_deepspeed", ForeignFlag::Arity::kNone, no_deepspeed},
+       {"deepspeed", ForeignFlag::Arity::kOptional, no_deepspeed},
+       {"deepspeed_config", ForeignFlag::Arity::kOne, no_deepspeed}});
   if (auto code = cli.Parse(argc, argv)) return *code;
   const NormKind norm = ParseNormKind(opt.norm, opt.sync_batchnorm);
   if (cli.MakeSynthetic(
@@ -118,31 +154,18 @@ int Train(int argc, char** argv) {
   }
   TrainerCli::Require("--data_path", opt.data_path);
 
-  dw::World world = InitTrainerWorld(common);
-  if (opt.auto_optimize) {
-    dw::AutoSettings s = dw::RecommendSettings(
-        dw::DetectHardware(), world.world_size(), world.local_world_size(),
-        static_cast<int>(opt.target_batch));
-    opt.batch_size = s.per_device_batch;
-    opt.gradient_accumulation_steps = s.grad_accum_steps;
-    common.amp = common.amp || s.mixed_precision;
-    torch::set_num_threads(std::max(1, s.cpu_threads));
-    dw::LogMain(world, "auto_optimize: " + s.reason);
-  }
+  TrainerSession session(cli);
+  const dw::World& world = session.world();
+  if (opt.auto_optimize)
+    AutoOptimize(session, cli, opt.target_batch, &opt.batch_size);
   const UncertainPolicy policy =
       opt.uncertain_policy == "zeros"  ? UncertainPolicy::kZeros
       : opt.uncertain_policy == "ones" ? UncertainPolicy::kOnes
                                        : UncertainPolicy::kIgnore;
   const std::vector<VqaRecord> records =
       ValueOrThrow(ReadVqaJsonl(opt.data_path, policy));
-  std::vector<int64_t> train, val;
-  std::tie(train, val) =
-      SplitTrainVal(records.size(), opt.val_fraction, common.seed);
-  if (common.debug) {
-    train.resize(std::min<size_t>(train.size(), 32));
-    val.resize(std::min<size_t>(val.size(), 16));
-    common.epochs = 1;
-  }
+  auto [train, val] =
+      session.Split(records.size(), opt.val_fraction, opt.data_path, 32, 16);
   std::vector<std::string> questions, answers;
   for (int64_t i : train) {
     questions.push_back(records[i].question);
@@ -150,21 +173,18 @@ int Train(int argc, char** argv) {
   }
   const Vocabulary vocab = Vocabulary::Build(questions);
   const LabelSet answer_set = LabelSet::Build(answers);
-  const int64_t accum = opt.gradient_accumulation_steps;
-  const int num_workers =
-      AutoNumWorkers(common.num_workers, world.local_world_size());
-  dw::LogMain(
-      world, "vqa: " + std::to_string(train.size()) + " train / " +
-                 std::to_string(val.size()) + " val questions, " +
-                 DescribeAnswers(answer_set) + ", " +
-                 std::to_string(vocab.num_words()) + " question words, batch " +
-                 std::to_string(opt.batch_size) + " x accumulation " +
-                 std::to_string(accum) + " x world " +
-                 std::to_string(world.world_size()) + " = effective " +
-                 std::to_string(opt.batch_size * accum * world.world_size()) +
-                 ", zero " + std::to_string(opt.zero) + ", " +
-                 NormKindName(norm) + " norm");
-  dw::LogMain(world, DescribeUncertain(records, opt.uncertain_policy));
+  const int64_t accum = common.gradient_accumulation_steps;
+  session.LogMain(
+      "vqa: " + std::to_string(train.size()) + " train / " +
+      std::to_string(val.size()) + " val questions, " +
+      DescribeAnswers(answer_set) + ", " + std::to_string(vocab.num_words()) +
+      " question words, batch " + std::to_string(opt.batch_size) +
+      " x accumulation " + std::to_string(accum) + " x world " +
+      std::to_string(world.world_size()) + " = effective " +
+      std::to_string(opt.batch_size * accum * world.world_size()) + ", zero " +
+      std::to_string(opt.zero) + ", " + NormKindName(norm) + " norm, " +
+      session.precision().description);
+  session.LogMain(DescribeUncertain(records, opt.uncertain_policy));
 
   VqaModelOptions model_options;
   model_options.vocab_size = vocab.size();
@@ -173,36 +193,30 @@ int Train(int argc, char** argv) {
   model_options.norm = norm;
   model_options.world = world;
   VqaModel model(model_options);
-  model->to(world.device());  // before an optimizer takes its parameters
+  session.PlaceOnDevice(*model);
   std::unique_ptr<torch::optim::Adam> adam;
   std::unique_ptr<dw::ShardedAdam> sharded;
-  dw::CheckpointParts parts;
-  parts.model = model.ptr().get();
   if (opt.zero == 0) {
     adam = std::make_unique<torch::optim::Adam>(
         model->parameters(), torch::optim::AdamOptions(opt.learning_rate));
-    parts.optimizer = adam.get();
   } else {
     dw::ShardedAdamOptions so;
     so.lr = opt.learning_rate;
     so.reduce_gradients = opt.zero == 2;
     sharded = std::make_unique<dw::ShardedAdam>(world, model->parameters(), so);
-    parts.sharded_optimizer = sharded.get();
   }
-  dw::Checkpointer checkpointer(
-      world, {common.output_dir + "/checkpoints", common.checkpoint_every, 2});
-  dw::TrainState state =
-      ResumeOrStart(world, &checkpointer, parts, common.resume_from);
-  std::unique_ptr<dw::DistributedDataParallel> ddp;
-  if (opt.zero < 2)
-    ddp = std::make_unique<dw::DistributedDataParallel>(world, model.ptr());
+  TrainingSetup setup;
+  setup.model = model.ptr();
+  setup.optimizer = adam.get();
+  setup.sharded_optimizer = sharded.get();
+  setup.use_ddp = opt.zero < 2;  // ZeRO-2 reduces gradients itself
+  session.Prepare(setup);
 
-  auto load_micro =
-      [&](const std::vector<int64_t>& items) -> StatusOr<MicroBatch> {
+  auto load = [&](const std::vector<int64_t>& positions) -> StatusOr<Batch> {
     std::vector<torch::Tensor> images, tokens, labels, mask;
     std::vector<int64_t> answer_ids;
-    for (int64_t item : items) {
-      const VqaRecord& r = records[item];
+    for (int64_t p : positions) {
+      const VqaRecord& r = records[p];
       DDP_ASSIGN_OR_RETURN(
           torch::Tensor image,
           AtRow(r.where, ReadGrayImage(r.image, opt.image_size)));
@@ -213,14 +227,21 @@ int Train(int argc, char** argv) {
       labels.push_back(torch::tensor(r.labels));
       mask.push_back(torch::tensor(r.mask));
     }
-    return MicroBatch{torch::stack(images), torch::stack(tokens),
-                      torch::tensor(answer_ids), torch::stack(labels),
-                      torch::stack(mask)};
+    return Batch{torch::stack(images), torch::stack(tokens),
+                 torch::tensor(answer_ids), torch::stack(labels),
+                 torch::stack(mask)};
   };
-  auto losses = [&](const MicroBatch& b, torch::Tensor* answer_logits,
+  auto load_train = [&](const std::vector<int64_t>& positions) {
+    std::vector<int64_t> items;
+    for (int64_t p : positions) items.push_back(train[p]);
+    return load(items);
+  };
+  auto losses = [&](Batch& b, torch::Tensor* answer_logits,
                     torch::Tensor* label_logits) {
+    ToDevice(world.device(),
+             {&b.images, &b.tokens, &b.answers, &b.labels, &b.mask});
     {
-      dw::AutocastScope autocast(common.amp, world.device());
+      auto autocast = session.Autocast();
       std::tie(*answer_logits, *label_logits) =
           model->forward(b.images, b.tokens);
     }
@@ -233,48 +254,17 @@ int Train(int argc, char** argv) {
     return ce + opt.label_weight * bce / b.mask.sum().clamp_min(1.0);
   };
 
-  TrainLoop::Config loop_config;
-  loop_config.dataset_size = static_cast<int64_t>(train.size());
-  loop_config.batch_per_rank = opt.batch_size * accum;
-  loop_config.samples_per_step = opt.batch_size * accum * world.world_size();
-  TrainLoop loop(world, common, loop_config, &checkpointer, parts, &state);
-
-  auto load = [&](const std::vector<int64_t>& positions) -> StatusOr<Batch> {
-    Batch batch;
-    std::vector<int64_t> items;
-    for (int64_t p : positions) items.push_back(train[p]);
-    for (const auto& micro : MakeBatches(items, opt.batch_size, false)) {
-      DDP_ASSIGN_OR_RETURN(MicroBatch m, load_micro(micro));
-      batch.push_back(std::move(m));
-    }
-    return batch;
-  };
-  auto step = [&](Batch& batch) {
+  LoopConfig loop;
+  loop.dataset_size = static_cast<int64_t>(train.size());
+  loop.micro_batch = opt.batch_size;
+  loop.accumulation = accum;
+  loop.best = {"val_answer_accuracy", /*higher_is_better=*/true};
+  auto step = [&](std::vector<Batch>& micro) {
     model->train();
-    if (adam) adam->zero_grad();
-    if (sharded) sharded->ZeroGrad();
-    double total = 0;
-    for (size_t m = 0; m < batch.size(); ++m) {
-      MicroBatch& mb = batch[m];
-      ToDevice(world.device(),
-               {&mb.images, &mb.tokens, &mb.answers, &mb.labels, &mb.mask});
+    return session.Step(micro.size(), [&](int64_t m) {
       torch::Tensor a, l;
-      torch::Tensor loss =
-          losses(batch[m], &a, &l) / static_cast<double>(batch.size());
-      total += loss.item<double>();
-      const bool last = m + 1 == batch.size();
-      if (!ddp) {
-        loss.backward();
-      } else if (last) {
-        ddp->Backward(loss);
-      } else {
-        auto no_sync = ddp->NoSync();
-        ddp->Backward(loss);
-      }
-    }
-    if (adam) adam->step();
-    if (sharded) sharded->Step();
-    return total;
+      return losses(micro[m], &a, &l);
+    });
   };
   auto validate = [&](int64_t) -> nlohmann::json {
     torch::NoGradGuard no_grad;
@@ -286,9 +276,7 @@ int Train(int argc, char** argv) {
     std::vector<torch::Tensor> rows;
     for (const auto& items :
          MakeBatches(RankShare(world, val), opt.batch_size, false)) {
-      MicroBatch b = ValueOrThrow(load_micro(items));
-      ToDevice(world.device(),
-               {&b.images, &b.tokens, &b.answers, &b.labels, &b.mask});
+      Batch b = ValueOrThrow(load(items));
       torch::Tensor a, l;
       losses(b, &a, &l);
       torch::Tensor correct =
@@ -314,13 +302,12 @@ int Train(int argc, char** argv) {
       record["norm_stats_rank_spread"] = norm_spread;
     return record;
   };
-  loop.Run<Batch>(nullptr, load, step, validate, num_workers);
-  const auto& last = loop.last_metrics();
-  dw::LogMain(
-      world, "done: step " + std::to_string(state.step) + ", answer accuracy " +
-                 std::to_string(last.value("val_answer_accuracy", 0.0)) +
-                 ", mean AUROC " +
-                 std::to_string(last.value("val_mean_auroc", 0.0)));
+  session.Run<Batch>(loop, {nullptr, load_train, step, validate});
+  const auto& last = session.last_metrics();
+  session.Done("answer accuracy " +
+               std::to_string(last.value("val_answer_accuracy", 0.0)) +
+               ", mean AUROC " +
+               std::to_string(last.value("val_mean_auroc", 0.0)));
   return 0;
 }
 

@@ -7,6 +7,7 @@
 
 #include "ddprun_catch.h"
 
+#include "tests/examples/frame_checks.h"
 #include "tests/examples/trainer_run.h"
 
 namespace ddprun::examples::testing {
@@ -158,6 +159,30 @@ TEST_CASE("ddpm_trainer: --help documents the options with defaults",
                            "--resume_from"}) {
     CHECK(r.output.find(text) != std::string::npos);
   }
+}
+
+// One stage of 8^3 volumes: its best checkpoint is stage1_best.pt, the
+// name the guides resume from.
+FrameCase DdpmFrame() {
+  return {"ddpm",
+          Bin("ddpm_trainer") + " --csv_path " +
+              SyntheticData("ddpm", "--n 12 --synthetic_size 8 --seed 2",
+                            "cases.csv") +
+              " --stages 8 --width 4 --gradient_accumulation_steps 1 "
+              "--progress_interval 1",
+          "stage1_best.pt"};
+}
+
+TEST_CASE(
+    "ddpm_trainer: a re-run of a finished run is a no-op, --resume_from "
+    "takes the final and the stage's best checkpoint",
+    "[ddpm][frame]") {
+  CheckRerunAndResume(DdpmFrame());
+}
+
+TEST_CASE("ddpm_trainer: the guides' flags and config sections",
+          "[ddpm][frame]") {
+  CheckGuideFlags(DdpmFrame());
 }
 
 }  // namespace

@@ -9,7 +9,6 @@
 #include "examples/common/csv_table.h"
 #include "examples/common/jsonl_reader.h"
 #include "examples/common/vocabulary.h"
-#include "examples/common/yaml_config.h"
 
 namespace ddprun::examples {
 namespace {
@@ -93,59 +92,6 @@ TEST_CASE("ReadJsonl: reads objects and reports the bad line", "[jsonl]") {
   std::remove(bad.c_str());
 }
 
-struct Flags {
-  int batch_size = 8;
-  double lr = 0.1;
-  std::vector<int> stages{32};
-  bool amp = false;
-};
-
-int ParseWith(const std::vector<std::string>& args, Flags* f) {
-  CLI::App app;
-  AddConfigOption(&app);
-  app.add_option("--batch_size", f->batch_size);
-  app.add_option("--learning_rate", f->lr);
-  app.add_option("--stages", f->stages)->delimiter(',');
-  app.add_flag("--amp", f->amp);
-  std::vector<std::string> argv_storage{"prog"};
-  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_storage) argv.push_back(a.data());
-  try {
-    app.parse(static_cast<int>(argv.size()), argv.data());
-  } catch (const CLI::ParseError& e) {
-    return e.get_exit_code();
-  }
-  return 0;
-}
-
-TEST_CASE("YamlConfig: file values apply, flags override them", "[config]") {
-  std::string yaml = TempFile(
-      "c.yaml",
-      "batch_size: 16\nlearning_rate: 0.5\nstages: [32, 48, 64]\namp: true\n");
-  Flags f;
-  REQUIRE(ParseWith({"--config", yaml, "--batch_size", "4"}, &f) == 0);
-  CHECK(f.batch_size == 4);  // flag wins
-  CHECK(f.lr == 0.5);        // from the file
-  CHECK(f.stages == std::vector<int>{32, 48, 64});
-  CHECK(f.amp);
-
-  std::string json =
-      TempFile("c.json", "{\"batch_size\": 12, \"learning_rate\": 0.25}");
-  Flags g;
-  REQUIRE(ParseWith({"--config", json}, &g) == 0);
-  CHECK(g.batch_size == 12);
-  CHECK(g.lr == 0.25);
-
-  std::string unknown = TempFile("u.yaml", "batch_sise: 3\n");
-  Flags h;
-  CHECK(ParseWith({"--config", unknown}, &h) != 0);
-  std::string nested = TempFile("n.yaml", "model:\n  depth: 3\n");
-  CHECK(ParseWith({"--config", nested}, &h) != 0);
-  CHECK(ParseWith({"--config", "/nonexistent.yaml"}, &h) != 0);
-  for (auto* p : {&yaml, &json, &unknown, &nested}) std::remove(p->c_str());
-}
-
 TEST_CASE("Vocabulary: ids by count then word, unknown words, padding",
           "[vocabulary]") {
   CHECK(Tokenize("Lesion in the UPPER-left?") ==
@@ -170,7 +116,7 @@ TEST_CASE("Vocabulary: ids by count then word, unknown words, padding",
   CHECK(frequent.Id("b") == Vocabulary::kUnknown);
 }
 
-TEST_CASE("LabelSet: the closed answer set is sorted; unseen answers are -1",
+TEST_CASE("LabelSet: the closed answer set is sorted, unseen answers are -1",
           "[vocabulary]") {
   const LabelSet answers = LabelSet::Build({"yes", "no", "2", "yes", "0"});
   REQUIRE(answers.size() == 4);

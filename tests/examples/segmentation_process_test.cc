@@ -5,6 +5,7 @@
 
 #include "ddprun_catch.h"
 
+#include "tests/examples/frame_checks.h"
 #include "tests/examples/trainer_run.h"
 
 namespace ddprun::examples::testing {
@@ -162,6 +163,50 @@ TEST_CASE(
         Approx(clean_dice).margin(0.15));
 }
 #endif  // DDPRUN_LAUNCHER_BIN
+
+FrameCase SegmentationFrame() {
+  return {"segmentation",
+          Bin("segmentation_trainer") + " --data_path " +
+              SyntheticData("segmentation", "--n 40 --image_size 32 --seed 5",
+                            "prompts.jsonl") +
+              " --image_size 32 --progress_interval 1"};
+}
+
+TEST_CASE(
+    "segmentation_trainer: a re-run of a finished run is a no-op, "
+    "--resume_from takes the final and the best checkpoint",
+    "[segmentation][frame]") {
+  CheckRerunAndResume(SegmentationFrame());
+}
+
+TEST_CASE("segmentation_trainer: the guides' flags and config sections",
+          "[segmentation][frame]") {
+  CheckGuideFlags(SegmentationFrame());
+}
+
+// prs-med-segmentation.md's 4-GPU line, run alone: --num_epochs,
+// --checkpoint_dir, --learning_rate; 32 training images in micro-batches
+// of 4, 2 per step: 4 steps.
+TEST_CASE("segmentation_trainer: the guide's --checkpoint_dir and accumulation",
+          "[segmentation][frame]") {
+  const std::string out = FreshDir("seg_guide_dirs");
+  CommandResult r = RunCommand(
+      SegmentationFrame().command + " --output_dir " + out +
+          " --batch_size 4 --learning_rate 5e-5 --num_epochs 1 --num_workers "
+          "1 --checkpoint_dir " +
+          out + "/ckpts --gradient_accumulation_steps 2",
+      120);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.output.find("batch 4 per rank x accumulation 2, lr 0.000050") !=
+        std::string::npos);
+  CHECK(NewestCheckpointStep(out + "/ckpts") == 4);
+  CHECK(std::filesystem::exists(out + "/ckpts/best.pt"));
+  CHECK(!std::filesystem::exists(out + "/checkpoints"));
+  auto metrics = ReadMetrics(out);
+  REQUIRE(metrics.size() == 1);
+  CHECK(metrics[0]["step"] == 4);
+}
 
 }  // namespace
 }  // namespace ddprun::examples::testing

@@ -7,6 +7,7 @@
 
 #include "ddprun_catch.h"
 
+#include "tests/examples/frame_checks.h"
 #include "tests/examples/trainer_run.h"
 
 namespace ddprun::examples::testing {
@@ -221,6 +222,81 @@ TEST_CASE("survival_trainer: --help documents every option with its default",
         std::string::npos);
 }
 
+// The trainer frame's re-run, resume and guide-flag behaviour (shared
+// checks, frame_checks.h) on a small data set.
+FrameCase SurvivalFrame() {
+  return {"survival",
+          Bin("survival_trainer") + " --csv_path " +
+              SyntheticData("survival", "--n 48 --synthetic_size 16 --seed 3",
+                            "survival.csv") +
+              " --image_size 16 16 16 --progress_interval 1"};
+}
+
+TEST_CASE(
+    "survival_trainer: a re-run of a finished run is a no-op, --resume_from "
+    "takes the final and the best checkpoint",
+    "[survival][frame]") {
+  CheckRerunAndResume(SurvivalFrame());
+}
+
+TEST_CASE("survival_trainer: the guides' flags and config sections",
+          "[survival][frame]") {
+  CheckGuideFlags(SurvivalFrame());
+}
+
+// 36 training subjects, total batch 8: 5 steps per epoch, 3 with 2
+// micro-batches per step (the last step of each is shorter).
+TEST_CASE(
+    "survival_trainer: --gradient_accumulation_steps takes 2 micro-batches "
+    "per optimizer step",
+    "[survival][frame]") {
+  const std::string out = FreshDir("survival_accum");
+  CommandResult r =
+      RunCommand(SurvivalFrame().command + " --output_dir " + out +
+                     " --epochs 1 --gradient_accumulation_steps 2",
+                 120);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.output.find("batch 8 total (8 per rank) x accumulation 2") !=
+        std::string::npos);
+  auto metrics = ReadMetrics(out);
+  REQUIRE(metrics.size() == 1);
+  CHECK(metrics[0]["step"] == 3);
+  CHECK(std::isfinite(metrics[0]["train_loss"].get<double>()));
+}
+
+// LibTorch 1.13's CPU autocast has no float16: fp16 becomes bf16 with one
+// line saying so (with LibTorch >= 2.2 it would train in fp16 with loss
+// scaling and print no note).
+TEST_CASE("survival_trainer: --amp fp16 and --mixed_precision on the CPU",
+          "[survival][frame]") {
+  const std::string out = FreshDir("survival_fp16");
+  CommandResult r = RunCommand(
+      SurvivalFrame().command + " --output_dir " + out + " --debug --amp fp16",
+      120);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const bool fallback =
+      r.output.find(
+          "note: fp16: this LibTorch's CPU autocast computes in "
+          "bfloat16 only") != std::string::npos;
+  CHECK(r.output.find(fallback ? "loader threads, bf16 autocast"
+                               : "fp16 autocast with dynamic loss scaling") !=
+        std::string::npos);
+  CHECK(ReadMetrics(out).size() == 1);
+  CommandResult same = RunCommand(SurvivalFrame().command + " --output_dir " +
+                                      out + "2 --debug --mixed_precision bf16",
+                                  120);
+  CHECK(same.exit_code == 0);
+  CHECK(same.output.find("loader threads, bf16 autocast") != std::string::npos);
+  CommandResult both = RunCommand(
+      SurvivalFrame().command + " --debug --amp bf16 --mixed_precision fp16",
+      60);
+  CHECK(both.exit_code == 2);
+  CHECK(both.output.find("--amp bf16 and --mixed_precision fp16 disagree") !=
+        std::string::npos);
+}
+
 }  // namespace
 }  // namespace ddprun::examples::testing
 
@@ -302,6 +378,28 @@ TEST_CASE(
       odd.output.find(
           "--batch_size 7 is the total over ranks and must be divisible by the "
           "world size 2") != std::string::npos);
+}
+
+// torch.distributed.launch's way (prs-med-segmentation.md, option 3):
+// ddprun-launch without --use_env appends --local_rank=N to each worker's
+// arguments, which the trainers take (and check against LOCAL_RANK).
+TEST_CASE(
+    "survival_trainer: 2 ranks under ddprun-launch (the legacy launcher's "
+    "--local_rank=N)",
+    "[survival][ddprun][frame]") {
+  const std::string out = FreshDir("survival_legacy_launch");
+  CommandResult r = RunCommand(
+      std::string(DDPRUN_LAUNCHER_BIN) +
+          "-launch --standalone --nproc_per_node=2 --no_python " +
+          SurvivalFrame().command + " --output_dir " + out + " --debug",
+      120);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.output.find("world 2, batch 8 total (4 per rank)") !=
+        std::string::npos);
+  auto metrics = ReadMetrics(out);
+  REQUIRE(metrics.size() == 1);
+  CHECK(metrics[0]["world_size"] == 2);
 }
 
 // One worker is kill -9'd after a checkpoint exists; ddprun restarts the

@@ -8,6 +8,7 @@
 
 #include "ddprun_catch.h"
 
+#include "tests/examples/frame_checks.h"
 #include "tests/examples/trainer_run.h"
 
 namespace ddprun::examples::testing {
@@ -151,7 +152,8 @@ TEST_CASE("vqa_trainer: --help documents the options with defaults", "[vqa]") {
         "--gradient_accumulation_steps INT:POSITIVE=1",
         "--zero INT:INT in [0 - 2]=0",
         "--auto_optimize",
-        "from the hardware table (overrides those flags) (off by default)",
+        "hardware table for those not given as flags or in --config (off by "
+        "default)",
         "--target_batch INT=32",
         "--uncertain_policy TEXT:{ignore,zeros,ones}=ignore",
         "--norm TEXT:{group,batch}=group",
@@ -164,7 +166,8 @@ TEST_CASE("vqa_trainer: --help documents the options with defaults", "[vqa]") {
         "--epochs INT:POSITIVE=6",
         "--n INT=320",
         "--output_dir TEXT=runs/vqa",
-        "Mixed precision: bf16 autocast on the CPU, or on the GPU under NCCL (off by default)",
+        "Mixed precision: bf16 autocast on the CPU, or on the GPU under NCCL "
+        "(off by default)",
         "--config",
         "--resume_from"}) {
     CHECK(r.output.find(text) != std::string::npos);
@@ -318,6 +321,70 @@ TEST_CASE(
         Approx(clean_auroc).margin(0.1));
 }
 #endif  // DDPRUN_LAUNCHER_BIN
+
+FrameCase VqaFrame() {
+  return {"vqa", Bin("vqa_trainer") + " --data_path " +
+                     SyntheticData("vqa", "--n 64 --image_size 32 --seed 7",
+                                   "vqa.jsonl") +
+                     " --image_size 32 --progress_interval 1"};
+}
+
+TEST_CASE(
+    "vqa_trainer: a re-run of a finished run is a no-op, --resume_from "
+    "takes the final and the best checkpoint",
+    "[vqa][frame]") {
+  CheckRerunAndResume(VqaFrame());
+}
+
+TEST_CASE("vqa_trainer: the guides' flags and config sections",
+          "[vqa][frame]") {
+  CheckGuideFlags(VqaFrame());
+}
+
+// Priority: a flag (or a config value) beats --auto_optimize, which beats
+// the default.
+TEST_CASE("vqa_trainer: --auto_optimize keeps an explicit --batch_size",
+          "[vqa][frame]") {
+  const std::string out = FreshDir("vqa_auto_explicit");
+  CommandResult r = RunCommand(VqaFrame().command + " --output_dir " + out +
+                                   " --debug --auto_optimize --batch_size 16",
+                               120);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.output.find("given, so kept: --batch_size") != std::string::npos);
+  CHECK(r.output.find("question words, batch 16 x accumulation") !=
+        std::string::npos);
+  const std::string yaml = out + "/c.yaml";
+  WriteText(yaml, "training:\n  gradient_accumulation_steps: 3\n");
+  CommandResult c =
+      RunCommand(VqaFrame().command + " --output_dir " + out +
+                     "/c --debug --auto_optimize --config " + yaml,
+                 120);
+  INFO(c.output);
+  REQUIRE(c.exit_code == 0);
+  CHECK(c.output.find("given, so kept: --gradient_accumulation_steps") !=
+        std::string::npos);
+  CHECK(c.output.find(" x accumulation 3 x world 1") != std::string::npos);
+}
+
+// mimic-cxr-vqa.md's own names (vqa's table beside the common one).
+TEST_CASE(
+    "vqa_trainer: the guide's --no_auto_optimize, batch_size_per_gpu "
+    "and DeepSpeed flags",
+    "[vqa][frame]") {
+  const std::string out = FreshDir("vqa_guide_names");
+  CommandResult r = RunCommand(VqaFrame().command + " --output_dir " + out +
+                                   " --debug --no_auto_optimize "
+                                   "--batch_size_per_gpu 4 --use_deepspeed",
+                               120);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.output.find("auto_optimize: ") == std::string::npos);
+  CHECK(r.output.find("question words, batch 4 x accumulation 1") !=
+        std::string::npos);
+  CHECK(r.output.find("note: --use_deepspeed: no DeepSpeed here: --zero 1") !=
+        std::string::npos);
+}
 
 }  // namespace
 }  // namespace ddprun::examples::testing

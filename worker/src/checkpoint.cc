@@ -199,6 +199,23 @@ void Checkpointer::SetBeforeRenameHookForTesting(
 
 std::string Checkpointer::Save(const TrainState& state,
                                const CheckpointParts& parts) {
+  return Write(FileName(state.step), state, parts, /*rotate=*/true);
+}
+
+std::string Checkpointer::SaveNamed(const std::string& file_name,
+                                    const TrainState& state,
+                                    const CheckpointParts& parts) {
+  if (file_name.empty() || file_name.find('/') != std::string::npos ||
+      StepOf(file_name) >= 0 || file_name.find(".tmp.") != std::string::npos) {
+    throw ConfigError("checkpoint name '" + file_name +
+                      "' must be a plain file name other than ckpt-<step>.pt");
+  }
+  return Write(file_name, state, parts, /*rotate=*/false);
+}
+
+std::string Checkpointer::Write(const std::string& file_name,
+                                const TrainState& state,
+                                const CheckpointParts& parts, bool rotate) {
   torch::serialize::OutputArchive archive;
   archive.write("meta/epoch", Int64(state.epoch));
   archive.write("meta/step", Int64(state.step));
@@ -243,7 +260,7 @@ std::string Checkpointer::Save(const TrainState& state,
     }
   }
 
-  const std::string final_path = options_.dir + "/" + FileName(state.step);
+  const std::string final_path = options_.dir + "/" + file_name;
   if (world_.is_main()) {
     std::ostringstream os;
     archive.save_to(os);
@@ -278,19 +295,22 @@ std::string Checkpointer::Save(const TrainState& state,
       throw;
     }
     FsyncDir(options_.dir);
-    // Retention and leftovers of crashed writers.
-    std::vector<std::string> complete = ListComplete(options_.dir);
-    for (size_t i = 0; i + options_.keep_last < complete.size(); ++i) {
-      ::unlink(complete[i].c_str());
-    }
-    if (DIR* d = ::opendir(options_.dir.c_str())) {
-      while (dirent* e = ::readdir(d)) {
-        std::string n = e->d_name;
-        if (n.rfind("ckpt-", 0) == 0 && n.find(".tmp.") != std::string::npos) {
-          ::unlink((options_.dir + "/" + n).c_str());
-        }
+    // Retention and leftovers of crashed writers (named files are outside
+    // the rotation; their leftovers go with the next periodic save).
+    if (rotate) {
+      std::vector<std::string> complete = ListComplete(options_.dir);
+      for (size_t i = 0; i + options_.keep_last < complete.size(); ++i) {
+        ::unlink(complete[i].c_str());
       }
-      ::closedir(d);
+      if (DIR* d = ::opendir(options_.dir.c_str())) {
+        while (dirent* e = ::readdir(d)) {
+          std::string n = e->d_name;
+          if (n.find(".pt.tmp.") != std::string::npos) {
+            ::unlink((options_.dir + "/" + n).c_str());
+          }
+        }
+        ::closedir(d);
+      }
     }
   }
   world_.Barrier();
@@ -390,6 +410,11 @@ TrainState LoadVerifiedFile(const std::string& path,
 }
 
 }  // namespace
+
+bool Checkpointer::IsComplete(const std::string& path) {
+  std::string payload;
+  return ReadVerified(path, &payload);
+}
 
 TrainState Checkpointer::LoadFile(const std::string& path,
                                   const CheckpointParts& parts) {

@@ -11,31 +11,50 @@
 
 namespace ddprun::worker {
 
+namespace {
+
+at::ScalarType AutocastType(const std::string& dtype) {
+  if (dtype == "bf16") return at::kBFloat16;
+  if (dtype == "fp16") return at::kHalf;
+  throw ConfigError("autocast dtype must be bf16 or fp16, got " + dtype);
+}
+
+c10::Device AutocastDevice(const std::string& device) {
+  if (device == "cpu") return c10::Device(c10::kCPU);
+  if (device == "cuda") return c10::Device(c10::kCUDA);
+  throw ConfigError("autocast device must be cpu or cuda, got " + device);
+}
+
+}  // namespace
+
+bool AutocastSupported(c10::Device device, at::ScalarType dtype) {
+  return torch_compat::AutocastSupports(device.type(), dtype);
+}
+
 AutocastScope::AutocastScope(bool enabled, const std::string& device,
                              const std::string& dtype)
-    : enabled_(enabled), cuda_(device == "cuda") {
+    : AutocastScope(enabled, AutocastDevice(device), AutocastType(dtype)) {}
+
+AutocastScope::AutocastScope(bool enabled, c10::Device device)
+    : AutocastScope(enabled, device, at::kBFloat16) {}
+
+AutocastScope::AutocastScope(bool enabled, c10::Device device,
+                             at::ScalarType dtype)
+    : enabled_(enabled), cuda_(device.is_cuda()) {
   if (!enabled_) return;
-  if (device != "cpu" && device != "cuda") {
-    throw ConfigError("autocast device must be cpu or cuda, got " + device);
-  }
-  at::ScalarType type;
-  if (dtype == "bf16") {
-    type = at::kBFloat16;
-  } else if (dtype == "fp16" && cuda_) {
-    type = at::kHalf;
-  } else {
-    throw ConfigError("autocast dtype " + dtype + " is not supported on " +
-                      device + " (cpu: bf16; cuda: fp16 or bf16)");
+  if (!AutocastSupported(device, dtype)) {
+    throw ConfigError(std::string("autocast in ") + c10::toString(dtype) +
+                      " is not supported on " +
+                      c10::DeviceTypeName(device.type(), true) +
+                      " by LibTorch " + torch_compat::TorchVersion() +
+                      " (CPU float16 needs LibTorch >= 2.2)");
   }
   const c10::DeviceType d = cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
   previous_enabled_ = torch_compat::AutocastEnabled(d);
-  torch_compat::SetAutocastDtype(d, type);
+  torch_compat::SetAutocastDtype(d, dtype);
   torch_compat::SetAutocastEnabled(d, true);
   at::autocast::increment_nesting();
 }
-
-AutocastScope::AutocastScope(bool enabled, c10::Device device)
-    : AutocastScope(enabled, device.is_cuda() ? "cuda" : "cpu", "bf16") {}
 
 AutocastScope::~AutocastScope() {
   if (!enabled_) return;
@@ -63,17 +82,21 @@ at::Tensor GradScaler::Scale(const at::Tensor& loss) const {
 bool GradScaler::Unscale(const std::vector<at::Tensor>& params) {
   if (!options_.enabled) return true;
   at::NoGradGuard no_grad;
-  bool finite = true;
+  // Count the non-finite gradients where they are; read the count once.
+  at::Tensor bad;
   for (const auto& p : params) {
     if (!p.grad().defined()) continue;
     at::Tensor g = p.grad();
     g.div_(scale_);
-    if (finite && !at::isfinite(g).all().item<bool>()) finite = false;
+    at::Tensor here = at::isfinite(g).logical_not().any().to(at::kFloat);
+    bad = bad.defined() ? bad.add_(here) : here.reshape({1});
   }
-  at::Tensor flag =
-      at::tensor({finite ? 0.0f : 1.0f}, at::kFloat).to(world_.device());
-  world_.AllReduce(flag, ReduceOp::kMax);
-  last_finite_ = flag.item<float>() == 0.0f;
+  if (!bad.defined()) bad = at::zeros({1}, at::kFloat);
+  if (!options_.grads_synchronized && world_.distributed()) {
+    bad = bad.to(world_.device());
+    world_.AllReduce(bad, ReduceOp::kMax);
+  }
+  last_finite_ = bad.item<float>() == 0.0f;
   return last_finite_;
 }
 

@@ -262,4 +262,16 @@ void SetAutocastDtype(c10::DeviceType device, at::ScalarType dtype) {
 
 #endif
 
+bool AutocastSupports(c10::DeviceType device, at::ScalarType dtype) {
+  if (dtype != at::kBFloat16 && dtype != at::kHalf) return false;
+  if (device == c10::DeviceType::CUDA) return true;
+  if (device != c10::DeviceType::CPU) return false;
+#if TORCH_VERSION_MAJOR > 2 || \
+    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
+  return true;
+#else
+  return dtype == at::kBFloat16;
+#endif
+}
+
 }  // namespace ddprun::worker::torch_compat

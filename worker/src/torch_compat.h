@@ -15,7 +15,8 @@
 //    builds too; an unknown shape fails with a static_assert naming this
 //    file.
 //  - Autocast moved to a per-device-type API in 2.4 (the old functions are
-//    deprecated there).
+//    deprecated there). CPU autocast took only bfloat16 until 2.2, which
+//    added float16 (pytorch/pytorch#112484).
 // Internal to worker/: not installed, not included by public headers.
 #pragma once
 
@@ -92,5 +93,9 @@ std::unique_ptr<c10d::Reducer> MakeReducer(
 bool AutocastEnabled(c10::DeviceType device);
 void SetAutocastEnabled(c10::DeviceType device, bool enabled);
 void SetAutocastDtype(c10::DeviceType device, at::ScalarType dtype);
+// Whether this LibTorch's autocast on `device` (kCPU or kCUDA) computes in
+// `dtype` (kBFloat16 or kHalf): CUDA both; CPU bfloat16, and float16 from
+// LibTorch 2.2 on.
+bool AutocastSupports(c10::DeviceType device, at::ScalarType dtype);
 
 }  // namespace ddprun::worker::torch_compat

@@ -80,6 +80,14 @@ class Checkpointer {
   // a checkpoint that may not exist yet. Returns the final path.
   std::string Save(const TrainState& state, const CheckpointParts& parts);
 
+  // Save() to <dir>/<file_name> (e.g. "best.pt", "stage2_best.pt"), written
+  // the same atomic way and replacing the previous file of that name. Such
+  // files are outside the keep_last rotation (never pruned) and are not
+  // picked by LoadLatest; LoadFile reads them. Collective. ConfigError for a
+  // name that contains '/' or could be taken for a rotated checkpoint.
+  std::string SaveNamed(const std::string& file_name, const TrainState& state,
+                        const CheckpointParts& parts);
+
   // Collective: rank 0 picks the newest complete checkpoint and broadcasts
   // its step; every rank loads that file into `parts`. Returns nullopt (and
   // leaves parts untouched) when the directory holds none.
@@ -95,6 +103,11 @@ class Checkpointer {
   static TrainState LoadFile(const std::string& path,
                              const CheckpointParts& parts);
 
+  // True when `path` is a complete checkpoint of this format (trailer and
+  // hash match); false for a missing, torn or foreign file (e.g. one that
+  // Python's torch.save wrote). Local, no collective.
+  static bool IsComplete(const std::string& path);
+
   const CheckpointOptions& options() const { return options_; }
 
   // Test hook: called on rank 0 after the temp file is fsynced and before
@@ -103,6 +116,10 @@ class Checkpointer {
       std::function<void(const std::string& tmp_path)> hook);
 
  private:
+  // Gathers, writes <dir>/<file_name> atomically, prunes when `rotate`.
+  std::string Write(const std::string& file_name, const TrainState& state,
+                    const CheckpointParts& parts, bool rotate);
+
   World world_;
   CheckpointOptions options_;
 };

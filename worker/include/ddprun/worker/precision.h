@@ -9,20 +9,26 @@
 
 namespace ddprun::worker {
 
-// Mixed precision as far as Torch 1.13 allows.
-// CPU: bfloat16 autocast (matmul/conv in bf16, reductions in fp32); no loss
-// scaling needed. CUDA (CUDA builds only): fp16 or bf16 autocast. RAII:
-// restores the previous autocast state on destruction. With enabled=false
-// it does nothing.
+// Whether autocast on `device` computes in `dtype` (at::kBFloat16 or
+// at::kHalf) with this LibTorch: CUDA both; CPU bfloat16 always, float16
+// from LibTorch 2.2 on (1.13's CPU autocast has bfloat16 only).
+bool AutocastSupported(c10::Device device, at::ScalarType dtype);
+
+// Mixed precision: autocast on the CPU or on CUDA (CUDA builds only).
+// bf16 (matmul/conv in bf16, reductions in fp32) needs no loss scaling;
+// fp16 needs a GradScaler. RAII: restores the previous autocast state on
+// destruction. With enabled=false it does nothing.
 class AutocastScope {
  public:
-  // device: "cpu" or "cuda"; dtype: "bf16" or "fp16" (fp16 on CPU is a
-  // ConfigError).
+  // device: "cpu" or "cuda"; dtype: "bf16" or "fp16" (a ConfigError where
+  // AutocastSupported says no, e.g. fp16 on the CPU of LibTorch 1.13).
   AutocastScope(bool enabled, const std::string& device = "cpu",
                 const std::string& dtype = "bf16");
   // bf16 autocast on `device` (a World's device()): CPU or CUDA alike, and
   // no loss scaling needed. CUDA bf16 wants compute capability >= 8.0.
   AutocastScope(bool enabled, c10::Device device);
+  // `dtype` (at::kBFloat16 or at::kHalf) autocast on `device`.
+  AutocastScope(bool enabled, c10::Device device, at::ScalarType dtype);
   ~AutocastScope();
   AutocastScope(const AutocastScope&) = delete;
   AutocastScope& operator=(const AutocastScope&) = delete;
@@ -35,6 +41,9 @@ class AutocastScope {
 
 struct GradScalerOptions {
   bool enabled = true;
+  // The gradients Unscale() sees are already equal on every rank (DDP
+  // averaged them): the finite check needs no all-reduce.
+  bool grads_synchronized = false;
   double init_scale = 65536.0;
   double growth_factor = 2.0;
   double backoff_factor = 0.5;
@@ -48,9 +57,10 @@ struct GradScalerOptions {
 //   scaler.Update();
 // Unscale divides the gradients by the scale and reports whether they are
 // all finite on every rank (collective: one all-reduce of a flag, so ranks
-// always agree to step or skip). Update halves the scale after an overflow
-// and doubles it after growth_interval clean steps. With enabled=false the
-// scale is 1 and nothing is checked. bf16 needs no scaler.
+// always agree to step or skip; none with grads_synchronized). One host
+// sync per call, not one per parameter. Update halves the scale after an
+// overflow and doubles it after growth_interval clean steps. With enabled=false
+// the scale is 1 and nothing is checked. bf16 needs no scaler.
 class GradScaler {
  public:
   GradScaler(World world, GradScalerOptions options = {});

@@ -1,0 +1,177 @@
+// TrainerSession's epoch/step loop: per-step bookkeeping, the epoch record,
+// the best checkpoint and the final save; and the loop's free helpers.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include <torch/torch.h>
+
+#include "ddprun/worker/heartbeat.h"
+#include "examples/common/trainer_session.h"
+
+namespace ddprun::examples {
+
+TrainerSession::Plan TrainerSession::BeginRun(const LoopConfig& config) {
+  if (!runner_) {
+    throw worker::WorkerError("TrainerSession::Run before Prepare");
+  }
+  if (config.micro_batch < 1 || config.accumulation < 1) {
+    throw worker::ConfigError("batch size and accumulation must be >= 1");
+  }
+  Plan plan;
+  plan.config = config;
+  plan.end_epoch = config.end_epoch > 0 ? config.end_epoch : common_.epochs;
+  plan.samples_per_step =
+      config.samples_per_step > 0
+          ? config.samples_per_step
+          : config.micro_batch * config.accumulation * world_.world_size();
+  worker::SamplerOptions options;
+  options.shuffle = config.shuffle;
+  options.seed = common_.seed;
+  plan.sampler = std::make_unique<worker::DistributedSampler>(
+      config.dataset_size, world_.world_size(), world_.rank(), options);
+  const int64_t steps =
+      plan.sampler->NumBatches(config.micro_batch * config.accumulation);
+  plan.progress = std::make_unique<worker::ProgressMeter>(
+      world_, plan.end_epoch, steps * plan.end_epoch,
+      std::chrono::milliseconds(
+          static_cast<int64_t>(common_.progress_interval_s * 1000)));
+  return plan;
+}
+
+std::vector<std::vector<std::vector<int64_t>>> TrainerSession::EpochSteps(
+    Plan& plan, int64_t epoch) {
+  plan.sampler->set_epoch(epoch);
+  auto steps =
+      StepMicroBatches(plan.sampler->Indices(), plan.config.micro_batch,
+                       plan.config.accumulation);
+  // A resume inside this epoch skips the steps the checkpoint consumed.
+  const int64_t skip =
+      state_.epoch == epoch
+          ? std::min<int64_t>(state_.batch_in_epoch, steps.size())
+          : 0;
+  steps.erase(steps.begin(), steps.begin() + skip);
+  return steps;
+}
+
+double TrainerSession::AfterStep(Plan& plan, int64_t epoch,
+                                 int64_t batch_in_epoch, double local_loss) {
+  // The one per-step collective of the loop: the loss averaged over ranks.
+  const double loss = worker::AllReduceMean(world_, local_loss);
+  worker::Heartbeat();  // --watchdog_timeout: this rank progresses
+  ++state_.step;
+  state_.epoch = epoch;
+  state_.batch_in_epoch = batch_in_epoch;
+  trained_ = true;
+  plan.progress->Update(epoch, state_.step, loss, plan.samples_per_step);
+  StepRecord record;
+  record.epoch = epoch;
+  record.step = state_.step;
+  record.loss = loss;
+  record.learning_rate = runner_->learning_rate();
+  record.samples_per_s = plan.progress->samples_per_second();
+  record.loss_scale = runner_->loss_scale();
+  for (const auto& o : observers_) o->OnStep(record);
+  if (checkpointer_->ShouldSave(state_.step)) {
+    checkpointer_->Save(state_, parts_);
+    saved_ = MarkOf(state_);
+  }
+  return loss;
+}
+
+void TrainerSession::EndEpoch(Plan& plan, int64_t epoch, nlohmann::json record,
+                              double loss_sum, int64_t steps) {
+  plan.progress->Flush();
+  state_.epoch = epoch + 1;
+  state_.batch_in_epoch = 0;
+  trained_ = true;
+  if (!record.is_object()) record = nlohmann::json::object();
+  record["epoch"] = epoch + 1;
+  record["step"] = state_.step;
+  record["train_loss"] = steps > 0 ? loss_sum / steps : 0.0;
+  record["samples_per_s"] = plan.progress->samples_per_second();
+  record["world_size"] = world_.world_size();
+  if (precision().loss_scaling) {
+    record["loss_scale"] = runner_->loss_scale();
+    record["skipped_steps"] = runner_->skipped_steps();
+  }
+  // The numbers travel in the checkpoints: a re-run that trains nothing
+  // still reports them, and the best value survives restarts.
+  for (const auto& [key, value] : record.items()) {
+    if (value.is_number()) state_.scalars["metric/" + key] = value;
+  }
+  UpdateBest(plan.config.best, record);
+  for (const auto& o : observers_) o->OnEpoch(record);
+  last_metrics_ = std::move(record);
+}
+
+void TrainerSession::UpdateBest(const BestCheckpoint& best,
+                                const nlohmann::json& record) {
+  if (best.metric.empty()) return;
+  const auto it = record.find(best.metric);
+  if (it == record.end() || !it->is_number()) return;
+  const double value = it->get<double>();
+  const std::string key = "best/" + best.file;
+  const auto previous = state_.scalars.find(key);
+  bool better = std::isfinite(value) &&
+                (previous == state_.scalars.end() ||
+                 (best.higher_is_better ? value > previous->second
+                                        : value < previous->second));
+  // Ranks compute the same metric from the same reduced numbers; rank 0's
+  // decision makes sure they also agree to enter the collective save.
+  if (world_.distributed()) {
+    at::Tensor flag =
+        torch::tensor({better ? int64_t{1} : int64_t{0}}).to(world_.device());
+    world_.Broadcast(flag, 0);
+    better = flag.cpu().item<int64_t>() != 0;
+  }
+  if (!better) return;
+  state_.scalars[key] = value;
+  const std::string path = checkpointer_->SaveNamed(best.file, state_, parts_);
+  LogMain("best " + best.metric + " " + std::to_string(value) + " at epoch " +
+          std::to_string(state_.epoch) + ": " + path);
+}
+
+void TrainerSession::SaveIfChanged() {
+  // Nothing trained (a finished run, a finished stage): nothing written.
+  if (!trained_ || MarkOf(state_) == saved_) return;
+  checkpointer_->Save(state_, parts_);
+  saved_ = MarkOf(state_);
+}
+
+void MetricsFileObserver::OnEpoch(const nlohmann::json& record) {
+  WriteEpochMetrics(world_, output_dir_, record);
+}
+
+std::vector<int64_t> RankShare(const worker::World& world,
+                               const std::vector<int64_t>& items) {
+  std::vector<int64_t> mine;
+  for (size_t i = world.rank(); i < items.size(); i += world.world_size())
+    mine.push_back(items[i]);
+  return mine;
+}
+
+std::pair<std::vector<int64_t>, std::vector<int64_t>> SplitTrainVal(
+    int64_t n, double val_fraction, uint64_t seed) {
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(seed));
+  const int64_t n_val = std::clamp<int64_t>(std::llround(n * val_fraction), 1,
+                                            std::max<int64_t>(n - 1, 1));
+  return {std::vector<int64_t>(order.begin() + n_val, order.end()),
+          std::vector<int64_t>(order.begin(), order.begin() + n_val)};
+}
+
+std::vector<std::vector<std::vector<int64_t>>> StepMicroBatches(
+    const std::vector<int64_t>& positions, int64_t micro_batch,
+    int64_t accumulation) {
+  std::vector<std::vector<std::vector<int64_t>>> steps;
+  for (const auto& step :
+       MakeBatches(positions, micro_batch * accumulation, false)) {
+    steps.push_back(MakeBatches(step, micro_batch, false));
+  }
+  return steps;
+}
+
+}  // namespace ddprun::examples

@@ -1,0 +1,301 @@
+// The trainer frame's Torch pieces in one process: a step of k accumulated
+// micro-batches equals one step of the whole batch, fp16 loss scaling skips
+// a step with inf gradients, precision resolution on the CPU, the best
+// checkpoint next to the rotated ones, and the loop's step layout.
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <torch/torch.h>
+// glog (through Torch) defines CHECK; Catch's must win in this file.
+#undef CHECK
+#include "ddprun_catch.h"
+
+#include "ddprun/worker/checkpoint.h"
+#include "ddprun/worker/errors.h"
+#include "examples/common/mixed_precision.h"
+#include "examples/common/step_runner.h"
+#include "examples/common/train_loop.h"
+#include "examples/common/trainer_session.h"
+
+namespace ddprun::examples {
+namespace {
+
+// A small non-linear model whose gradient depends on every sample.
+torch::nn::Sequential SmallModel() {
+  torch::manual_seed(11);
+  return torch::nn::Sequential(torch::nn::Linear(6, 5), torch::nn::Tanh(),
+                               torch::nn::Linear(5, 1));
+}
+
+std::vector<at::Tensor> Grads(torch::nn::Sequential& m) {
+  std::vector<at::Tensor> g;
+  for (auto& p : m->parameters()) g.push_back(p.grad().clone());
+  return g;
+}
+
+double MaxDiff(const std::vector<at::Tensor>& a,
+               const std::vector<at::Tensor>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    d = std::max(d, (a[i] - b[i]).abs().max().item<double>());
+  return d;
+}
+
+TEST_CASE(
+    "StepRunner: 4 accumulated micro-batches of 2 give the loss, gradient "
+    "and update of one batch of 8",
+    "[frame][accumulation]") {
+  const at::Tensor x = torch::randn({8, 6});
+  const at::Tensor y = torch::randn({8, 1});
+  worker::World world;
+  auto run = [&](int64_t k, torch::nn::Sequential& m, double* loss) {
+    torch::optim::SGD sgd(m->parameters(), torch::optim::SGDOptions(0.1));
+    StepRunner runner(world, m->parameters(), &sgd, nullptr, nullptr, {});
+    const int64_t b = 8 / k;
+    *loss = runner.Step(k, [&](int64_t i) {
+      return torch::mse_loss(m->forward(x.narrow(0, i * b, b)),
+                             y.narrow(0, i * b, b));
+    });
+  };
+  torch::nn::Sequential whole = SmallModel(), micro = SmallModel();
+  double whole_loss = 0, micro_loss = 0;
+  run(1, whole, &whole_loss);
+  run(4, micro, &micro_loss);
+  CHECK(micro_loss == Approx(whole_loss).epsilon(1e-6));
+  CHECK(MaxDiff(Grads(micro), Grads(whole)) < 1e-6);
+  CHECK(MaxDiff(micro->parameters(), whole->parameters()) < 1e-6);
+  // The step did change the parameters (a test that could not fail would
+  // pass without the update too).
+  CHECK(MaxDiff(whole->parameters(), SmallModel()->parameters()) > 1e-4);
+}
+
+TEST_CASE(
+    "StepRunner: fp16 loss scaling skips a step with inf gradients and "
+    "halves the scale",
+    "[frame][precision]") {
+  worker::World world;
+  torch::nn::Sequential m = SmallModel();
+  torch::optim::SGD sgd(m->parameters(), torch::optim::SGDOptions(0.1));
+  StepRunnerOptions options;
+  options.loss_scaling = true;
+  options.scaler.init_scale = 1024;
+  StepRunner runner(world, m->parameters(), &sgd, nullptr, nullptr, options);
+  const at::Tensor x = torch::randn({4, 6});
+  std::vector<at::Tensor> before;
+  for (auto& p : m->parameters()) before.push_back(p.detach().clone());
+
+  // 1e36 x 1024 overflows float32 in backward: every gradient is inf.
+  runner.Step(2, [&](int64_t) { return m->forward(x).sum() * 1e36; });
+  CHECK(runner.skipped_steps() == 1);
+  CHECK(runner.loss_scale() == 512);
+  CHECK(MaxDiff(m->parameters(), before) == 0);  // no update
+
+  // A finite step goes through at the lowered scale, with gradients that
+  // are the unscaled ones.
+  const double loss = runner.Step(2, [&](int64_t) {
+    return torch::mse_loss(m->forward(x), torch::zeros({4, 1}));
+  });
+  CHECK(std::isfinite(loss));
+  CHECK(runner.skipped_steps() == 1);
+  CHECK(runner.loss_scale() == 512);
+  CHECK(MaxDiff(m->parameters(), before) > 0);
+  torch::nn::Sequential plain = SmallModel();
+  torch::mse_loss(plain->forward(x), torch::zeros({4, 1})).backward();
+  CHECK(MaxDiff(Grads(m), Grads(plain)) < 1e-5);
+}
+
+TEST_CASE("StepRunner: clips the gradient norm before the step", "[frame]") {
+  worker::World world;
+  torch::nn::Sequential m = SmallModel();
+  torch::optim::SGD sgd(m->parameters(), torch::optim::SGDOptions(0.1));
+  StepRunnerOptions options;
+  options.clip_grad_norm = 0.5;
+  StepRunner runner(world, m->parameters(), &sgd, nullptr, nullptr, options);
+  runner.Step(1, [&](int64_t) {
+    return m->forward(torch::ones({3, 6})).sum() * 100;
+  });
+  double norm = 0;
+  for (const auto& g : Grads(m)) norm += g.pow(2).sum().item<double>();
+  CHECK(std::sqrt(norm) == Approx(0.5).epsilon(1e-4));
+  CHECK(runner.learning_rate() == Approx(0.1));
+}
+
+TEST_CASE("ResolvePrecision: --amp and --mixed_precision on the CPU",
+          "[frame][precision]") {
+  const c10::Device cpu(c10::kCPU);
+  const Precision none = ResolvePrecision("", "", cpu);
+  CHECK_FALSE(none.autocast);
+  CHECK(none.description == "fp32");
+  CHECK_FALSE(ResolvePrecision("no", "", cpu).autocast);
+  const Precision bf16 = ResolvePrecision("bf16", "", cpu);
+  CHECK(bf16.autocast);
+  CHECK(bf16.dtype == at::kBFloat16);
+  CHECK_FALSE(bf16.loss_scaling);
+  CHECK(bf16.note.empty());
+  CHECK(ResolvePrecision("", "bf16", cpu).description == "bf16 autocast");
+  CHECK_THROWS_AS(ResolvePrecision("bf16", "fp16", cpu), worker::ConfigError);
+  // fp16: float16 with loss scaling where the CPU autocast has it
+  // (LibTorch >= 2.2), else bf16 and a note.
+  const Precision fp16 = ResolvePrecision("fp16", "", cpu);
+  CHECK(fp16.autocast);
+  if (worker::AutocastSupported(cpu, at::kHalf)) {
+    CHECK(fp16.dtype == at::kHalf);
+    CHECK(fp16.loss_scaling);
+    CHECK(fp16.note.empty());
+  } else {
+    CHECK(fp16.dtype == at::kBFloat16);
+    CHECK_FALSE(fp16.loss_scaling);
+    CHECK(fp16.note.find("training with bf16 autocast instead") !=
+          std::string::npos);
+    CHECK_THROWS_AS(worker::AutocastScope(true, cpu, at::kHalf),
+                    worker::ConfigError);
+  }
+}
+
+TEST_CASE(
+    "Checkpointer::SaveNamed: a best file outside the rotation, never "
+    "picked as the latest, loadable by path",
+    "[frame][checkpoint]") {
+  const std::string dir =
+      "/tmp/ddprun_frame_test_" + std::to_string(::getpid()) + "_ckpt";
+  std::filesystem::remove_all(dir);
+  worker::World world;
+  worker::Checkpointer ckpt(world, {dir, /*every_steps=*/1, /*keep_last=*/2});
+  torch::nn::Linear net(3, 2);
+  worker::CheckpointParts parts;
+  parts.model = net.ptr().get();
+  worker::TrainState state;
+  state.epoch = 1;
+  state.step = 2;
+  state.scalars["best/best.pt"] = 0.75;
+  ckpt.SaveNamed("best.pt", state, parts);
+  for (int64_t step = 3; step <= 6; ++step) {
+    state.step = step;
+    ckpt.Save(state, parts);
+  }
+  CHECK(worker::Checkpointer::ListComplete(dir).size() == 2);  // rotated
+  CHECK(std::filesystem::exists(dir + "/best.pt"));            // kept
+  CHECK(ckpt.LoadLatest(parts)->step == 6);
+  const worker::TrainState best =
+      worker::Checkpointer::LoadFile(dir + "/best.pt", parts);
+  CHECK(best.step == 2);
+  CHECK(best.scalars.at("best/best.pt") == 0.75);
+  CHECK(worker::Checkpointer::IsComplete(dir + "/best.pt"));
+  std::ofstream(dir + "/foreign.pt") << "PK\x03\x04 not ours";
+  CHECK_FALSE(worker::Checkpointer::IsComplete(dir + "/foreign.pt"));
+  CHECK_FALSE(worker::Checkpointer::IsComplete(dir + "/missing.pt"));
+  CHECK_THROWS_AS(ckpt.SaveNamed("ckpt-000000000009.pt", state, parts),
+                  worker::ConfigError);
+  CHECK_THROWS_AS(ckpt.SaveNamed("a/b.pt", state, parts), worker::ConfigError);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("StepMicroBatches: steps of micro_batch x accumulation, cut",
+          "[frame]") {
+  const auto steps = StepMicroBatches({0, 1, 2, 3, 4, 5, 6}, 2, 2);
+  REQUIRE(steps.size() == 2);
+  CHECK(steps[0] == std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}});
+  CHECK(steps[1] == std::vector<std::vector<int64_t>>{{4, 5}, {6}});
+}
+
+// Counts what the loop hands to an observer.
+struct Recorder : TrainingObserver {
+  std::vector<int64_t> steps;
+  std::vector<nlohmann::json> epochs;
+  int finished = 0;
+  void OnStep(const StepRecord& s) override { steps.push_back(s.step); }
+  void OnEpoch(const nlohmann::json& r) override { epochs.push_back(r); }
+  void OnFinish() override { ++finished; }
+};
+
+// A toy trainer in this process: 12 items, micro-batches of 2, 2 per step
+// (3 steps per epoch), a scripted validation metric per epoch.
+struct ToyRun {
+  std::shared_ptr<Recorder> recorder = std::make_shared<Recorder>();
+  bool complete = false;
+  double last_metric = 0;
+
+  ToyRun(const std::string& dir, int epochs) {
+    std::vector<std::string> args = {
+        "toy",      "--output_dir",         dir,
+        "--epochs", std::to_string(epochs), "--gradient_accumulation_steps",
+        "2",        "--checkpoint_every",   "0"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    TrainerCli cli("toy", {dir, 1, 0});
+    REQUIRE_FALSE(cli.Parse(static_cast<int>(argv.size()), argv.data()));
+    TrainerSession session(cli);
+    session.AddObserver(recorder);
+    torch::nn::Linear model(2, 1);
+    session.PlaceOnDevice(*model);
+    torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+    session.Prepare({model.ptr(), &sgd});
+    complete = session.complete();
+    LoopConfig loop;
+    loop.dataset_size = 12;
+    loop.micro_batch = 2;
+    loop.accumulation = session.common().gradient_accumulation_steps;
+    loop.best = {"val_metric", /*higher_is_better=*/true, "toy_best.pt"};
+    const double script[] = {0.5, 0.7, 0.6, 0.9};
+    session.Run<at::Tensor>(
+        loop, {nullptr,
+               [](const std::vector<int64_t>& p) -> StatusOr<at::Tensor> {
+                 return torch::tensor(p, torch::kFloat32)
+                     .reshape({-1, 1})
+                     .repeat({1, 2});
+               },
+               [&](std::vector<at::Tensor>& micro) {
+                 return session.Step(micro.size(), [&](int64_t m) {
+                   return model->forward(micro[m] / 12).pow(2).mean();
+                 });
+               },
+               [&](int64_t epoch) -> nlohmann::json {
+                 return {{"val_metric", script[epoch]}};
+               }});
+    last_metric = session.last_metrics().value("val_metric", -1.0);
+    session.Done("toy");
+  }
+};
+
+TEST_CASE(
+    "TrainerSession: observers get every step and epoch, the best "
+    "checkpoint follows the metric, a finished run trains nothing",
+    "[frame][session]") {
+  const std::string dir =
+      "/tmp/ddprun_frame_test_" + std::to_string(::getpid()) + "_session";
+  std::filesystem::remove_all(dir);
+  ToyRun first(dir, 3);
+  CHECK_FALSE(first.complete);
+  CHECK(first.recorder->steps ==
+        std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9});
+  REQUIRE(first.recorder->epochs.size() == 3);
+  CHECK(first.recorder->epochs[2]["epoch"] == 3);
+  CHECK(first.recorder->epochs[2]["step"] == 9);
+  CHECK(first.recorder->finished == 1);
+  // Best at epoch 2 (0.7 > 0.5; 0.6 is not better).
+  const worker::TrainState best =
+      worker::Checkpointer::LoadFile(dir + "/checkpoints/toy_best.pt", {});
+  CHECK(best.step == 6);
+  CHECK(best.epoch == 2);
+  CHECK(best.scalars.at("best/toy_best.pt") == 0.7);
+  CHECK(worker::Checkpointer::ListComplete(dir + "/checkpoints").size() == 1);
+
+  ToyRun again(dir, 3);
+  CHECK(again.complete);
+  CHECK(again.recorder->steps.empty());
+  CHECK(again.recorder->epochs.empty());
+  CHECK(again.recorder->finished == 0);
+  CHECK(again.last_metric == 0.6);  // from the final checkpoint
+
+  ToyRun more(dir, 4);  // a larger --epochs trains on, best keeps counting
+  CHECK(more.recorder->steps == std::vector<int64_t>{10, 11, 12});
+  CHECK(worker::Checkpointer::LoadFile(dir + "/checkpoints/toy_best.pt", {})
+            .step == 12);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ddprun::examples
