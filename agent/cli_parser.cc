@@ -476,6 +476,7 @@ StatusOr<CommandLine> ParseCommandLine(
   DDP_RETURN_IF_ERROR(FillAddressing(v, &o));
   DDP_RETURN_IF_ERROR(FillShutdown(v, env, &o));
   DDP_ASSIGN_OR_RETURN(o.virtual_local_rank, v.Bool("virtual_local_rank"));
+  DDP_ASSIGN_OR_RETURN(o.retry_usage_errors, v.Bool("retry_usage_errors"));
   DDP_RETURN_IF_ERROR(CheckNoEffectFlags(v, &cl.warnings));
   DDP_RETURN_IF_ERROR(FillEntrypoint(v, tokens, env, &o));
   return cl;

@@ -94,6 +94,11 @@ StatusOr<GrpcClientOptions> ClientOptions(const LaunchOptions& options,
   DDP_RETURN_IF_ERROR(rendezvous::ApplyRdzvConf(options.rdzv_conf, &o));
   if (o.token.empty()) {
     auto it = env.find("DDPRUN_RDZV_TOKEN");
+    if (it != env.end() && it->second.empty()) {
+      return InvalidArgumentError(
+          "DDPRUN_RDZV_TOKEN is set but empty, which would turn "
+          "authentication off; give a token, or unset it to run without one");
+    }
     if (it != env.end()) o.token = it->second;
   }
   return o;

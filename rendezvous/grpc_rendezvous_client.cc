@@ -150,8 +150,8 @@ class GrpcRendezvousClient final : public agent::RendezvousClient {
     handler_ = std::move(handler);
   }
 
-  StatusOr<bool> ReportFailure(int64_t round,
-                               const std::string& reason) override;
+  StatusOr<bool> ReportFailure(int64_t round, const std::string& reason,
+                               bool retry) override;
   Status ReportSuccess(int64_t round, Clock::Duration barrier_timeout) override;
   void Leave() override;
 
@@ -333,7 +333,8 @@ StatusOr<agent::RendezvousResult> GrpcRendezvousClient::Join(
 }
 
 StatusOr<bool> GrpcRendezvousClient::ReportFailure(int64_t round,
-                                                   const std::string& reason) {
+                                                   const std::string& reason,
+                                                   bool retry) {
   v1::ReportFailureRequest req;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -344,6 +345,7 @@ StatusOr<bool> GrpcRendezvousClient::ReportFailure(int64_t round,
   req.set_instance(instance_);
   req.set_round(round);
   req.set_reason(reason.substr(0, 4096));
+  req.set_no_retry(!retry);
   const Clock::TimePoint deadline = SteadyClock::now() + options_.rpc_timeout;
   v1::ReportFailureResponse resp;
   grpc::Status s = CallWithRetry(deadline, [&] {
@@ -562,6 +564,11 @@ Status ApplyRdzvConf(const std::map<std::string, std::string>& conf,
   while (!options->token.empty() &&
          (options->token.back() == '\n' || options->token.back() == '\r')) {
     options->token.pop_back();
+  }
+  if (options->token.empty() && conf.count("token_file") != 0) {
+    return InvalidArgumentError(
+        "rdzv_conf token_file=" + conf.at("token_file") +
+        ": the file is empty; an empty token would turn authentication off");
   }
   return Status::Ok();
 }

@@ -519,6 +519,15 @@ Status RendezvousJob::ReportFailure(const v1::ReportFailureRequest& req,
     return NotFoundError("node '" + req.node_id() +
                          "' is not part of rendezvous '" + id_ + "'");
   }
+  if (req.no_retry()) {
+    // A usage error fails the job whatever round it is in: the next attempt
+    // would fail the same way. No budget is spent.
+    AnswerFailure(waiter, false, out);
+    Fail("node '" + req.node_id() + "' reported a failure that is not retried" +
+             (req.reason().empty() ? "" : ": " + req.reason()),
+         out);
+    return Status::Ok();
+  }
   if (req.round() < round_) {
     // That round already ended; no second budget unit for it.
     if (pending_failure_ && pending_failure_->round == req.round() &&

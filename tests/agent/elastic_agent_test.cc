@@ -131,9 +131,11 @@ class FakeRendezvous : public RendezvousClient {
     return r;
   }
   void SetEventHandler(EventHandler h) override { handler = std::move(h); }
-  StatusOr<bool> ReportFailure(int64_t r, const std::string& reason) override {
+  StatusOr<bool> ReportFailure(int64_t r, const std::string& reason,
+                               bool retry) override {
     failure_reasons.push_back(reason);
-    if (restarts_used >= max_restarts) return false;
+    if (!retry) ++no_retry_reports;
+    if (!retry || restarts_used >= max_restarts) return false;
     ++restarts_used;
     return true;
   }
@@ -150,6 +152,7 @@ class FakeRendezvous : public RendezvousClient {
   int group_rank = 0;
   int joins = 0;
   int successes = 0;
+  int no_retry_reports = 0;
   int leaves = 0;
   bool fail_join = false;
   bool job_succeeded = false;  // Join answers "the job ended without you"
