@@ -1,16 +1,8 @@
 #include "rendezvous/grpc_rendezvous_client.h"
 
-#include <netdb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <condition_variable>
-#include <cstdlib>
-#include <fstream>
 #include <mutex>
 #include <random>
-#include <sstream>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
@@ -18,7 +10,7 @@
 #include "common/logging.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/endpoint.h"
-#include "rendezvous/rdzv_conf.h"
+#include "rendezvous/local_address.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -38,79 +30,6 @@ std::chrono::system_clock::time_point ToSystem(Clock::TimePoint deadline) {
   return std::chrono::system_clock::now() +
          std::chrono::duration_cast<std::chrono::system_clock::duration>(
              deadline - SteadyClock::now());
-}
-
-std::string SockaddrIp(const sockaddr_storage& ss) {
-  char buf[NI_MAXHOST];
-  if (getnameinfo(reinterpret_cast<const sockaddr*>(&ss), sizeof(ss), buf,
-                  sizeof(buf), nullptr, 0, NI_NUMERICHOST) != 0) {
-    return "";
-  }
-  return buf;
-}
-
-// The local IP this host uses to reach `endpoint`: routable by construction
-// (never an FQDN that may not resolve). Empty if it cannot be determined.
-std::string RouteSourceIp(const std::string& endpoint) {
-  StatusOr<Endpoint> e = ParseEndpoint(endpoint);
-  if (!e.ok()) return "";
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(e->host.c_str(), std::to_string(e->port).c_str(), &hints,
-                  &res) != 0) {
-    return "";
-  }
-  std::string ip;
-  for (addrinfo* ai = res; ai != nullptr && ip.empty(); ai = ai->ai_next) {
-    const int fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    sockaddr_storage local{};
-    socklen_t len = sizeof(local);
-    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      ip = SockaddrIp(local);
-    }
-    close(fd);
-  }
-  freeaddrinfo(res);
-  return ip;
-}
-
-// A TCP port free on `addr` right now (bound, read back, released).
-StatusOr<int> FreePort(const std::string& addr) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* res = nullptr;
-  const char* node = addr.empty() ? nullptr : addr.c_str();
-  if (getaddrinfo(node, "0", &hints, &res) != 0 || res == nullptr) {
-    // An unresolvable --local_addr: any local port will do for the check.
-    if (getaddrinfo(nullptr, "0", &hints, &res) != 0 || res == nullptr) {
-      return UnavailableError("cannot resolve a local address to probe ports");
-    }
-  }
-  int port = 0;
-  for (addrinfo* ai = res; ai != nullptr && port == 0; ai = ai->ai_next) {
-    const int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    sockaddr_storage ss{};
-    socklen_t len = sizeof(ss);
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-        getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
-      port = ss.ss_family == AF_INET6
-                 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
-                 : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-    }
-    close(fd);
-  }
-  freeaddrinfo(res);
-  if (port == 0 && !addr.empty()) {
-    // `addr` is not bindable here (e.g. a NAT address): probe any address.
-    return FreePort("");
-  }
-  if (port == 0) return UnavailableError("no free TCP port for MASTER_PORT");
-  return port;
 }
 
 // How long a Join call outlives its caller's deadline, waiting for the
@@ -516,62 +435,6 @@ void GrpcRendezvousClient::HeartbeatLoop() {
 }
 
 }  // namespace
-
-Status ApplyRdzvConf(const std::map<std::string, std::string>& conf,
-                     GrpcClientOptions* options) {
-  DDP_RETURN_IF_ERROR(ValidateRdzvConf("rdzv_conf", conf, nullptr));
-  const std::pair<const char*, std::chrono::milliseconds*> keys[] = {
-      {"join_timeout", &options->join_timeout},
-      {"last_call_timeout", &options->last_call_timeout},
-      {"heartbeat_interval", &options->heartbeat_interval},
-      {"heartbeat_timeout", &options->heartbeat_timeout},
-      {"connection_lost_timeout", &options->connection_lost_timeout},
-      {"bad_host_window", &options->bad_host_window},
-      {"bad_host_cooldown", &options->bad_host_cooldown},
-  };
-  for (const auto& [key, field] : keys) {
-    DDP_ASSIGN_OR_RETURN(std::optional<std::chrono::milliseconds> value,
-                         RdzvConfSeconds(conf, key));
-    if (value.has_value()) *field = *value;
-  }
-  DDP_ASSIGN_OR_RETURN(std::optional<long> failures,
-                       RdzvConfCount(conf, "bad_host_failures"));
-  if (failures.has_value()) {
-    options->bad_host_failures = static_cast<uint32_t>(*failures);
-  }
-  if (auto it = conf.find("token"); it != conf.end()) {
-    options->token = it->second;
-  }
-  const std::pair<const char*, std::string*> files[] = {
-      {"token_file", &options->token},
-      {"tls_ca", &options->tls_ca_pem},
-      {"tls_cert", &options->tls_cert_pem},
-      {"tls_key", &options->tls_key_pem},
-  };
-  for (const auto& [key, field] : files) {
-    auto it = conf.find(key);
-    if (it == conf.end()) continue;
-    std::ifstream in(it->second);
-    if (!in) {
-      return NotFoundError("rdzv_conf " + std::string(key) + "=" + it->second +
-                           ": cannot read the file");
-    }
-    std::ostringstream text;
-    text << in.rdbuf();
-    *field = text.str();
-  }
-  // A token file usually ends with a newline that is not part of the token.
-  while (!options->token.empty() &&
-         (options->token.back() == '\n' || options->token.back() == '\r')) {
-    options->token.pop_back();
-  }
-  if (options->token.empty() && conf.count("token_file") != 0) {
-    return InvalidArgumentError(
-        "rdzv_conf token_file=" + conf.at("token_file") +
-        ": the file is empty; an empty token would turn authentication off");
-  }
-  return Status::Ok();
-}
 
 StatusOr<std::unique_ptr<agent::RendezvousClient>> CreateGrpcRendezvousClient(
     const GrpcClientOptions& options) {
