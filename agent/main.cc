@@ -29,7 +29,6 @@
 #include "common/logging.h"
 #include "common/process_group_guard.h"
 #include "rendezvous/rdzv_conf.h"
-#include "rendezvous/rendezvous_server.h"
 
 namespace ddprun::agent {
 namespace {
@@ -196,7 +195,7 @@ int Run(int argc, char** argv) {
   loop.Run();
   watcher.Stop();
   if (setup->server != nullptr) {
-    if (exit_code != 0 && max_nodes > 1) {
+    if (setup->server->serving() && exit_code != 0 && max_nodes > 1) {
       // The other agents learn that the job failed (or that this node left)
       // at their next heartbeat (1 s): keep serving briefly so that they do
       // not wait connection_lost_timeout for a server that is gone.

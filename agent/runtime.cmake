@@ -31,7 +31,8 @@ if(TARGET ddprun_agent_cli)
   # The multi-node rendezvous (gRPC client, and the server an agent hosts
   # with is_host and static --node_rank 0). Still no LibTorch.
   add_library(ddprun_agent_rendezvous STATIC
-    ${CMAKE_CURRENT_LIST_DIR}/rendezvous_factory.cc)
+    ${CMAKE_CURRENT_LIST_DIR}/rendezvous_factory.cc
+    ${CMAKE_CURRENT_LIST_DIR}/rendezvous_host.cc)
   target_link_libraries(ddprun_agent_rendezvous
     PUBLIC ddprun_agent ddprun_rendezvous_client ddprun_rendezvous_server)
   add_executable(ddprun ${CMAKE_CURRENT_LIST_DIR}/main.cc)

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -43,6 +44,12 @@ struct GrpcClientOptions {
   std::chrono::milliseconds bad_host_cooldown{300000};
   // Deadline of ReportFailure and Leave calls.
   std::chrono::milliseconds rpc_timeout{10000};
+  // Failover (an agent that may host the endpoint itself): called from the
+  // client's threads when the server does not answer; it may start serving
+  // the endpoint in this process and returns true when it did. The client
+  // then re-registers its round at once. Must be thread-safe and cheap when
+  // it declines (a bind probe). Null: never.
+  std::function<bool()> take_over;
 };
 
 // Applies rdzv_conf keys: join_timeout, last_call_timeout,

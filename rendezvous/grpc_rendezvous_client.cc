@@ -1,115 +1,18 @@
 #include "rendezvous/grpc_rendezvous_client.h"
 
-#include <condition_variable>
-#include <mutex>
-#include <random>
-#include <thread>
-
-#include <grpcpp/grpcpp.h>
-
 #include "common/logging.h"
-#include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/endpoint.h"
+#include "rendezvous/grpc_rendezvous_client_impl.h"
 #include "rendezvous/local_address.h"
 
-namespace ddprun::rendezvous {
+namespace ddprun::rendezvous::internal {
 namespace {
-
-namespace v1 = ::ddprun::rendezvous::v1;
-using agent::RendezvousEvent;
-using agent::RendezvousEventType;
-using SteadyClock = std::chrono::steady_clock;
-
-Status FromGrpc(const grpc::Status& s, const std::string& endpoint) {
-  if (s.ok()) return Status::Ok();
-  return Status(static_cast<StatusCode>(s.error_code()),
-                "rendezvous " + endpoint + ": " + s.error_message());
-}
-
-std::chrono::system_clock::time_point ToSystem(Clock::TimePoint deadline) {
-  return std::chrono::system_clock::now() +
-         std::chrono::duration_cast<std::chrono::system_clock::duration>(
-             deadline - SteadyClock::now());
-}
 
 // How long a Join call outlives its caller's deadline, waiting for the
 // server's own join_timeout verdict (see Join).
 constexpr std::chrono::seconds kServerVerdictGrace(3);
 
-// Worth trying again later: the server is away (restarting), or it asked
-// this node to slow down (rate limit).
-bool Retryable(const grpc::Status& s) {
-  return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-         (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
-          s.error_message().find("rate limit") != std::string::npos);
-}
-
-class GrpcRendezvousClient final : public agent::RendezvousClient {
- public:
-  GrpcRendezvousClient(const GrpcClientOptions& options,
-                       std::shared_ptr<grpc::Channel> channel)
-      : options_(options),
-        channel_(channel),
-        stub_(v1::Rendezvous::NewStub(channel)) {
-    std::random_device rd;
-    while (instance_ == 0) {
-      instance_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-    }
-  }
-
-  ~GrpcRendezvousClient() override { StopHeartbeats(); }
-
-  std::string Backend() const override { return "grpc"; }
-
-  StatusOr<agent::RendezvousResult> Join(const agent::JoinRequest& request,
-                                         Clock::TimePoint deadline) override;
-
-  void SetEventHandler(EventHandler handler) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    handler_ = std::move(handler);
-  }
-
-  StatusOr<bool> ReportFailure(int64_t round, const std::string& reason,
-                               bool retry) override;
-  Status ReportSuccess(int64_t round, Clock::Duration barrier_timeout) override;
-  void Leave() override;
-
- private:
-  // Makes a call, retrying while the server is unreachable (restarting)
-  // with backoff 100 ms .. 2 s until `deadline`.
-  template <typename Call>
-  grpc::Status CallWithRetry(Clock::TimePoint deadline, Call&& call);
-  void PrepareContext(grpc::ClientContext* ctx) const;
-  void StartHeartbeats();
-  void StopHeartbeats();
-  void HeartbeatLoop();
-  void Emit(RendezvousEventType type, const std::string& reason);
-
-  // Join waits for the server as long as its deadline allows (wait for
-  // ready); this says so once when the server stays unreachable for a few
-  // seconds, instead of a silent wait of up to join_timeout.
-  void WarnIfUnreachable(Clock::TimePoint deadline);
-
-  const GrpcClientOptions options_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::Rendezvous::Stub> stub_;
-  uint64_t instance_ = 0;
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  EventHandler handler_;
-  // What Join and Heartbeat send; set by the first Join.
-  v1::JobConfig config_;
-  v1::NodeInfo node_;
-  std::string rdzv_id_;
-  v1::Assignment last_;      // the last round this node got
-  bool running_ = false;     // workers of last_ run: events are wanted
-  bool event_sent_ = false;  // one event per round is enough
-  bool paused_ = false;      // the last Join failed: no heartbeats
-  grpc::ClientContext* active_ = nullptr;  // in-flight Join, for Leave()
-  bool stop_ = false;
-  std::thread heartbeat_;
-};
+}  // namespace
 
 void GrpcRendezvousClient::PrepareContext(grpc::ClientContext* ctx) const {
   if (!options_.token.empty()) {
@@ -125,6 +28,10 @@ grpc::Status GrpcRendezvousClient::CallWithRetry(Clock::TimePoint deadline,
     grpc::Status s = call();
     if (!Retryable(s) || SteadyClock::now() >= deadline) {
       return s;
+    }
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE && TryTakeOver()) {
+      Reregister();
+      continue;
     }
     std::unique_lock<std::mutex> lock(mu_);
     if (stop_) return s;
@@ -181,6 +88,7 @@ StatusOr<agent::RendezvousResult> GrpcRendezvousClient::Join(
     rdzv_id_ = req.rdzv_id();
     config_ = req.config();
     node_ = req.node();
+    registered_ = false;
     running_ = false;
     paused_ = false;
   }
@@ -234,6 +142,7 @@ StatusOr<agent::RendezvousResult> GrpcRendezvousClient::Join(
   {
     std::lock_guard<std::mutex> lock(mu_);
     last_ = a;
+    registered_ = true;
     running_ = true;
     event_sent_ = false;
   }
@@ -267,13 +176,22 @@ StatusOr<bool> GrpcRendezvousClient::ReportFailure(int64_t round,
   req.set_no_retry(!retry);
   const Clock::TimePoint deadline = SteadyClock::now() + options_.rpc_timeout;
   v1::ReportFailureResponse resp;
-  grpc::Status s = CallWithRetry(deadline, [&] {
-    grpc::ClientContext ctx;
-    PrepareContext(&ctx);
-    ctx.set_deadline(ToSystem(deadline));
-    ctx.set_wait_for_ready(true);
-    return stub_->ReportFailure(&ctx, req, &resp);
-  });
+  auto report = [&] {
+    return CallWithRetry(deadline, [&] {
+      grpc::ClientContext ctx;
+      PrepareContext(&ctx);
+      ctx.set_deadline(ToSystem(deadline));
+      ctx.set_wait_for_ready(true);
+      return stub_->ReportFailure(&ctx, req, &resp);
+    });
+  };
+  grpc::Status s = report();
+  if (LostJob(s)) {
+    // A new server (restarted, or hosted by another agent after a
+    // failover) learns the round first, then the failure.
+    Reregister();
+    s = report();
+  }
   if (!s.ok()) return FromGrpc(s, options_.endpoint);
   return resp.will_restart();
 }
@@ -286,21 +204,56 @@ Status GrpcRendezvousClient::ReportSuccess(int64_t round,
     req.set_rdzv_id(rdzv_id_);
     req.set_node_id(node_.node_id());
     running_ = false;
+    in_barrier_ = true;
+    barrier_lost_ = false;
   }
   req.set_instance(instance_);
   req.set_round(round);
   const Clock::TimePoint deadline = SteadyClock::now() + barrier_timeout;
   v1::ReportSuccessResponse resp;
-  grpc::Status s = CallWithRetry(deadline, [&] {
-    grpc::ClientContext ctx;
-    PrepareContext(&ctx);
-    ctx.set_deadline(ToSystem(deadline));
-    ctx.set_wait_for_ready(true);
-    return stub_->ReportSuccess(&ctx, req, &resp);
-  });
+  auto report = [&] {
+    return CallWithRetry(deadline, [&] {
+      grpc::ClientContext ctx;
+      PrepareContext(&ctx);
+      ctx.set_deadline(ToSystem(deadline));
+      ctx.set_wait_for_ready(true);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (barrier_lost_) {
+          return grpc::Status(grpc::StatusCode::CANCELLED, "server lost");
+        }
+        active_ = &ctx;
+      }
+      grpc::Status st = stub_->ReportSuccess(&ctx, req, &resp);
+      std::lock_guard<std::mutex> lock(mu_);
+      active_ = nullptr;
+      return st;
+    });
+  };
+  grpc::Status s = report();
+  if (LostJob(s)) {
+    Reregister();
+    s = report();
+  }
+  bool lost = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_barrier_ = false;
+    lost = barrier_lost_;
+  }
   if (s.ok()) {
     StopHeartbeats();
     return Status::Ok();
+  }
+  if (lost) {
+    return UnavailableError(
+        "exit barrier: rendezvous server " + options_.endpoint +
+        " unreachable for " +
+        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                           options_.connection_lost_timeout)
+                           .count()) +
+        " s (rdzv_conf connection_lost_timeout); gave up waiting for the "
+        "other nodes (this node's workers succeeded)");
   }
   if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
     return DeadlineExceededError(
@@ -342,99 +295,9 @@ void GrpcRendezvousClient::Leave() {
   }
 }
 
-void GrpcRendezvousClient::StartHeartbeats() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (heartbeat_.joinable() || stop_) return;
-  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
-}
+}  // namespace ddprun::rendezvous::internal
 
-void GrpcRendezvousClient::StopHeartbeats() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-    if (active_ != nullptr) active_->TryCancel();
-  }
-  cv_.notify_all();
-  if (heartbeat_.joinable() &&
-      heartbeat_.get_id() != std::this_thread::get_id()) {
-    heartbeat_.join();
-  }
-}
-
-void GrpcRendezvousClient::Emit(RendezvousEventType type,
-                                const std::string& reason) {
-  EventHandler handler;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!running_ || event_sent_) return;
-    event_sent_ = true;
-    handler = handler_;
-  }
-  if (handler) handler(RendezvousEvent{type, reason});
-}
-
-void GrpcRendezvousClient::HeartbeatLoop() {
-  SteadyClock::time_point last_ok = SteadyClock::now();
-  bool warned = false;
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stop_) {
-    cv_.wait_for(lock, options_.heartbeat_interval, [this] { return stop_; });
-    if (stop_) break;
-    if (paused_) continue;
-    v1::HeartbeatRequest req;
-    req.set_rdzv_id(rdzv_id_);
-    *req.mutable_config() = config_;
-    *req.mutable_node() = node_;
-    if (running_) *req.mutable_current() = last_;
-    lock.unlock();
-
-    grpc::ClientContext ctx;
-    PrepareContext(&ctx);
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::max<std::chrono::milliseconds>(
-                         options_.heartbeat_interval, std::chrono::seconds(1)));
-    v1::HeartbeatResponse resp;
-    grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
-    if (s.ok()) {
-      last_ok = SteadyClock::now();
-      warned = false;
-      using A = v1::HeartbeatResponse;
-      switch (resp.action()) {
-        case A::ACTION_REJOIN:
-          Emit(RendezvousEventType::kMembershipChanged, resp.reason());
-          break;
-        case A::ACTION_RESTART:
-          Emit(RendezvousEventType::kRestartRequested, resp.reason());
-          break;
-        case A::ACTION_JOB_FAILED:
-          Emit(RendezvousEventType::kJobFailed, resp.reason());
-          break;
-        default:
-          break;
-      }
-    } else if (Retryable(s) ||
-               s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-      if (SteadyClock::now() - last_ok > options_.connection_lost_timeout) {
-        Emit(
-            RendezvousEventType::kConnectionLost,
-            "rendezvous " + options_.endpoint + " unreachable for " +
-                std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
-                                   SteadyClock::now() - last_ok)
-                                   .count()) +
-                " s: " + s.error_message());
-      }
-    } else if (!warned) {
-      // A refused heartbeat (token, config, identity) will not fix itself.
-      warned = true;
-      DDP_LOG(ERROR) << FromGrpc(s, options_.endpoint).message();
-      Emit(RendezvousEventType::kJobFailed,
-           FromGrpc(s, options_.endpoint).message());
-    }
-    lock.lock();
-  }
-}
-
-}  // namespace
+namespace ddprun::rendezvous {
 
 StatusOr<std::unique_ptr<agent::RendezvousClient>> CreateGrpcRendezvousClient(
     const GrpcClientOptions& options) {
@@ -460,7 +323,7 @@ StatusOr<std::unique_ptr<agent::RendezvousClient>> CreateGrpcRendezvousClient(
   args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
   auto channel = grpc::CreateCustomChannel(endpoint->ToString(), creds, args);
   return std::unique_ptr<agent::RendezvousClient>(
-      new GrpcRendezvousClient(options, std::move(channel)));
+      new internal::GrpcRendezvousClient(options, std::move(channel)));
 }
 
 }  // namespace ddprun::rendezvous

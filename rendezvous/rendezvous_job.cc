@@ -360,7 +360,6 @@ void RendezvousJob::Invalidate(v1::HeartbeatResponse::Action action,
   reason_ = reason;
   open_since_ = clock_->Now();
   last_call_deadline_.reset();
-  rebuild_deadline_.reset();
   deadline_moved_ = true;
   for (auto& [id, node] : nodes_) {
     if (node.success_waiter != 0) {
@@ -465,11 +464,11 @@ StatusOr<v1::HeartbeatResponse> RendezvousJob::Heartbeat(
       n.assignment = req.current();
       n.previous_rank = req.current().group_rank();
       node = &n;
-      if (rebuild_deadline_ && RunningCount() >= rebuild_expected_) {
-        rebuild_deadline_.reset();
+      if (rebuild_ && ++rebuild_->registered >= rebuild_->expected) {
         DDP_LOG(INFO) << "rendezvous '" << id_ << "' rebuilt: all "
-                      << rebuild_expected_ << " nodes of round " << round_
+                      << rebuild_->expected << " nodes of round " << round_
                       << " re-registered";
+        rebuild_.reset();
       }
     }
   }
@@ -574,12 +573,12 @@ Status RendezvousJob::ReportFailure(const v1::ReportFailureRequest& req,
   return Status::Ok();
 }
 
-void RendezvousJob::OnNodeLost(int64_t round, const std::string& node_id,
+void RendezvousJob::OnNodeLost(int64_t round, const std::string& who,
                                std::vector<Outcome>* out) {
   if (!pending_failure_ || pending_failure_->round != round) return;
   DDP_LOG(INFO) << "rendezvous '" << id_ << "': the worker failure in round "
-                << round << " follows the loss of node '" << node_id
-                << "': no restart budget spent";
+                << round << " follows the loss of " << who
+                << ": no restart budget spent";
   if (pending_failure_->charged) --restart_count_;
   if (!pending_failure_->host.empty()) {
     ForgetHostFailure(pending_failure_->host, pending_failure_->reported_at);
@@ -680,8 +679,8 @@ void RendezvousJob::AdoptRunningRound(const v1::Assignment& current) {
   round_ = current.round();
   restart_count_ = current.restart_count();
   phase_ = Phase::kRunning;
-  rebuild_expected_ = current.group_world_size();
-  rebuild_deadline_ = clock_->Now() + heartbeat_timeout_;
+  rebuild_ = Rebuild{current.round(), current.group_world_size(), 0,
+                     clock_->Now() + heartbeat_timeout_};
   deadline_moved_ = true;
   reason_ = "rebuilt after a rendezvous server restart";
 }

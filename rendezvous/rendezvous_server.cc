@@ -82,7 +82,8 @@ StatusOr<int> RendezvousServer::Start(const std::string& host, int port,
   // Running out of descriptors must cost new connections, not the listener.
   EnableAcceptGuard("rendezvous server");
   auto service = std::make_unique<RendezvousService>(
-      options.clock, options.defaults, options.token, options.limits);
+      options.clock, options.defaults, options.token, options.limits,
+      options.failover);
   const std::string address =
       (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
       std::to_string(port);
