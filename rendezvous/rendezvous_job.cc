@@ -149,6 +149,9 @@ Status RendezvousJob::Join(const v1::JoinRequest& request, WaiterId waiter,
   }
   // A restarted server learns the job's history from the joiners.
   const int64_t seen = request.previous().round();
+  if (!known && rebuild_ && seen == rebuild_->round) {
+    NoteReregistered();  // it re-joins instead of re-registering
+  }
   if (phase_ == Phase::kOpen && seen >= round_) {
     round_ = seen + 1;
     restart_count_ =
@@ -261,8 +264,10 @@ void RendezvousJob::CompleteIfReady(std::vector<Outcome>* out) {
     last_call_deadline_.reset();
     return;
   }
-  if (reformed_ && CountNodes(NodeState::kExpected) == 0) {
-    // Every node known to be alive is back: no reason to wait.
+  if (reformed_ && CountNodes(NodeState::kExpected) == 0 && !rebuild_) {
+    // Every node known to be alive is back: no reason to wait. (After a
+    // server restart, nodes that have not re-registered yet may be alive:
+    // the round waits for them until the rebuild deadline.)
     Complete(out);
     return;
   }
@@ -459,12 +464,7 @@ StatusOr<v1::HeartbeatResponse> RendezvousJob::Heartbeat(
       n.assignment = req.current();
       n.previous_rank = req.current().group_rank();
       node = &n;
-      if (rebuild_ && ++rebuild_->registered >= rebuild_->expected) {
-        DDP_LOG(INFO) << "rendezvous '" << id_ << "' rebuilt: all "
-                      << rebuild_->expected << " nodes of round " << round_
-                      << " re-registered";
-        rebuild_.reset();
-      }
+      NoteReregistered();
     }
   }
   if (node != nullptr) node->last_seen = clock_->Now();
@@ -576,6 +576,15 @@ bool RendezvousJob::CancelWaiter(WaiterId waiter, std::vector<Outcome>* out) {
     }
   }
   return false;
+}
+
+void RendezvousJob::NoteReregistered() {
+  if (!rebuild_ || ++rebuild_->registered < rebuild_->expected) return;
+  DDP_LOG(INFO) << "rendezvous '" << id_ << "' rebuilt: all "
+                << rebuild_->expected << " nodes of round " << rebuild_->round
+                << " re-registered";
+  rebuild_.reset();
+  deadline_moved_ = true;
 }
 
 void RendezvousJob::AdoptRunningRound(const v1::Assignment& current) {

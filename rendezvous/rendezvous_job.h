@@ -145,7 +145,9 @@ class RendezvousJob {
 
   // Rebuild after a server restart: a job created from a Heartbeat of a node
   // that runs `current`. Its round is running and waits heartbeat_timeout for
-  // the other group_world_size - 1 nodes to re-register.
+  // the other group_world_size - 1 nodes to re-register. A round re-formed
+  // meanwhile (a failure report) waits for them too; those still missing at
+  // the deadline are lost (a pending failure of the round is refunded).
   void AdoptRunningRound(const v1::Assignment& current);
 
  private:
@@ -193,6 +195,8 @@ class RendezvousJob {
   bool HostExcluded(const std::string& host) const;
   // Ends cool-downs that are over and lets their parked nodes join.
   void ReleaseExcludedHosts(std::vector<Outcome>* out);
+  // One more node of the adopted round is back (rebuild_).
+  void NoteReregistered();
   // Ends the running round: participants must re-join round_ + 1.
   void Invalidate(v1::HeartbeatResponse::Action action,
                   const std::string& reason, std::vector<Outcome>* out);

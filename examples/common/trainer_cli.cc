@@ -50,7 +50,12 @@ std::optional<int> TrainerCli::Parse(int argc, char** argv) {
     if (option->get_items_expected_max() == 0 && option != app_.get_help_ptr())
       option->description(option->get_description() + " (off by default)");
   }
-  return ParseFlags(&app_, argc, argv);
+  std::optional<int> stop = ParseFlags(&app_, argc, argv);
+  MediaLimits limits;
+  limits.max_image_pixels = common_.max_image_pixels;
+  limits.max_volume_voxels = common_.max_volume_voxels;
+  SetMediaLimits(limits);
+  return stop;
 }
 
 bool TrainerCli::MakeSynthetic(const std::function<Status()>& write,

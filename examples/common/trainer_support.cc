@@ -51,6 +51,14 @@ void AddCommonOptions(CLI::App* app, CommonOptions* o) {
       ->check(CLI::IsMember({"auto", "gloo", "nccl"}));
   app->add_option("--progress_interval", o->progress_interval_s,
                   "Seconds between rank-0 progress lines");
+  app->add_option("--max_image_pixels", o->max_image_pixels,
+                  "Largest image (width x height) a data file may declare; a "
+                  "larger one is an error before it is decoded")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--max_volume_voxels", o->max_volume_voxels,
+                  "Largest volume (voxels, all channels) a NIfTI file may "
+                  "declare; a larger one is an error before it is read")
+      ->check(CLI::PositiveNumber);
 }
 
 std::optional<int> ParseFlags(CLI::App* app, int argc, char** argv) {

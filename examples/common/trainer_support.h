@@ -13,6 +13,7 @@
 #include "ddprun/worker/checkpoint.h"
 #include "ddprun/worker/errors.h"
 #include "ddprun/worker/world.h"
+#include "examples/common/media_limits.h"
 
 namespace ddprun::examples {
 
@@ -30,6 +31,10 @@ struct CommonOptions {
   bool amp = false;                  // bf16 autocast on the world device
   std::string backend = "auto";      // gloo, nccl or auto
   double progress_interval_s = 5.0;  // rank-0 progress line period
+  // Size limits of one decoded image / volume (examples/common/media_limits.h);
+  // applied by TrainerCli::Parse.
+  int64_t max_image_pixels = MediaLimits().max_image_pixels;
+  int64_t max_volume_voxels = MediaLimits().max_volume_voxels;
 };
 
 // Registers the options above (and --config) on `app`; the values already

@@ -580,6 +580,50 @@ TEST_CASE(
   CHECK(outcomes[0].failure.restart_count() == 2);
 }
 
+TEST_CASE(
+    "RendezvousState: after a failover, a survivor's failure is put down to "
+    "the node that never re-registered",
+    "[rendezvous]") {
+  // a hosted the server and died with it; b's workers failed with a's.
+  Harness h(1, 2, /*max_restarts=*/3);
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Join("b").ok());
+  Harness fresh(1, 2, 3);  // the server b now hosts: empty
+  v1::HeartbeatRequest hb;
+  hb.set_rdzv_id("job");
+  *hb.mutable_config() = h.config_;
+  *hb.mutable_node() = h.Request("b").node();
+  *hb.mutable_current() = h.Of("b");
+  REQUIRE(fresh.state_.Heartbeat(hb).ok());  // b re-registers round 1
+  v1::ReportFailureRequest fail;
+  fail.set_rdzv_id("job");
+  fail.set_node_id("b");
+  fail.set_instance(h.Request("b").node().instance());
+  fail.set_round(1);
+  REQUIRE(fresh.state_.ReportFailure(fail, /*waiter=*/77).ok());
+  std::vector<Outcome> outcomes = fresh.state_.TakeOutcomes();
+  REQUIRE(outcomes.size() == 1);
+  CHECK(outcomes[0].failure.will_restart());
+  // b re-joins at once; the round waits for a until heartbeat_timeout (it
+  // might be alive and re-register), then forms without it and refunds
+  // the restart: a node loss spends no budget.
+  v1::JoinRequest join = h.Request("b");
+  REQUIRE(fresh.state_.Join(join, /*waiter=*/78).ok());
+  CHECK(fresh.state_.TakeOutcomes().empty());
+  fresh.Advance(milliseconds(2900));
+  CHECK_FALSE(fresh.Answered("b"));
+  CHECK(fresh.Job().state() == v1::JobStatus::STATE_OPEN);
+  fresh.clock_.Advance(milliseconds(200));
+  fresh.state_.Tick();
+  outcomes = fresh.state_.TakeOutcomes();
+  REQUIRE(outcomes.size() == 1);
+  CHECK(outcomes[0].waiter == 78);
+  CHECK(outcomes[0].assignment.round() == 2);
+  CHECK(outcomes[0].assignment.group_world_size() == 1);
+  CHECK(outcomes[0].assignment.restart_count() == 0);
+  CHECK(fresh.Job().restart_count() == 0);
+}
+
 TEST_CASE("RendezvousState: rebuild with a missing node re-forms the round",
           "[rendezvous]") {
   Harness h(1, 2);
