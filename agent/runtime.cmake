@@ -23,7 +23,8 @@ add_library(ddprun_agent STATIC
   ${CMAKE_CURRENT_LIST_DIR}/worker_watchdog.cc
 )
 target_link_libraries(ddprun_agent
-  PUBLIC ddprun_common ddprun_agent_cli Boost::headers Threads::Threads
+  PUBLIC ddprun_common ddprun_os ddprun_agent_cli Boost::headers
+    Threads::Threads
   PRIVATE Boost::filesystem nlohmann_json::nlohmann_json)
 set_target_properties(ddprun_agent PROPERTIES POSITION_INDEPENDENT_CODE ON)
 
