@@ -41,6 +41,17 @@ grpc::Status GrpcRendezvousClient::CallWithRetry(Clock::TimePoint deadline,
   }
 }
 
+template <typename Call>
+grpc::Status GrpcRendezvousClient::CallOnJob(Clock::TimePoint deadline,
+                                             Call&& call) {
+  grpc::Status s = CallWithRetry(deadline, call);
+  if (!LostJob(s)) return s;
+  // A new server (restarted, or hosted by another agent after a failover)
+  // learns the round first, then the report about it.
+  Reregister();
+  return CallWithRetry(deadline, call);
+}
+
 void GrpcRendezvousClient::WarnIfUnreachable(Clock::TimePoint deadline) {
   const Clock::TimePoint probe_until =
       std::min(deadline, SteadyClock::now() + std::chrono::seconds(5));
@@ -176,22 +187,13 @@ StatusOr<bool> GrpcRendezvousClient::ReportFailure(int64_t round,
   req.set_no_retry(!retry);
   const Clock::TimePoint deadline = SteadyClock::now() + options_.rpc_timeout;
   v1::ReportFailureResponse resp;
-  auto report = [&] {
-    return CallWithRetry(deadline, [&] {
-      grpc::ClientContext ctx;
-      PrepareContext(&ctx);
-      ctx.set_deadline(ToSystem(deadline));
-      ctx.set_wait_for_ready(true);
-      return stub_->ReportFailure(&ctx, req, &resp);
-    });
-  };
-  grpc::Status s = report();
-  if (LostJob(s)) {
-    // A new server (restarted, or hosted by another agent after a
-    // failover) learns the round first, then the failure.
-    Reregister();
-    s = report();
-  }
+  grpc::Status s = CallOnJob(deadline, [&] {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx);
+    ctx.set_deadline(ToSystem(deadline));
+    ctx.set_wait_for_ready(true);
+    return stub_->ReportFailure(&ctx, req, &resp);
+  });
   if (!s.ok()) return FromGrpc(s, options_.endpoint);
   return resp.will_restart();
 }
@@ -211,30 +213,23 @@ Status GrpcRendezvousClient::ReportSuccess(int64_t round,
   req.set_round(round);
   const Clock::TimePoint deadline = SteadyClock::now() + barrier_timeout;
   v1::ReportSuccessResponse resp;
-  auto report = [&] {
-    return CallWithRetry(deadline, [&] {
-      grpc::ClientContext ctx;
-      PrepareContext(&ctx);
-      ctx.set_deadline(ToSystem(deadline));
-      ctx.set_wait_for_ready(true);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (barrier_lost_) {
-          return grpc::Status(grpc::StatusCode::CANCELLED, "server lost");
-        }
-        active_ = &ctx;
-      }
-      grpc::Status st = stub_->ReportSuccess(&ctx, req, &resp);
+  grpc::Status s = CallOnJob(deadline, [&] {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx);
+    ctx.set_deadline(ToSystem(deadline));
+    ctx.set_wait_for_ready(true);
+    {
       std::lock_guard<std::mutex> lock(mu_);
-      active_ = nullptr;
-      return st;
-    });
-  };
-  grpc::Status s = report();
-  if (LostJob(s)) {
-    Reregister();
-    s = report();
-  }
+      if (barrier_lost_) {
+        return grpc::Status(grpc::StatusCode::CANCELLED, "server lost");
+      }
+      active_ = &ctx;
+    }
+    grpc::Status st = stub_->ReportSuccess(&ctx, req, &resp);
+    std::lock_guard<std::mutex> lock(mu_);
+    active_ = nullptr;
+    return st;
+  });
   bool lost = false;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -88,6 +88,10 @@ class GrpcRendezvousClient final : public agent::RendezvousClient {
   // with backoff 100 ms .. 2 s until `deadline`.
   template <typename Call>
   grpc::Status CallWithRetry(Clock::TimePoint deadline, Call&& call);
+  // CallWithRetry, and once more after re-registering this node's round
+  // when the server does not know the job (it lost its state).
+  template <typename Call>
+  grpc::Status CallOnJob(Clock::TimePoint deadline, Call&& call);
   void PrepareContext(grpc::ClientContext* ctx) const;
   void StartHeartbeats();
   void StopHeartbeats();

@@ -150,7 +150,7 @@ Status RendezvousJob::Join(const v1::JoinRequest& request, WaiterId waiter,
   // A restarted server learns the job's history from the joiners.
   const int64_t seen = request.previous().round();
   if (!known && rebuild_ && seen == rebuild_->round) {
-    NoteReregistered();  // it re-joins instead of re-registering
+    NoteReregistered(out);  // it re-joins instead of re-registering
   }
   if (phase_ == Phase::kOpen && seen >= round_) {
     round_ = seen + 1;
@@ -464,7 +464,7 @@ StatusOr<v1::HeartbeatResponse> RendezvousJob::Heartbeat(
       n.assignment = req.current();
       n.previous_rank = req.current().group_rank();
       node = &n;
-      NoteReregistered();
+      NoteReregistered(out);
     }
   }
   if (node != nullptr) node->last_seen = clock_->Now();
@@ -518,11 +518,7 @@ Status RendezvousJob::ReportSuccess(const v1::ReportSuccessRequest& req,
                     AbortedError("superseded by a newer ReportSuccess")));
   }
   node->success_waiter = waiter;
-  if (CountNodes(NodeState::kRunning) == 0) {
-    Succeed("all " + std::to_string(RunningCount()) + " nodes of round " +
-                std::to_string(round_) + " succeeded",
-            out);
-  }
+  MaybeSucceed(out);
   return Status::Ok();
 }
 
@@ -578,13 +574,26 @@ bool RendezvousJob::CancelWaiter(WaiterId waiter, std::vector<Outcome>* out) {
   return false;
 }
 
-void RendezvousJob::NoteReregistered() {
+void RendezvousJob::NoteReregistered(std::vector<Outcome>* out) {
   if (!rebuild_ || ++rebuild_->registered < rebuild_->expected) return;
   DDP_LOG(INFO) << "rendezvous '" << id_ << "' rebuilt: all "
                 << rebuild_->expected << " nodes of round " << rebuild_->round
                 << " re-registered";
   rebuild_.reset();
   deadline_moved_ = true;
+  MaybeSucceed(out);  // every node may be in the exit barrier already
+}
+
+void RendezvousJob::MaybeSucceed(std::vector<Outcome>* out) {
+  // A rebuilt round is complete only once every node re-registered: a
+  // node that has not yet may still be training.
+  if (phase_ != Phase::kRunning || rebuild_ ||
+      CountNodes(NodeState::kRunning) != 0 || RunningCount() == 0) {
+    return;
+  }
+  Succeed("all " + std::to_string(RunningCount()) + " nodes of round " +
+              std::to_string(round_) + " succeeded",
+          out);
 }
 
 void RendezvousJob::AdoptRunningRound(const v1::Assignment& current) {

@@ -196,7 +196,10 @@ class RendezvousJob {
   // Ends cool-downs that are over and lets their parked nodes join.
   void ReleaseExcludedHosts(std::vector<Outcome>* out);
   // One more node of the adopted round is back (rebuild_).
-  void NoteReregistered();
+  void NoteReregistered(std::vector<Outcome>* out);
+  // Closes the job as succeeded when every node of the running round has
+  // (and a rebuilt round has all its nodes back).
+  void MaybeSucceed(std::vector<Outcome>* out);
   // Ends the running round: participants must re-join round_ + 1.
   void Invalidate(v1::HeartbeatResponse::Action action,
                   const std::string& reason, std::vector<Outcome>* out);

@@ -157,8 +157,9 @@ TEST_CASE(
   REQUIRE(mkdir(tmp.c_str(), 0755) == 0);
   const std::map<std::string, std::string> env = {{"TMPDIR", tmp}};
   {
-    Ddprun ok(dir, {"--standalone", "--nproc_per_node=2", "--no_python",
-                    kData + "/env_dump.sh"},
+    Ddprun ok(dir,
+              {"--standalone", "--nproc_per_node=2", "--no_python",
+               kData + "/env_dump.sh"},
               env);
     CHECK(ok.Wait() == 0);
     CHECK(TempLogDirs(tmp).empty());
@@ -186,10 +187,9 @@ TEST_CASE(
   }
   {
     // -r 3 wrote the workers' logs there: kept, and said where.
-    Ddprun logs(dir,
-                {"--standalone", "-r", "3", "--no_python",
-                 kData + "/env_dump.sh"},
-                env);
+    Ddprun logs(
+        dir, {"--standalone", "-r", "3", "--no_python", kData + "/env_dump.sh"},
+        env);
     CHECK(logs.Wait() == 0);
     CHECK(TempLogDirs(tmp).size() == 1);
     CHECK(logs.Stderr().find("worker logs are kept in " + tmp +
@@ -217,8 +217,9 @@ TEST_CASE("ddprun: exit code 2 on the first attempt is not retried",
   CHECK(Count(ReadFile(dir.path() + "/starts"), "attempt") == 1);
   const std::string err = run.Stderr();
   CHECK(Count(err, "usage: train.py") == 1);
-  CHECK(Count(err, "not retried: local_rank 0 exited with code 2 on the first "
-                   "attempt") == 1);
+  CHECK(Count(err,
+              "not retried: local_rank 0 exited with code 2 on the first "
+              "attempt") == 1);
   CHECK(err.find("Root Cause") != std::string::npos);  // the failure table
 }
 
@@ -247,8 +248,7 @@ TEST_CASE("ddprun: exit code 2 after a first attempt is retried",
 
 // ddprun run to its exit; stderr in `*err`.
 int RunToExit(const std::vector<std::string>& args,
-              const std::map<std::string, std::string>& env,
-              std::string* err) {
+              const std::map<std::string, std::string>& env, std::string* err) {
   TempDir dir;
   Ddprun run(dir, args, env);
   const int code = run.Wait();
@@ -273,9 +273,9 @@ TEST_CASE("ddprun: an empty rendezvous token is one error line, exit 2",
   TempDir dir;
   const std::string empty = dir.path() + "/token";
   std::ofstream(empty) << "\n";
-  const std::vector<std::string> grpc = {
-      "--nnodes=2", "--rdzv_backend=grpc", "--rdzv_endpoint=127.0.0.1:1",
-      "--no_python", "true"};
+  const std::vector<std::string> grpc = {"--nnodes=2", "--rdzv_backend=grpc",
+                                         "--rdzv_endpoint=127.0.0.1:1",
+                                         "--no_python", "true"};
   std::string err;
   CHECK(RunToExit(grpc, {{"DDPRUN_RDZV_TOKEN", ""}}, &err) == 2);
   CHECK(err.rfind("ddprun: error: DDPRUN_RDZV_TOKEN is set but empty", 0) == 0);

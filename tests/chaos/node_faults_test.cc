@@ -212,8 +212,7 @@ TEST_CASE(
   const int code = b.Wait(60s);
   INFO(s.Logs());
   REQUIRE(code == 0);
-  CHECK(ReadFile(s.dir() + "/b.err").find("hosts it now") !=
-        std::string::npos);
+  CHECK(ReadFile(s.dir() + "/b.err").find("hosts it now") != std::string::npos);
   std::optional<Event> restart = s.StartAfter(e.t0);
   REQUIRE(restart.has_value());
   CHECK(restart->world == 1);

@@ -32,29 +32,41 @@ void Chunk(std::string* png, const char* type, const std::string& data) {
                        static_cast<uInt>(body.size()))));
 }
 
-// Deflates `rows` rows of `row` (zlib or gzip framing).
-std::string Deflate(const std::string& row, int64_t rows, bool gzip) {
-  z_stream z{};
-  if (deflateInit2(&z, 9, Z_DEFLATED, gzip ? 31 : 15, 9, Z_DEFAULT_STRATEGY) !=
-      Z_OK) {
-    throw std::runtime_error("deflateInit2");
+// Streams bytes through deflate (zlib or gzip framing) into a string.
+class Deflater {
+ public:
+  explicit Deflater(bool gzip) {
+    if (deflateInit2(&z_, 9, Z_DEFLATED, gzip ? 31 : 15, 9,
+                     Z_DEFAULT_STRATEGY) != Z_OK) {
+      throw std::runtime_error("deflateInit2");
+    }
   }
-  std::string out;
-  char buf[1 << 16];
-  for (int64_t r = 0; r <= rows; ++r) {
-    const bool last = r == rows;
-    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(row.data()));
-    z.avail_in = last ? 0 : static_cast<uInt>(row.size());
+  ~Deflater() { deflateEnd(&z_); }
+  Deflater(const Deflater&) = delete;
+  Deflater& operator=(const Deflater&) = delete;
+
+  void Add(const std::string& data) { Run(data, Z_NO_FLUSH); }
+  std::string Finish() {
+    Run("", Z_FINISH);
+    return std::move(out_);
+  }
+
+ private:
+  void Run(const std::string& data, int flush) {
+    z_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+    z_.avail_in = static_cast<uInt>(data.size());
+    char buf[1 << 16];
     do {
-      z.next_out = reinterpret_cast<Bytef*>(buf);
-      z.avail_out = sizeof(buf);
-      deflate(&z, last ? Z_FINISH : Z_NO_FLUSH);
-      out.append(buf, sizeof(buf) - z.avail_out);
-    } while (z.avail_out == 0);
+      z_.next_out = reinterpret_cast<Bytef*>(buf);
+      z_.avail_out = sizeof(buf);
+      deflate(&z_, flush);
+      out_.append(buf, sizeof(buf) - z_.avail_out);
+    } while (z_.avail_out == 0);
   }
-  deflateEnd(&z);
-  return out;
-}
+
+  z_stream z_{};
+  std::string out_;
+};
 
 void Write(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);
@@ -72,9 +84,10 @@ void WriteBlackPng(const std::string& path, int width, int height) {
   ihdr += std::string("\x08\x00\x00\x00\x00", 5);  // 8-bit gray, no interlace
   Chunk(&png, "IHDR", ihdr);
   // Each row: filter byte 0, then the pixels.
-  Chunk(&png, "IDAT",
-        Deflate(std::string(static_cast<size_t>(width) + 1, '\0'), height,
-                false));
+  Deflater pixels(/*gzip=*/false);
+  const std::string row(static_cast<size_t>(width) + 1, '\0');
+  for (int r = 0; r < height; ++r) pixels.Add(row);
+  Chunk(&png, "IDAT", pixels.Finish());
   Chunk(&png, "IEND", "");
   Write(path, png);
 }
@@ -88,14 +101,9 @@ void WriteZeroNiftiGz(const std::string& path, int nx, int ny, int nz) {
   };
   const int32_t sizeof_hdr = 348;
   put(0, &sizeof_hdr, 4);
-  const int16_t dim[8] = {3,
-                          static_cast<int16_t>(nx),
-                          static_cast<int16_t>(ny),
-                          static_cast<int16_t>(nz),
-                          1,
-                          1,
-                          1,
-                          1};
+  const int16_t x = static_cast<int16_t>(nx), y = static_cast<int16_t>(ny),
+                z = static_cast<int16_t>(nz);
+  const int16_t dim[8] = {3, x, y, z, 1, 1, 1, 1};
   put(40, dim, sizeof(dim));
   const int16_t datatype = 2, bitpix = 8;  // DT_UINT8
   put(70, &datatype, 2);
@@ -107,28 +115,13 @@ void WriteZeroNiftiGz(const std::string& path, int nx, int ny, int nz) {
   const float scl_slope = 1;
   put(112, &scl_slope, 4);
   put(344, "n+1\0", 4);
-  // The header and the zeros as one gzip stream: rows of nx voxels, the
-  // header's bytes first.
-  z_stream z{};
-  deflateInit2(&z, 9, Z_DEFLATED, 31, 9, Z_DEFAULT_STRATEGY);
-  std::string out;
-  char buf[1 << 16];
-  auto feed = [&](const std::string& data, bool last) {
-    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-    z.avail_in = static_cast<uInt>(data.size());
-    do {
-      z.next_out = reinterpret_cast<Bytef*>(buf);
-      z.avail_out = sizeof(buf);
-      deflate(&z, last ? Z_FINISH : Z_NO_FLUSH);
-      out.append(buf, sizeof(buf) - z.avail_out);
-    } while (z.avail_out == 0);
-  };
-  feed(header, false);
+  // The header and the zeros as one gzip stream, a row of nx voxels at a
+  // time.
+  Deflater gz(/*gzip=*/true);
+  gz.Add(header);
   const std::string row(static_cast<size_t>(nx), '\0');
-  for (int64_t r = 0; r < int64_t{ny} * nz; ++r) feed(row, false);
-  feed("", true);
-  deflateEnd(&z);
-  Write(path, out);
+  for (int64_t r = 0; r < int64_t{ny} * nz; ++r) gz.Add(row);
+  Write(path, gz.Finish());
 }
 
 PeakRun RunMeasured(const std::vector<std::string>& argv,

@@ -12,52 +12,13 @@
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tests/multinode/elastic_job.h"
 
 namespace ddprun::multinode {
 namespace {
-
-// Two agents on 127.0.0.1:<port>, agent "a" hosting (it starts first).
-class EmbeddedPair {
- public:
-  EmbeddedPair(const Env& worker_env, std::vector<std::string> flags)
-      : port_(FreeLoopbackPort()) {
-    env_ = worker_env;
-    env_["MN_OUT"] = dir_.path();
-    flags.push_back("--rdzv_backend=grpc");
-    flags.push_back("--rdzv_endpoint=127.0.0.1:" + std::to_string(port_));
-    flags.push_back("--no_python");
-    flags.push_back(kData + "/env_worker.sh");
-    flags_ = flags;
-  }
-
-  Child& Start(const std::string& node) {
-    Env env = env_;
-    env["MN_NODE"] = node;
-    agents_.push_back(
-        std::make_unique<Child>(dir_.path(), node, Ddprun(flags_), env));
-    return *agents_.back();
-  }
-
-  std::vector<WorkerStart> Starts() const {
-    return ReadWorkerStarts(dir_.path());
-  }
-  int port() const { return port_; }
-  std::string Outputs() const {
-    std::string all;
-    for (const auto& a : agents_) all += a->Output();
-    return all;
-  }
-
- private:
-  TempDir dir_;
-  int port_;
-  Env env_;
-  std::vector<std::string> flags_;
-  std::vector<std::unique_ptr<Child>> agents_;
-};
 
 // The wall time of the first start of `node` with `world_size` (0: none).
 double StartedAt(const std::vector<WorkerStart>& starts,
@@ -68,18 +29,16 @@ double StartedAt(const std::vector<WorkerStart>& starts,
   return 0;
 }
 
-TEST_CASE(
-    "multinode: kill -9 of the agent hosting the rendezvous, the survivor "
-    "takes over and goes on within 10 s",
-    "[multinode][failover]") {
-  // A worker in a world of one node finishes at once: the job then ends.
-  EmbeddedPair job({{"MN_FINISH_WS", "1"}},
-                   {"--nnodes=1:2", "--max_restarts=3", "--rdzv_id=fo"});
-  Child& a = job.Start("a");
+// Agents "a" (hosting: it starts first) and "b" on one embedded
+// rendezvous, once both train together and b heard (heartbeats, 1 s) that
+// it may take over.
+std::pair<Child*, Child*> StartHostedPair(
+    ElasticJob& job, const std::vector<std::string>& args) {
+  Child& a = job.Start("a", args);
   REQUIRE(WaitUntil(
       [&] { return a.Stderr().find("listening on") != std::string::npos; },
       10s));
-  Child& b = job.Start("b");
+  Child& b = job.Start("b", args);
   INFO(job.Outputs());
   REQUIRE(WaitUntil(
       [&] {
@@ -88,9 +47,21 @@ TEST_CASE(
       },
       20s));
   CHECK(b.Stderr().find("already served on this host") != std::string::npos);
-  // The survivor must have heard from the server (heartbeats, 1 s) that
-  // takeover is allowed.
   std::this_thread::sleep_for(2s);
+  return {&a, &b};
+}
+
+TEST_CASE(
+    "multinode: kill -9 of the agent hosting the rendezvous, the survivor "
+    "takes over and goes on within 10 s",
+    "[multinode][failover]") {
+  // A worker in a world of one node finishes at once: the job then ends.
+  ElasticJob job({{"MN_FINISH_WS", "1"}}, /*external_server=*/false);
+  auto [a_ptr, b_ptr] = StartHostedPair(
+      job, {"--nnodes=1:2", "--max_restarts=3", "--rdzv_id=fo"});
+  Child& a = *a_ptr;
+  Child& b = *b_ptr;
+  INFO(job.Outputs());
   const double killed_at = WallNow();
   a.Kill(SIGKILL);
   REQUIRE(a.Wait(5s) == 128 + SIGKILL);
@@ -111,27 +82,15 @@ TEST_CASE(
     "multinode: below MIN after the hosting agent died, the survivor fails "
     "clearly",
     "[multinode][failover]") {
-  EmbeddedPair job({{"MN_SLEEP", "60"}},
-                   {"--nnodes=2", "--rdzv_id=fomin",
-                    "--rdzv_conf=join_timeout=4"});
-  Child& a = job.Start("a");
-  REQUIRE(WaitUntil(
-      [&] { return a.Stderr().find("listening on") != std::string::npos; },
-      10s));
-  Child& b = job.Start("b");
+  ElasticJob job({{"MN_SLEEP", "60"}}, /*external_server=*/false);
+  auto [a, b] = StartHostedPair(
+      job, {"--nnodes=2", "--rdzv_id=fomin", "--rdzv_conf=join_timeout=4"});
   INFO(job.Outputs());
-  REQUIRE(WaitUntil(
-      [&] {
-        return StartedAt(job.Starts(), "a", 2) > 0 &&
-               StartedAt(job.Starts(), "b", 2) > 0;
-      },
-      20s));
-  std::this_thread::sleep_for(2s);
-  a.Kill(SIGKILL);
+  a->Kill(SIGKILL);
   // Taken over, rebuilt, the round re-forms without a: 1 < MIN = 2 until
   // join_timeout (4 s).
-  CHECK(b.Wait(25s) == 1);
-  CHECK(b.Stderr().find("did not reach min_nodes=2") != std::string::npos);
+  CHECK(b->Wait(25s) == 1);
+  CHECK(b->Stderr().find("did not reach min_nodes=2") != std::string::npos);
 }
 
 }  // namespace

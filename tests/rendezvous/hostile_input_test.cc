@@ -159,8 +159,8 @@ TEST_CASE(
       server.WaitFor("(refused [0-9]+ connection)", seconds(10)).empty());
   CloseAll(&flood);
   CHECK(AnswersWithin(port, seconds(10)));
-  CHECK_FALSE(server.WaitFor("(accepting connections again)", seconds(5))
-                  .empty());
+  CHECK_FALSE(
+      server.WaitFor("(accepting connections again)", seconds(5)).empty());
 
   // Held open this time: connections that never speak HTTP/2 are closed
   // after 10 s, so the server serves again while the flood is still held.

@@ -624,6 +624,42 @@ TEST_CASE(
   CHECK(fresh.Job().restart_count() == 0);
 }
 
+TEST_CASE(
+    "RendezvousState: a rebuilt round succeeds only once every node is back",
+    "[rendezvous]") {
+  Harness h(2, 2);
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Join("b").ok());
+  Harness fresh(2, 2);  // a restarted server; b still trains
+  v1::HeartbeatRequest hb;
+  hb.set_rdzv_id("job");
+  *hb.mutable_config() = h.config_;
+  *hb.mutable_node() = h.Request("a").node();
+  *hb.mutable_current() = h.Of("a");
+  REQUIRE(fresh.state_.Heartbeat(hb).ok());  // a, in its exit barrier
+  v1::ReportSuccessRequest done;
+  done.set_rdzv_id("job");
+  done.set_node_id("a");
+  done.set_instance(h.Request("a").node().instance());
+  done.set_round(1);
+  REQUIRE(fresh.state_.ReportSuccess(done, /*waiter=*/91).ok());
+  // Not "all 1 nodes succeeded": b has not re-registered yet.
+  CHECK(fresh.state_.TakeOutcomes().empty());
+  CHECK(fresh.Job().state() == v1::JobStatus::STATE_RUNNING);
+  *hb.mutable_node() = h.Request("b").node();
+  *hb.mutable_current() = h.Of("b");
+  REQUIRE(fresh.state_.Heartbeat(hb).ok());
+  CHECK(fresh.state_.TakeOutcomes().empty());
+  done.set_node_id("b");
+  done.set_instance(h.Request("b").node().instance());
+  REQUIRE(fresh.state_.ReportSuccess(done, /*waiter=*/92).ok());
+  std::vector<Outcome> outcomes = fresh.state_.TakeOutcomes();
+  REQUIRE(outcomes.size() == 2);
+  CHECK(outcomes[0].status.ok());
+  CHECK(outcomes[1].status.ok());
+  CHECK(fresh.Job().state() == v1::JobStatus::STATE_SUCCEEDED);
+}
+
 TEST_CASE("RendezvousState: rebuild with a missing node re-forms the round",
           "[rendezvous]") {
   Harness h(1, 2);

@@ -84,12 +84,14 @@ class ServerProcess {
 
   // The exit code, or -1 if it did not exit within 5 s (or by a signal).
   int WaitExit() {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(5);
     int status = 0;
     while (std::chrono::steady_clock::now() < deadline) {
       if (waitpid(pid_, &status, WNOHANG) == pid_) {
         pid_ = -1;
-        WaitFor("(\\n)$", std::chrono::milliseconds(200));  // drain what it wrote
+        WaitFor("(\\n)$",
+                std::chrono::milliseconds(200));  // drain what it wrote
         return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -104,6 +106,5 @@ class ServerProcess {
   int err_ = -1;
   std::string log_;
 };
-
 
 }  // namespace ddprun::rendezvous
