@@ -660,6 +660,30 @@ TEST_CASE(
   CHECK(fresh.Job().state() == v1::JobStatus::STATE_SUCCEEDED);
 }
 
+TEST_CASE(
+    "RendezvousState: a failure that is not retried fails the job at once",
+    "[rendezvous]") {
+  Harness h(2, 2, /*max_restarts=*/3);
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Join("b").ok());
+  v1::ReportFailureRequest fail;
+  fail.set_rdzv_id("job");
+  fail.set_node_id("b");
+  fail.set_instance(h.Request("b").node().instance());
+  fail.set_round(1);
+  fail.set_reason("exit code 2 (usage error)");
+  fail.set_no_retry(true);
+  REQUIRE(h.state_.ReportFailure(fail, /*waiter=*/55).ok());
+  std::vector<Outcome> outcomes = h.state_.TakeOutcomes();
+  REQUIRE(outcomes.size() == 1);
+  CHECK_FALSE(outcomes[0].failure.will_restart());
+  CHECK(outcomes[0].failure.restart_count() == 0);  // no budget spent
+  v1::JobStatus job = h.Job();
+  CHECK(job.state() == v1::JobStatus::STATE_FAILED);
+  CHECK_THAT(job.reason(), Catch::Contains("not retried"));
+  CHECK(h.Heartbeat("a").action() == Action::ACTION_JOB_FAILED);
+}
+
 TEST_CASE("RendezvousState: rebuild with a missing node re-forms the round",
           "[rendezvous]") {
   Harness h(1, 2);
