@@ -574,16 +574,6 @@ bool RendezvousJob::CancelWaiter(WaiterId waiter, std::vector<Outcome>* out) {
   return false;
 }
 
-void RendezvousJob::NoteReregistered(std::vector<Outcome>* out) {
-  if (!rebuild_ || ++rebuild_->registered < rebuild_->expected) return;
-  DDP_LOG(INFO) << "rendezvous '" << id_ << "' rebuilt: all "
-                << rebuild_->expected << " nodes of round " << rebuild_->round
-                << " re-registered";
-  rebuild_.reset();
-  deadline_moved_ = true;
-  MaybeSucceed(out);  // every node may be in the exit barrier already
-}
-
 void RendezvousJob::MaybeSucceed(std::vector<Outcome>* out) {
   // A rebuilt round is complete only once every node re-registered: a
   // node that has not yet may still be training.
@@ -594,16 +584,6 @@ void RendezvousJob::MaybeSucceed(std::vector<Outcome>* out) {
   Succeed("all " + std::to_string(RunningCount()) + " nodes of round " +
               std::to_string(round_) + " succeeded",
           out);
-}
-
-void RendezvousJob::AdoptRunningRound(const v1::Assignment& current) {
-  round_ = current.round();
-  restart_count_ = current.restart_count();
-  phase_ = Phase::kRunning;
-  rebuild_ = Rebuild{current.round(), current.group_world_size(), 0,
-                     clock_->Now() + heartbeat_timeout_};
-  deadline_moved_ = true;
-  reason_ = "rebuilt after a rendezvous server restart";
 }
 
 }  // namespace ddprun::rendezvous
