@@ -26,6 +26,7 @@
 #include <boost/process/search_path.hpp>
 
 #include "common/logging.h"
+#include "common/process_group_guard.h"
 
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
@@ -58,15 +59,21 @@ namespace {
 
 class BoostProcess : public Process {
  public:
-  explicit BoostProcess(pid_t pid) : pid_(pid) {}
+  BoostProcess(pid_t pid, const ProcessGroupGuard* guard)
+      : pid_(pid), guard_(guard) {}
   int pid() const override { return pid_; }
   Status SignalGroup(int sig) override {
-    if (::killpg(pid_, sig) == 0 || errno == ESRCH) return Status::Ok();
+    if (::killpg(pid_, sig) == 0 || errno == ESRCH) {
+      // SIGKILL ends the whole group: the guard need not watch it any more.
+      if (sig == SIGKILL && guard_ != nullptr) guard_->Remove(pid_);
+      return Status::Ok();
+    }
     return ErrnoStatus("killpg(" + std::to_string(pid_) + ")", errno);
   }
 
  private:
   pid_t pid_;
+  const ProcessGroupGuard* guard_;
 };
 
 // argv[0] as given when it has a slash, else looked up in PATH (the child's
@@ -89,11 +96,13 @@ std::string ResolveExecutable(const std::string& name,
 }
 
 // Runs in the child between fork and exec: async-signal-safe calls only.
-void SetUpChild(pid_t parent) {
+void SetUpChild(pid_t parent, const ProcessGroupGuard* guard) {
   // A new session (hence a new process group), as torchrun's
   // Popen(start_new_session=True): killpg reaches the worker's whole group,
   // and a worker reading the terminal gets EIO instead of stopping on SIGTTIN.
   ::setsid();
+  // Registered before anything runs in the group (one write(2)).
+  if (guard != nullptr) guard->Add(::getpid());
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   // The parent may have died before prctl: then nobody would kill us.
   if (::getppid() != parent) ::_exit(137);
@@ -119,8 +128,9 @@ constexpr std::chrono::milliseconds kPipeGrace{100};
 
 }  // namespace
 
-BoostProcessLauncher::BoostProcessLauncher(boost::asio::io_context& io)
-    : io_(io), sigchld_(io, SIGCHLD) {
+BoostProcessLauncher::BoostProcessLauncher(boost::asio::io_context& io,
+                                           const ProcessGroupGuard* guard)
+    : io_(io), guard_(guard), sigchld_(io, SIGCHLD) {
   WaitForSigchld();
 }
 
@@ -151,10 +161,12 @@ StatusOr<std::unique_ptr<Process>> BoostProcessLauncher::Launch(
   std::vector<std::string> args(spec.argv.begin() + 1, spec.argv.end());
   pid_t parent = ::getpid();
   std::error_code ec;
-  bp::child proc(
-      bp::exe = exe, bp::args = args, env, bp::std_out > child->out,
-      bp::std_err > child->err,
-      bp::extend::on_exec_setup([parent](auto&) { SetUpChild(parent); }), ec);
+  bp::child proc(bp::exe = exe, bp::args = args, env, bp::std_out > child->out,
+                 bp::std_err > child->err,
+                 bp::extend::on_exec_setup([parent, guard = guard_](auto&) {
+                   SetUpChild(parent, guard);
+                 }),
+                 ec);
   if (ec) {
     return InternalError("cannot start '" + exe + "': " + ec.message());
   }
@@ -166,7 +178,7 @@ StatusOr<std::unique_ptr<Process>> BoostProcessLauncher::Launch(
   StartRead(child, true);
   // A child that exited before the SIGCHLD handler saw its pid.
   boost::asio::post(io_, [this] { ReapExited(); });
-  return std::unique_ptr<Process>(new BoostProcess(child->pid));
+  return std::unique_ptr<Process>(new BoostProcess(child->pid, guard_));
 }
 
 void BoostProcessLauncher::StartRead(const std::shared_ptr<Child>& child,

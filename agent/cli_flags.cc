@@ -117,6 +117,11 @@ std::vector<FlagSpec> MakeFlags() {
        "$PYTHON_EXEC (asked once, cached), or the LibTorch a compiled "
        "entrypoint links; when none is found, the newest torch.",
        false, false},
+      {"retry_usage_errors", 0, kB, nullptr, "off",
+       "ddprun addition: retry a worker that exits with code 2 (a usage or "
+       "configuration error) on the first attempt like any failure, as "
+       "torchrun does; by default the job fails at once.",
+       false, false},
       {"virtual_local_rank", 0, kB, nullptr, "off",
        "Give every worker LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES=<its GPU>.",
        false, false},

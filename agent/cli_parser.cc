@@ -444,6 +444,7 @@ StatusOr<CommandLine> ParseCommandLine(
     DDP_ASSIGN_OR_RETURN(o.torch_version,
                          ParseTorchVersion(tv->source, tv->text));
   }
+  DDP_ASSIGN_OR_RETURN(o.retry_usage_errors, v.Bool("retry_usage_errors"));
   DDP_RETURN_IF_ERROR(CheckNoEffectFlags(v, &cl.warnings));
   DDP_RETURN_IF_ERROR(FillEntrypoint(v, tokens, env, &o));
   return cl;

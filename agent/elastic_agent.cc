@@ -45,6 +45,9 @@ struct ElasticAgent::Worker {
 
 namespace {
 
+// argparse's exit code for a usage error, and the trainers' ConfigError's.
+constexpr int kUsageErrorExitCode = 2;
+
 bool Has(StdStreams mask, StdStreams bit) {
   return (static_cast<int>(mask) & static_cast<int>(bit)) != 0;
 }
@@ -281,6 +284,7 @@ void ElasticAgent::OnWorkerExit(int generation, int local_rank,
   if (!stop_pending_ && !AnyRunning()) {
     state_ = WorkerState::kSucceeded;
     DDP_LOG(DEBUG) << "worker group succeeded";
+    KillLeftovers();
     Status s = rendezvous_->ReportSuccess(
         round_.round, std::chrono::duration_cast<Clock::Duration>(
                           std::chrono::duration<double>(
@@ -408,12 +412,18 @@ void ElasticAgent::MaybeFinishStop() {
     loop_->Cancel(stop_timer_);
     stop_timer_armed_ = false;
   }
-  // Whatever the workers left behind in their groups goes too.
+  KillLeftovers();
+  state_ = WorkerState::kStopped;
+  AfterStop();
+}
+
+void ElasticAgent::KillLeftovers() {
+  // What a worker started in its process group ends with the group, also
+  // after a successful exit; a process that left the group (setsid, a
+  // deliberate daemon) is not ours to kill.
   for (auto& w : workers_) {
     if (w->process) (void)w->process->SignalGroup(SIGKILL);
   }
-  state_ = WorkerState::kStopped;
-  AfterStop();
 }
 
 void ElasticAgent::AfterStop() {
@@ -425,8 +435,13 @@ void ElasticAgent::AfterStop() {
                      << ") local_rank: " << root.local_rank
                      << " (pid: " << root.pid
                      << ") of binary: " << EntrypointName(config_.options);
-      StatusOr<bool> again =
-          rendezvous_->ReportFailure(round_.round, root.traceback);
+      // Exit code 2 on the first attempt is a usage or configuration error
+      // (argparse, the trainers' ConfigError): every retry would fail alike.
+      const bool usage_error = root.exitcode == kUsageErrorExitCode &&
+                               starts_ == 1 &&
+                               !config_.options.retry_usage_errors;
+      StatusOr<bool> again = rendezvous_->ReportFailure(
+          round_.round, root.traceback, /*retry=*/!usage_error);
       if (!again.ok()) {
         DDP_LOG(ERROR) << "reporting the failure: " << again.status().message();
       }
@@ -436,6 +451,12 @@ void ElasticAgent::AfterStop() {
         RendezvousAndStart();
       } else {
         ReportFailedJob();
+        if (usage_error) {
+          DDP_LOG(ERROR) << "not retried: local_rank " << root.local_rank
+                         << " exited with code 2 on the first attempt, a "
+                            "usage or configuration error that a restart "
+                            "cannot fix (--retry_usage_errors retries it)";
+        }
         Finish(WorkerState::kFailed, 1);
       }
       return;

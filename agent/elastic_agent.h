@@ -127,6 +127,8 @@ class ElasticAgent {
   void BeginStop(StopReason reason, int sig, const std::string& why);
   void OnStopDeadline();
   void MaybeFinishStop();
+  // SIGKILL to every worker's process group (the workers have exited).
+  void KillLeftovers();
   void AfterStop();
   void ReportFailedJob();
   void Finish(WorkerState state, int exit_code);

@@ -34,9 +34,9 @@ class InterruptibleRendezvous : public RendezvousClient {
   void SetEventHandler(EventHandler handler) override {
     inner_->SetEventHandler(std::move(handler));
   }
-  StatusOr<bool> ReportFailure(int64_t round,
-                               const std::string& reason) override {
-    return inner_->ReportFailure(round, reason);
+  StatusOr<bool> ReportFailure(int64_t round, const std::string& reason,
+                               bool retry) override {
+    return inner_->ReportFailure(round, reason, retry);
   }
   Status ReportSuccess(int64_t round, Clock::Duration barrier_timeout) override;
   void Leave() override { inner_->Leave(); }

@@ -90,6 +90,10 @@ struct LaunchOptions {
   // touched DDPRUN_WATCHDOG_FILE, go without touching it, before the agent
   // kills it as hung. 0 = off.
   double watchdog_timeout_s = 0;
+  // ddprun addition: retry a worker group whose first attempt failed with
+  // exit code 2 (a usage error) like any failure, as torchrun does. By
+  // default such a job fails at once.
+  bool retry_usage_errors = false;
 
   // The torch the workers run: --torch_version, else (filled in by main()
   // before the agent starts) what DetectWorkerTorchVersion() finds. It picks

@@ -54,8 +54,9 @@ StatusOr<RendezvousResult> LocalRendezvousClient::Join(
 }
 
 StatusOr<bool> LocalRendezvousClient::ReportFailure(int64_t round,
-                                                    const std::string& reason) {
-  if (restarts_used_ >= max_restarts_) return false;
+                                                    const std::string& reason,
+                                                    bool retry) {
+  if (!retry || restarts_used_ >= max_restarts_) return false;
   ++restarts_used_;
   return true;
 }

@@ -30,8 +30,8 @@ class LocalRendezvousClient : public RendezvousClient {
                                   Clock::TimePoint deadline) override;
   void SetEventHandler(EventHandler handler) override {}
   // True while restarts remain (and spends one).
-  StatusOr<bool> ReportFailure(int64_t round,
-                               const std::string& reason) override;
+  StatusOr<bool> ReportFailure(int64_t round, const std::string& reason,
+                               bool retry) override;
   // Returns at once: there is no other node to wait for.
   Status ReportSuccess(int64_t round, Clock::Duration barrier_timeout) override;
   void Leave() override {}

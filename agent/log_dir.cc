@@ -35,19 +35,47 @@ Status MakeDirs(const std::string& path) {
   return Status::Ok();
 }
 
-StatusOr<std::string> MakeRunLogDir(const std::string& log_dir,
-                                    const std::string& run_id) {
-  if (log_dir == "/dev/null") return std::string();
-  std::string base = log_dir;
-  if (base.empty()) {
+StatusOr<RunLogDir> MakeRunLogDir(const std::string& log_dir,
+                                  const std::string& run_id) {
+  RunLogDir dir;
+  if (log_dir == "/dev/null") return dir;
+  if (log_dir.empty()) {
     const char* tmp = ::getenv("TMPDIR");
     DDP_ASSIGN_OR_RETURN(
-        base,
+        dir.temp_root,
         MakeTempDir(tmp != nullptr && *tmp ? tmp : "/tmp", "torchelastic_"));
-  } else {
-    DDP_RETURN_IF_ERROR(MakeDirs(base));
+    StatusOr<std::string> run = MakeTempDir(dir.temp_root, run_id + "_");
+    if (!run.ok()) RemoveTree(dir.temp_root);
+    DDP_ASSIGN_OR_RETURN(dir.path, std::move(run));
+    return dir;
   }
-  return MakeTempDir(base, run_id + "_");
+  std::error_code ec;
+  if (fs::exists(log_dir, ec) && !fs::is_directory(log_dir, ec)) {
+    return InvalidArgumentError("--log_dir " + log_dir +
+                                ": exists and is not a directory");
+  }
+  Status made = MakeDirs(log_dir);
+  if (!made.ok()) return InvalidArgumentError("--log_dir: " + made.message());
+  StatusOr<std::string> run = MakeTempDir(log_dir, run_id + "_");
+  if (!run.ok()) {
+    return InvalidArgumentError("--log_dir: " + run.status().message());
+  }
+  dir.path = *run;
+  return dir;
+}
+
+bool HasErrorFile(const std::string& dir) {
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    if (it->path().filename() == "error.json") return true;
+  }
+  return false;
+}
+
+void RemoveTree(const std::string& path) {
+  std::error_code ignored;
+  fs::remove_all(path, ignored);
 }
 
 Status RecreateDir(const std::string& path) {

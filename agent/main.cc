@@ -32,8 +32,8 @@
 #include "agent/torch_version_probe.h"
 #include "agent/worker_env.h"
 #include "common/logging.h"
+#include "common/process_group_guard.h"
 #include "rendezvous/rdzv_conf.h"
-#include "rendezvous/rendezvous_server.h"
 
 namespace ddprun::agent {
 namespace {
@@ -56,16 +56,62 @@ void ExitNow(int exit_code) {
   ::_exit(exit_code);
 }
 
+// -r/-t put worker logs into the run directory.
+bool WritesLogFiles(const LaunchOptions& o) {
+  auto any = [](const StdSpec& spec) {
+    if (spec.all != StdStreams::kNone) return true;
+    for (const auto& [rank, streams] : spec.per_rank) {
+      if (streams != StdStreams::kNone) return true;
+    }
+    return false;
+  };
+  return any(o.redirects) || any(o.tee);
+}
+
+// Without --log_dir the run directory is a fresh /tmp/torchelastic_*: it
+// goes when the run ends, unless it holds what the user was shown or may
+// want (worker logs from -r/-t, or the error files a failure table names).
+void DisposeTempLogDir(const RunLogDir& dir, bool logs, int exit_code,
+                       const ProcessGroupGuard* guard) {
+  if (dir.temp_root.empty()) return;
+  if (logs || (exit_code != 0 && HasErrorFile(dir.path))) {
+    if (guard != nullptr) guard->KeepCleanupDir();
+    DDP_LOG(INFO) << "worker " << (logs ? "logs" : "error files")
+                  << " are kept in " << dir.path
+                  << " (--log_dir chooses where they go)";
+    return;
+  }
+  RemoveTree(dir.temp_root);
+}
+
 // Runs one node's agent for a parsed command line: the torchrun front end
 // and the per-node part of the others. `prog` prefixes error lines.
 int RunAgent(CommandLine cl, EnvMap env, const std::string& prog) {
+  LaunchOptions options = std::move(cl.options);
+  // The log directory is input too: a bad --log_dir is one error line
+  // before anything else is printed.
+  StatusOr<RunLogDir> run_dir = MakeRunLogDir(options.log_dir, options.rdzv_id);
+  if (!run_dir.ok()) {
+    std::cerr << prog << ": error: " << run_dir.status().message() << "\n";
+    return run_dir.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
   for (const std::string& warning : cl.warnings) DDP_LOG(WARNING) << warning;
   // What a front end's original launcher puts into its workers' inherited
   // environment (accelerate's ACCELERATE_*, deepspeed's
   // CUDA_VISIBLE_DEVICES).
   for (const std::string& name : cl.env_removed) env.erase(name);
   for (const auto& [name, value] : cl.env_overrides) env[name] = value;
-  LaunchOptions options = std::move(cl.options);
+  // Before any thread: the guard is a fork of this process. It kills what
+  // workers left in their process groups if this process dies (kill -9),
+  // and removes a temporary log directory that holds no worker logs.
+  const bool temp_dir_disposable =
+      !run_dir->temp_root.empty() && !WritesLogFiles(options);
+  StatusOr<std::unique_ptr<ProcessGroupGuard>> guard = ProcessGroupGuard::Start(
+      temp_dir_disposable ? run_dir->temp_root : std::string());
+  if (!guard.ok()) {
+    DDP_LOG(WARNING) << guard.status().message()
+                     << ": workers' children may outlive a killed agent";
+  }
 
   // Signals go to a watcher thread, not to the loop: the loop thread may sit
   // in a blocking rendezvous call (Join, exit barrier) for minutes. Started
@@ -127,6 +173,7 @@ int RunAgent(CommandLine cl, EnvMap env, const std::string& prog) {
     // Flags that contradict each other are bad input (2); a rendezvous that
     // cannot be hosted or reached is a runtime failure (1).
     std::cerr << prog << ": error: " << setup.status().message() << "\n";
+    DisposeTempLogDir(*run_dir, false, 0, nullptr);  // nothing in it yet
     return setup.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   if (!setup->local_addr.empty()) options.local_addr = setup->local_addr;
@@ -159,21 +206,18 @@ int RunAgent(CommandLine cl, EnvMap env, const std::string& prog) {
     config.join_timeout = std::max<Clock::Duration>(
         std::chrono::milliseconds(100), **join_timeout);
   }
-  StatusOr<std::string> run_dir = MakeRunLogDir(options.log_dir, config.run_id);
-  if (!run_dir.ok()) {
-    std::cerr << prog << ": error: " << run_dir.status().message() << "\n";
-    return 1;
-  }
-  config.run_log_dir = *run_dir;
+  config.run_log_dir = run_dir->path;
   DDP_LOG(DEBUG) << "log directory set to: " << config.run_log_dir;
 
   // Writing to a closed console must not kill the agent (and its workers).
   ::signal(SIGPIPE, SIG_IGN);
   config.parent_env = std::move(env);
   const int max_nodes = options.max_nodes;
+  const bool options_logs = WritesLogFiles(options);
   config.options = std::move(options);
 
-  BoostProcessLauncher launcher(loop.io_context());
+  BoostProcessLauncher launcher(loop.io_context(),
+                                guard.ok() ? guard->get() : nullptr);
   FdConsole console;
   ElasticAgent agent(std::move(config), &loop, &launcher, &rendezvous,
                      &console);
@@ -186,7 +230,7 @@ int RunAgent(CommandLine cl, EnvMap env, const std::string& prog) {
   loop.Run();
   watcher.Stop();
   if (setup->server != nullptr) {
-    if (exit_code != 0 && max_nodes > 1) {
+    if (setup->server->serving() && exit_code != 0 && max_nodes > 1) {
       // The other agents learn that the job failed (or that this node left)
       // at their next heartbeat (1 s): keep serving briefly so that they do
       // not wait connection_lost_timeout for a server that is gone.
@@ -194,6 +238,8 @@ int RunAgent(CommandLine cl, EnvMap env, const std::string& prog) {
     }
     setup->server->Shutdown(std::chrono::seconds(1));
   }
+  DisposeTempLogDir(*run_dir, options_logs, exit_code,
+                    guard.ok() ? guard->get() : nullptr);
   return exit_code;
 }
 

@@ -83,9 +83,11 @@ class RendezvousClient {
 
   // This node's workers failed in `round`. Returns true when the job will
   // restart (the job-global restart budget had room; it is now spent by one),
-  // false when the budget is exhausted and the job has failed.
-  virtual StatusOr<bool> ReportFailure(int64_t round,
-                                       const std::string& reason) = 0;
+  // false when the budget is exhausted and the job has failed. `retry`
+  // false: the failure is deterministic (a usage error), the job fails now
+  // without spending the budget (returns false).
+  virtual StatusOr<bool> ReportFailure(int64_t round, const std::string& reason,
+                                       bool retry) = 0;
 
   // This node's workers all succeeded in `round`. Blocks until every node of
   // the round has succeeded (exit barrier) or `barrier_timeout` passes, which

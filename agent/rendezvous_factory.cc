@@ -5,12 +5,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <random>
-
-#include <grpc/support/log.h>
 
 #include "agent/local_rendezvous_client.h"
 #include "common/logging.h"
@@ -24,7 +21,6 @@ namespace {
 
 using rendezvous::Endpoint;
 using rendezvous::GrpcClientOptions;
-using rendezvous::RendezvousServer;
 
 // --standalone hosts the same gRPC rendezvous server a multi-node job uses,
 // in-process on 127.0.0.1 and a free port, so a single-node job has exactly
@@ -34,22 +30,6 @@ using rendezvous::RendezvousServer;
 // --no_python true`, 50 vs 60 ms, VmHWM 12.7 vs 17.3 MB). Only this process
 // knows the port; a random token keeps other local users out unless one was
 // given (then `ddprun-rendezvous --status` can read the job with it).
-
-// gRPC's own log lines go through DDP_LOG (same format as ddprun's), except
-// while a hosting attempt may lose a bind race: that is the normal "join it"
-// case, not gRPC's multi-line "Address already in use" error.
-std::atomic<bool> g_grpc_log_quiet{false};
-
-void GrpcLog(gpr_log_func_args* args) {
-  if (g_grpc_log_quiet.load()) return;
-  if (args->severity == GPR_LOG_SEVERITY_ERROR) {
-    DDP_LOG(WARNING) << "grpc " << args->file << ":" << args->line << ": "
-                     << args->message;
-  } else {
-    DDP_LOG(DEBUG) << "grpc " << args->file << ":" << args->line << ": "
-                   << args->message;
-  }
-}
 
 bool IsNumericIp(const std::string& host) {
   unsigned char buf[sizeof(in6_addr)];
@@ -94,19 +74,26 @@ StatusOr<GrpcClientOptions> ClientOptions(const LaunchOptions& options,
   DDP_RETURN_IF_ERROR(rendezvous::ApplyRdzvConf(options.rdzv_conf, &o));
   if (o.token.empty()) {
     auto it = env.find("DDPRUN_RDZV_TOKEN");
+    if (it != env.end() && it->second.empty()) {
+      return InvalidArgumentError(
+          "DDPRUN_RDZV_TOKEN is set but empty, which would turn "
+          "authentication off; give a token, or unset it to run without one");
+    }
     if (it != env.end()) o.token = it->second;
   }
   return o;
 }
 
-// Hosts the server on `bind_host`:`port` for clients using `client`. With
-// TLS the hosting node's own certificate (rdzv_conf tls_cert/tls_key, valid
-// for the endpoint's name or IP) serves as the server's, and tls_ca checks
-// every client's: mutual TLS, as every node holds a certificate anyway.
-StatusOr<std::unique_ptr<RendezvousServer>> Host(
+// The server an agent hosts on `bind_host`:`port` for clients using
+// `client`. With TLS the hosting node's own certificate (rdzv_conf
+// tls_cert/tls_key, valid for the endpoint's name or IP) serves as the
+// server's, and tls_ca checks every client's: mutual TLS, as every node
+// holds a certificate anyway.
+StatusOr<std::unique_ptr<RendezvousHost>> MakeHost(
     const std::string& bind_host, int port, const GrpcClientOptions& client) {
   rendezvous::ServerOptions so;
   so.token = client.token;
+  so.failover = true;
   if (!client.tls_ca_pem.empty() || !client.tls_cert_pem.empty() ||
       !client.tls_key_pem.empty()) {
     if (client.tls_ca_pem.empty() || client.tls_cert_pem.empty() ||
@@ -120,14 +107,29 @@ StatusOr<std::unique_ptr<RendezvousServer>> Host(
     so.tls_key_pem = client.tls_key_pem;
     so.tls_ca_pem = client.tls_ca_pem;
   }
-  auto server = std::make_unique<RendezvousServer>();
-  DDP_RETURN_IF_ERROR(server->Start(bind_host, port, so).status());
-  return server;
+  return std::make_unique<RendezvousHost>(bind_host, port, so, client.endpoint);
 }
 
-StatusOr<RendezvousSetup> Connect(std::unique_ptr<RendezvousServer> server,
+// Hosts the server now (see MakeHost).
+StatusOr<std::unique_ptr<RendezvousHost>> Host(const std::string& bind_host,
+                                               int port,
+                                               const GrpcClientOptions& client,
+                                               bool quiet = false) {
+  DDP_ASSIGN_OR_RETURN(std::unique_ptr<RendezvousHost> host,
+                       MakeHost(bind_host, port, client));
+  DDP_RETURN_IF_ERROR(host->Serve(quiet).status());
+  return host;
+}
+
+// The client of `server`'s endpoint. A server that is not serving (yet) is
+// a standby: the client takes over hosting when the server stops answering.
+StatusOr<RendezvousSetup> Connect(std::unique_ptr<RendezvousHost> server,
                                   GrpcClientOptions client) {
   RendezvousSetup setup;
+  if (server != nullptr) {
+    RendezvousHost* host = server.get();
+    client.take_over = [host] { return host->TakeOver(); };
+  }
   setup.server = std::move(server);
   DDP_ASSIGN_OR_RETURN(setup.client,
                        rendezvous::CreateGrpcRendezvousClient(client));
@@ -161,39 +163,36 @@ StatusOr<RendezvousSetup> MakeGrpc(const LaunchOptions& options,
     }
     return Connect(nullptr, client);
   }
-  if (!is_host.has_value() && ep.port != 0 &&
-      PortTaken(BindHost(ep.host), ep.port)) {
+  const std::string bind_host = BindHost(ep.host);
+  const bool auto_host = !is_host.has_value();
+  if (auto_host && ep.port != 0 && PortTaken(bind_host, ep.port)) {
     // torchrun's rule: several agents on the host of the endpoint; the
     // first one to bind hosts it, the others join (probed first so that a
-    // taken port is not a gRPC error line).
+    // taken port is not a gRPC error line). They stand by to take over.
     DDP_LOG(INFO) << "rendezvous " << ep.ToString()
                   << " is already served on this host: joining it";
-    return Connect(nullptr, client);
+    DDP_ASSIGN_OR_RETURN(std::unique_ptr<RendezvousHost> standby,
+                         MakeHost(bind_host, ep.port, client));
+    return Connect(std::move(standby), client);
   }
-  const std::string bind_host = BindHost(ep.host);
-  StatusOr<std::unique_ptr<RendezvousServer>> server = [&] {
-    // Another agent on this host may bind between the probe and here.
-    if (is_host.has_value()) return Host(bind_host, ep.port, client);
-    g_grpc_log_quiet = true;
-    auto hosted = Host(bind_host, ep.port, client);
-    g_grpc_log_quiet = false;
-    return hosted;
-  }();
+  // Another agent on this host may bind between the probe and here.
+  StatusOr<std::unique_ptr<RendezvousHost>> server =
+      Host(bind_host, ep.port, client, /*quiet=*/auto_host);
   if (!server.ok()) {
-    if (is_host.has_value() ||
-        server.status().code() != StatusCode::kUnavailable) {
+    if (!auto_host || server.status().code() != StatusCode::kUnavailable) {
       return Status(server.status().code(), "hosting the rendezvous at " +
                                                 ep.ToString() + ": " +
                                                 server.status().message());
     }
-    // torchrun's rule: several agents on the host of the endpoint; the
-    // first one to bind hosts it, the others join.
     DDP_LOG(INFO) << "rendezvous " << ep.ToString()
                   << " is already served on this host: joining it";
-    return Connect(nullptr, client);
+    DDP_ASSIGN_OR_RETURN(std::unique_ptr<RendezvousHost> standby,
+                         MakeHost(bind_host, ep.port, client));
+    return Connect(std::move(standby), client);
   }
   if (ep.port == 0) {
-    ep.port = (*server)->port();
+    // Hosted on a port only this agent knew: nobody can stand by for it.
+    ep.port = *(*server)->Serve(false);
     client.endpoint = ep.ToString();
   }
   return Connect(std::move(server).value(), client);
@@ -220,10 +219,10 @@ StatusOr<RendezvousSetup> MakeStatic(const LaunchOptions& options,
   }
   DDP_ASSIGN_OR_RETURN(GrpcClientOptions client,
                        ClientOptions(options, env, ep.ToString()));
-  std::unique_ptr<RendezvousServer> server;
+  std::unique_ptr<RendezvousHost> server;
   if (options.node_rank == 0) {
     const std::string bind_host = BindHost(ep.host);
-    StatusOr<std::unique_ptr<RendezvousServer>> hosted =
+    StatusOr<std::unique_ptr<RendezvousHost>> hosted =
         Host(bind_host, ep.port, client);
     if (!hosted.ok()) {
       return Status(hosted.status().code(),
@@ -262,9 +261,9 @@ StatusOr<RendezvousSetup> MakeStandalone(const LaunchOptions& options,
   client.tls_ca_pem.clear();
   client.tls_cert_pem.clear();
   client.tls_key_pem.clear();
-  DDP_ASSIGN_OR_RETURN(std::unique_ptr<RendezvousServer> server,
+  DDP_ASSIGN_OR_RETURN(std::unique_ptr<RendezvousHost> server,
                        Host(host, 0, client));
-  ep.port = server->port();
+  ep.port = *server->Serve(false);
   client.endpoint = ep.ToString();
   return Connect(std::move(server), client);
 }
@@ -289,7 +288,7 @@ RendezvousSetup::~RendezvousSetup() { client.reset(); }
 
 StatusOr<RendezvousSetup> MakeRendezvous(const LaunchOptions& options,
                                          const EnvMap& env) {
-  gpr_set_log_function(GrpcLog);
+  InstallGrpcLogRouting();
   const bool grpc =
       options.rdzv_backend == "grpc" || options.rdzv_backend == "c10d";
   if (options.standalone) return MakeStandalone(options, env);

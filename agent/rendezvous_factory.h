@@ -5,12 +5,9 @@
 
 #include "agent/launch_options.h"
 #include "agent/rendezvous_client.h"
+#include "agent/rendezvous_host.h"
 #include "agent/worker_env.h"
 #include "common/status_or.h"
-
-namespace ddprun::rendezvous {
-class RendezvousServer;
-}
 
 namespace ddprun::agent {
 
@@ -23,7 +20,9 @@ struct RendezvousSetup {
   RendezvousSetup& operator=(RendezvousSetup&&) noexcept;
   ~RendezvousSetup();
 
-  std::unique_ptr<rendezvous::RendezvousServer> server;  // null: none here
+  // The server this agent hosts (serving() now, or after a failover);
+  // null: this agent never hosts.
+  std::unique_ptr<RendezvousHost> server;
   std::unique_ptr<RendezvousClient> client;
   // Address to announce as this node's MASTER_ADDR candidate instead of
   // --local_addr ("" = keep it). Static mode: node 0 announces --master_addr.
@@ -42,7 +41,8 @@ struct RendezvousSetup {
 //   client; this agent also hosts the server on PORT when HOST is this host
 //   (or rdzv_conf is_host=true; is_host=false never hosts). An auto-detected
 //   host whose port is taken (another agent on this host hosts it) joins as
-//   a plain client;
+//   a client that takes over hosting if that agent dies (failover: its
+//   client calls RendezvousHost::TakeOver when the server stops answering);
 // - the static backend with --nnodes=N>1: the gRPC rendezvous at
 //   --master_addr:--master_port, hosted by --node_rank 0, min=max=N, node
 //   ranks as hints (group rank = node rank). Workers get MASTER_ADDR =

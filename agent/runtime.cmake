@@ -27,7 +27,8 @@ add_library(ddprun_agent STATIC
   ${CMAKE_CURRENT_LIST_DIR}/worker_watchdog.cc
 )
 target_link_libraries(ddprun_agent
-  PUBLIC ddprun_common ddprun_agent_cli Boost::headers Threads::Threads
+  PUBLIC ddprun_common ddprun_os ddprun_agent_cli Boost::headers
+    Threads::Threads
   PRIVATE Boost::filesystem nlohmann_json::nlohmann_json)
 set_target_properties(ddprun_agent PROPERTIES POSITION_INDEPENDENT_CODE ON)
 
@@ -35,7 +36,8 @@ if(TARGET ddprun_agent_cli)
   # The multi-node rendezvous (gRPC client, and the server an agent hosts
   # with is_host and static --node_rank 0). Still no LibTorch.
   add_library(ddprun_agent_rendezvous STATIC
-    ${CMAKE_CURRENT_LIST_DIR}/rendezvous_factory.cc)
+    ${CMAKE_CURRENT_LIST_DIR}/rendezvous_factory.cc
+    ${CMAKE_CURRENT_LIST_DIR}/rendezvous_host.cc)
   target_link_libraries(ddprun_agent_rendezvous
     PUBLIC ddprun_agent ddprun_rendezvous_client ddprun_rendezvous_server)
   # The other launchers' command lines on the same agent: `deepspeed`

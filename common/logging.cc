@@ -2,12 +2,13 @@
 
 #include <unistd.h>
 
+#include <sys/time.h>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <mutex>
-#include <sys/time.h>
 
 namespace ddprun {
 namespace {
@@ -44,15 +45,40 @@ std::string& Tag() {
 
 char LevelLetter(LogLevel l) {
   switch (l) {
-    case LogLevel::kDebug: return 'D';
-    case LogLevel::kInfo: return 'I';
-    case LogLevel::kWarning: return 'W';
-    case LogLevel::kError: return 'E';
+    case LogLevel::kDebug:
+      return 'D';
+    case LogLevel::kInfo:
+      return 'I';
+    case LogLevel::kWarning:
+      return 'W';
+    case LogLevel::kError:
+      return 'E';
   }
   return '?';
 }
 
 }  // namespace
+
+std::string EscapeControlChars(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (unsigned char c : text) {
+    if (c >= 0x20 && c != 0x7f) {
+      out.push_back(static_cast<char>(c));
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof(hex), "\\x%02x", c);
+      out += hex;
+    }
+  }
+  return out;
+}
 
 LogLevel MinLogLevel() { return static_cast<LogLevel>(LevelStorage().load()); }
 void SetMinLogLevel(LogLevel level) {
@@ -71,7 +97,8 @@ LogMessage::LogMessage(LogLevel level, const char* file, int line)
   localtime_r(&tv.tv_sec, &parts);
   char when[32];
   std::snprintf(when, sizeof(when), "%02d:%02d:%02d.%03d", parts.tm_hour,
-                parts.tm_min, parts.tm_sec, static_cast<int>(tv.tv_usec / 1000));
+                parts.tm_min, parts.tm_sec,
+                static_cast<int>(tv.tv_usec / 1000));
   const char* base = std::strrchr(file, '/');
   std::string tag;
   {
@@ -83,8 +110,7 @@ LogMessage::LogMessage(LogLevel level, const char* file, int line)
 }
 
 LogMessage::~LogMessage() {
-  stream_ << '\n';
-  const std::string s = stream_.str();
+  const std::string s = EscapeControlChars(stream_.str()) + '\n';
   const char* p = s.data();
   size_t left = s.size();
   while (left > 0) {

@@ -15,8 +15,15 @@ void SetMinLogLevel(LogLevel level);
 // Tag printed in every line, e.g. "ddprun" or "rdzv"; default "ddprun".
 void SetLogTag(const std::string& tag);
 
+// `text` with every control character (below 0x20, and 0x7f) written as an
+// escape (\n, \r, \t, \x1b ...): text from the network (a job id, a
+// reason) cannot forge log lines or drive the terminal.
+std::string EscapeControlChars(const std::string& text);
+
 // One log line. The destructor writes the whole line to stderr with a single
 // write(2), so lines from different threads or processes never interleave.
+// Control characters in the message are escaped (EscapeControlChars): a line
+// is always exactly one line.
 class LogMessage {
  public:
   LogMessage(LogLevel level, const char* file, int line);
@@ -44,10 +51,9 @@ struct LogVoidify {
 #define DDP_LOG_LEVEL_ERROR ::ddprun::LogLevel::kError
 
 // DDP_LOG(INFO) << "started " << n << " workers";
-#define DDP_LOG(level)                                        \
-  (DDP_LOG_LEVEL_##level < ::ddprun::MinLogLevel())           \
-      ? (void)0                                               \
-      : ::ddprun::LogVoidify() &                              \
-            ::ddprun::LogMessage(DDP_LOG_LEVEL_##level, __FILE__, \
-                                 __LINE__)                    \
+#define DDP_LOG(level)                                                      \
+  (DDP_LOG_LEVEL_##level < ::ddprun::MinLogLevel())                         \
+      ? (void)0                                                             \
+      : ::ddprun::LogVoidify() &                                            \
+            ::ddprun::LogMessage(DDP_LOG_LEVEL_##level, __FILE__, __LINE__) \
                 .stream()

@@ -1,196 +1,18 @@
 #include "rendezvous/grpc_rendezvous_client.h"
 
-#include <netdb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <condition_variable>
-#include <cstdlib>
-#include <fstream>
-#include <mutex>
-#include <random>
-#include <sstream>
-#include <thread>
-
-#include <grpcpp/grpcpp.h>
-
 #include "common/logging.h"
-#include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/endpoint.h"
-#include "rendezvous/rdzv_conf.h"
+#include "rendezvous/grpc_rendezvous_client_impl.h"
+#include "rendezvous/local_address.h"
 
-namespace ddprun::rendezvous {
+namespace ddprun::rendezvous::internal {
 namespace {
-
-namespace v1 = ::ddprun::rendezvous::v1;
-using agent::RendezvousEvent;
-using agent::RendezvousEventType;
-using SteadyClock = std::chrono::steady_clock;
-
-Status FromGrpc(const grpc::Status& s, const std::string& endpoint) {
-  if (s.ok()) return Status::Ok();
-  return Status(static_cast<StatusCode>(s.error_code()),
-                "rendezvous " + endpoint + ": " + s.error_message());
-}
-
-std::chrono::system_clock::time_point ToSystem(Clock::TimePoint deadline) {
-  return std::chrono::system_clock::now() +
-         std::chrono::duration_cast<std::chrono::system_clock::duration>(
-             deadline - SteadyClock::now());
-}
-
-std::string SockaddrIp(const sockaddr_storage& ss) {
-  char buf[NI_MAXHOST];
-  if (getnameinfo(reinterpret_cast<const sockaddr*>(&ss), sizeof(ss), buf,
-                  sizeof(buf), nullptr, 0, NI_NUMERICHOST) != 0) {
-    return "";
-  }
-  return buf;
-}
-
-// The local IP this host uses to reach `endpoint`: routable by construction
-// (never an FQDN that may not resolve). Empty if it cannot be determined.
-std::string RouteSourceIp(const std::string& endpoint) {
-  StatusOr<Endpoint> e = ParseEndpoint(endpoint);
-  if (!e.ok()) return "";
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(e->host.c_str(), std::to_string(e->port).c_str(), &hints,
-                  &res) != 0) {
-    return "";
-  }
-  std::string ip;
-  for (addrinfo* ai = res; ai != nullptr && ip.empty(); ai = ai->ai_next) {
-    const int fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    sockaddr_storage local{};
-    socklen_t len = sizeof(local);
-    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      ip = SockaddrIp(local);
-    }
-    close(fd);
-  }
-  freeaddrinfo(res);
-  return ip;
-}
-
-// A TCP port free on `addr` right now (bound, read back, released).
-StatusOr<int> FreePort(const std::string& addr) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* res = nullptr;
-  const char* node = addr.empty() ? nullptr : addr.c_str();
-  if (getaddrinfo(node, "0", &hints, &res) != 0 || res == nullptr) {
-    // An unresolvable --local_addr: any local port will do for the check.
-    if (getaddrinfo(nullptr, "0", &hints, &res) != 0 || res == nullptr) {
-      return UnavailableError("cannot resolve a local address to probe ports");
-    }
-  }
-  int port = 0;
-  for (addrinfo* ai = res; ai != nullptr && port == 0; ai = ai->ai_next) {
-    const int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    sockaddr_storage ss{};
-    socklen_t len = sizeof(ss);
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-        getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
-      port = ss.ss_family == AF_INET6
-                 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
-                 : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-    }
-    close(fd);
-  }
-  freeaddrinfo(res);
-  if (port == 0 && !addr.empty()) {
-    // `addr` is not bindable here (e.g. a NAT address): probe any address.
-    return FreePort("");
-  }
-  if (port == 0) return UnavailableError("no free TCP port for MASTER_PORT");
-  return port;
-}
 
 // How long a Join call outlives its caller's deadline, waiting for the
 // server's own join_timeout verdict (see Join).
 constexpr std::chrono::seconds kServerVerdictGrace(3);
 
-// Worth trying again later: the server is away (restarting), or it asked
-// this node to slow down (rate limit).
-bool Retryable(const grpc::Status& s) {
-  return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-         (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
-          s.error_message().find("rate limit") != std::string::npos);
-}
-
-class GrpcRendezvousClient final : public agent::RendezvousClient {
- public:
-  GrpcRendezvousClient(const GrpcClientOptions& options,
-                       std::shared_ptr<grpc::Channel> channel)
-      : options_(options),
-        channel_(channel),
-        stub_(v1::Rendezvous::NewStub(channel)) {
-    std::random_device rd;
-    while (instance_ == 0) {
-      instance_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-    }
-  }
-
-  ~GrpcRendezvousClient() override { StopHeartbeats(); }
-
-  std::string Backend() const override { return "grpc"; }
-
-  StatusOr<agent::RendezvousResult> Join(const agent::JoinRequest& request,
-                                         Clock::TimePoint deadline) override;
-
-  void SetEventHandler(EventHandler handler) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    handler_ = std::move(handler);
-  }
-
-  StatusOr<bool> ReportFailure(int64_t round,
-                               const std::string& reason) override;
-  Status ReportSuccess(int64_t round, Clock::Duration barrier_timeout) override;
-  void Leave() override;
-
- private:
-  // Makes a call, retrying while the server is unreachable (restarting)
-  // with backoff 100 ms .. 2 s until `deadline`.
-  template <typename Call>
-  grpc::Status CallWithRetry(Clock::TimePoint deadline, Call&& call);
-  void PrepareContext(grpc::ClientContext* ctx) const;
-  void StartHeartbeats();
-  void StopHeartbeats();
-  void HeartbeatLoop();
-  void Emit(RendezvousEventType type, const std::string& reason);
-
-  // Join waits for the server as long as its deadline allows (wait for
-  // ready); this says so once when the server stays unreachable for a few
-  // seconds, instead of a silent wait of up to join_timeout.
-  void WarnIfUnreachable(Clock::TimePoint deadline);
-
-  const GrpcClientOptions options_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::Rendezvous::Stub> stub_;
-  uint64_t instance_ = 0;
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  EventHandler handler_;
-  // What Join and Heartbeat send; set by the first Join.
-  v1::JobConfig config_;
-  v1::NodeInfo node_;
-  std::string rdzv_id_;
-  v1::Assignment last_;      // the last round this node got
-  bool running_ = false;     // workers of last_ run: events are wanted
-  bool event_sent_ = false;  // one event per round is enough
-  bool paused_ = false;      // the last Join failed: no heartbeats
-  grpc::ClientContext* active_ = nullptr;  // in-flight Join, for Leave()
-  bool stop_ = false;
-  std::thread heartbeat_;
-};
+}  // namespace
 
 void GrpcRendezvousClient::PrepareContext(grpc::ClientContext* ctx) const {
   if (!options_.token.empty()) {
@@ -207,12 +29,27 @@ grpc::Status GrpcRendezvousClient::CallWithRetry(Clock::TimePoint deadline,
     if (!Retryable(s) || SteadyClock::now() >= deadline) {
       return s;
     }
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE && TryTakeOver()) {
+      Reregister();
+      continue;
+    }
     std::unique_lock<std::mutex> lock(mu_);
     if (stop_) return s;
     cv_.wait_until(lock, std::min(deadline, SteadyClock::now() + backoff),
                    [this] { return stop_; });
     backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
   }
+}
+
+template <typename Call>
+grpc::Status GrpcRendezvousClient::CallOnJob(Clock::TimePoint deadline,
+                                             Call&& call) {
+  grpc::Status s = CallWithRetry(deadline, call);
+  if (!LostJob(s)) return s;
+  // A new server (restarted, or hosted by another agent after a failover)
+  // learns the round first, then the report about it.
+  Reregister();
+  return CallWithRetry(deadline, call);
 }
 
 void GrpcRendezvousClient::WarnIfUnreachable(Clock::TimePoint deadline) {
@@ -262,6 +99,7 @@ StatusOr<agent::RendezvousResult> GrpcRendezvousClient::Join(
     rdzv_id_ = req.rdzv_id();
     config_ = req.config();
     node_ = req.node();
+    registered_ = false;
     running_ = false;
     paused_ = false;
   }
@@ -315,6 +153,7 @@ StatusOr<agent::RendezvousResult> GrpcRendezvousClient::Join(
   {
     std::lock_guard<std::mutex> lock(mu_);
     last_ = a;
+    registered_ = true;
     running_ = true;
     event_sent_ = false;
   }
@@ -333,7 +172,8 @@ StatusOr<agent::RendezvousResult> GrpcRendezvousClient::Join(
 }
 
 StatusOr<bool> GrpcRendezvousClient::ReportFailure(int64_t round,
-                                                   const std::string& reason) {
+                                                   const std::string& reason,
+                                                   bool retry) {
   v1::ReportFailureRequest req;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -344,9 +184,10 @@ StatusOr<bool> GrpcRendezvousClient::ReportFailure(int64_t round,
   req.set_instance(instance_);
   req.set_round(round);
   req.set_reason(reason.substr(0, 4096));
+  req.set_no_retry(!retry);
   const Clock::TimePoint deadline = SteadyClock::now() + options_.rpc_timeout;
   v1::ReportFailureResponse resp;
-  grpc::Status s = CallWithRetry(deadline, [&] {
+  grpc::Status s = CallOnJob(deadline, [&] {
     grpc::ClientContext ctx;
     PrepareContext(&ctx);
     ctx.set_deadline(ToSystem(deadline));
@@ -365,21 +206,49 @@ Status GrpcRendezvousClient::ReportSuccess(int64_t round,
     req.set_rdzv_id(rdzv_id_);
     req.set_node_id(node_.node_id());
     running_ = false;
+    in_barrier_ = true;
+    barrier_lost_ = false;
   }
   req.set_instance(instance_);
   req.set_round(round);
   const Clock::TimePoint deadline = SteadyClock::now() + barrier_timeout;
   v1::ReportSuccessResponse resp;
-  grpc::Status s = CallWithRetry(deadline, [&] {
+  grpc::Status s = CallOnJob(deadline, [&] {
     grpc::ClientContext ctx;
     PrepareContext(&ctx);
     ctx.set_deadline(ToSystem(deadline));
     ctx.set_wait_for_ready(true);
-    return stub_->ReportSuccess(&ctx, req, &resp);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (barrier_lost_) {
+        return grpc::Status(grpc::StatusCode::CANCELLED, "server lost");
+      }
+      active_ = &ctx;
+    }
+    grpc::Status st = stub_->ReportSuccess(&ctx, req, &resp);
+    std::lock_guard<std::mutex> lock(mu_);
+    active_ = nullptr;
+    return st;
   });
+  bool lost = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_barrier_ = false;
+    lost = barrier_lost_;
+  }
   if (s.ok()) {
     StopHeartbeats();
     return Status::Ok();
+  }
+  if (lost) {
+    return UnavailableError(
+        "exit barrier: rendezvous server " + options_.endpoint +
+        " unreachable for " +
+        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                           options_.connection_lost_timeout)
+                           .count()) +
+        " s (rdzv_conf connection_lost_timeout); gave up waiting for the "
+        "other nodes (this node's workers succeeded)");
   }
   if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
     return DeadlineExceededError(
@@ -421,150 +290,9 @@ void GrpcRendezvousClient::Leave() {
   }
 }
 
-void GrpcRendezvousClient::StartHeartbeats() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (heartbeat_.joinable() || stop_) return;
-  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
-}
+}  // namespace ddprun::rendezvous::internal
 
-void GrpcRendezvousClient::StopHeartbeats() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-    if (active_ != nullptr) active_->TryCancel();
-  }
-  cv_.notify_all();
-  if (heartbeat_.joinable() &&
-      heartbeat_.get_id() != std::this_thread::get_id()) {
-    heartbeat_.join();
-  }
-}
-
-void GrpcRendezvousClient::Emit(RendezvousEventType type,
-                                const std::string& reason) {
-  EventHandler handler;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!running_ || event_sent_) return;
-    event_sent_ = true;
-    handler = handler_;
-  }
-  if (handler) handler(RendezvousEvent{type, reason});
-}
-
-void GrpcRendezvousClient::HeartbeatLoop() {
-  SteadyClock::time_point last_ok = SteadyClock::now();
-  bool warned = false;
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stop_) {
-    cv_.wait_for(lock, options_.heartbeat_interval, [this] { return stop_; });
-    if (stop_) break;
-    if (paused_) continue;
-    v1::HeartbeatRequest req;
-    req.set_rdzv_id(rdzv_id_);
-    *req.mutable_config() = config_;
-    *req.mutable_node() = node_;
-    if (running_) *req.mutable_current() = last_;
-    lock.unlock();
-
-    grpc::ClientContext ctx;
-    PrepareContext(&ctx);
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::max<std::chrono::milliseconds>(
-                         options_.heartbeat_interval, std::chrono::seconds(1)));
-    v1::HeartbeatResponse resp;
-    grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
-    if (s.ok()) {
-      last_ok = SteadyClock::now();
-      warned = false;
-      using A = v1::HeartbeatResponse;
-      switch (resp.action()) {
-        case A::ACTION_REJOIN:
-          Emit(RendezvousEventType::kMembershipChanged, resp.reason());
-          break;
-        case A::ACTION_RESTART:
-          Emit(RendezvousEventType::kRestartRequested, resp.reason());
-          break;
-        case A::ACTION_JOB_FAILED:
-          Emit(RendezvousEventType::kJobFailed, resp.reason());
-          break;
-        default:
-          break;
-      }
-    } else if (Retryable(s) ||
-               s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-      if (SteadyClock::now() - last_ok > options_.connection_lost_timeout) {
-        Emit(
-            RendezvousEventType::kConnectionLost,
-            "rendezvous " + options_.endpoint + " unreachable for " +
-                std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
-                                   SteadyClock::now() - last_ok)
-                                   .count()) +
-                " s: " + s.error_message());
-      }
-    } else if (!warned) {
-      // A refused heartbeat (token, config, identity) will not fix itself.
-      warned = true;
-      DDP_LOG(ERROR) << FromGrpc(s, options_.endpoint).message();
-      Emit(RendezvousEventType::kJobFailed,
-           FromGrpc(s, options_.endpoint).message());
-    }
-    lock.lock();
-  }
-}
-
-}  // namespace
-
-Status ApplyRdzvConf(const std::map<std::string, std::string>& conf,
-                     GrpcClientOptions* options) {
-  DDP_RETURN_IF_ERROR(ValidateRdzvConf("rdzv_conf", conf, nullptr));
-  const std::pair<const char*, std::chrono::milliseconds*> keys[] = {
-      {"join_timeout", &options->join_timeout},
-      {"last_call_timeout", &options->last_call_timeout},
-      {"heartbeat_interval", &options->heartbeat_interval},
-      {"heartbeat_timeout", &options->heartbeat_timeout},
-      {"connection_lost_timeout", &options->connection_lost_timeout},
-      {"bad_host_window", &options->bad_host_window},
-      {"bad_host_cooldown", &options->bad_host_cooldown},
-  };
-  for (const auto& [key, field] : keys) {
-    DDP_ASSIGN_OR_RETURN(std::optional<std::chrono::milliseconds> value,
-                         RdzvConfSeconds(conf, key));
-    if (value.has_value()) *field = *value;
-  }
-  DDP_ASSIGN_OR_RETURN(std::optional<long> failures,
-                       RdzvConfCount(conf, "bad_host_failures"));
-  if (failures.has_value()) {
-    options->bad_host_failures = static_cast<uint32_t>(*failures);
-  }
-  if (auto it = conf.find("token"); it != conf.end()) {
-    options->token = it->second;
-  }
-  const std::pair<const char*, std::string*> files[] = {
-      {"token_file", &options->token},
-      {"tls_ca", &options->tls_ca_pem},
-      {"tls_cert", &options->tls_cert_pem},
-      {"tls_key", &options->tls_key_pem},
-  };
-  for (const auto& [key, field] : files) {
-    auto it = conf.find(key);
-    if (it == conf.end()) continue;
-    std::ifstream in(it->second);
-    if (!in) {
-      return NotFoundError("rdzv_conf " + std::string(key) + "=" + it->second +
-                           ": cannot read the file");
-    }
-    std::ostringstream text;
-    text << in.rdbuf();
-    *field = text.str();
-  }
-  // A token file usually ends with a newline that is not part of the token.
-  while (!options->token.empty() &&
-         (options->token.back() == '\n' || options->token.back() == '\r')) {
-    options->token.pop_back();
-  }
-  return Status::Ok();
-}
+namespace ddprun::rendezvous {
 
 StatusOr<std::unique_ptr<agent::RendezvousClient>> CreateGrpcRendezvousClient(
     const GrpcClientOptions& options) {
@@ -590,7 +318,7 @@ StatusOr<std::unique_ptr<agent::RendezvousClient>> CreateGrpcRendezvousClient(
   args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
   auto channel = grpc::CreateCustomChannel(endpoint->ToString(), creds, args);
   return std::unique_ptr<agent::RendezvousClient>(
-      new GrpcRendezvousClient(options, std::move(channel)));
+      new internal::GrpcRendezvousClient(options, std::move(channel)));
 }
 
 }  // namespace ddprun::rendezvous

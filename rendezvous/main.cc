@@ -9,6 +9,7 @@
 //   ddprun-rendezvous --status HOST:PORT [--rdzv_id ID] [--json]
 #include <signal.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include <grpcpp/grpcpp.h>
 #include <CLI/CLI.hpp>
 
+#include "common/accept_guard.h"
 #include "common/logging.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/rendezvous_server.h"
@@ -30,7 +32,9 @@ struct Flags {
   std::string host = "0.0.0.0";
   int port = 29400;
   std::string token;
+  bool token_given = false;  // --token, even an empty one
   std::string token_file;
+  bool token_file_given = false;
   std::string tls_cert, tls_key, tls_ca;
   double join_timeout = 600, last_call_timeout = 10, heartbeat_timeout = 3;
   size_t max_nodes_per_job = 4096;
@@ -57,15 +61,97 @@ bool ReadFile(const std::string& path, std::string* out) {
   return true;
 }
 
+// Bad input: one line, exit 2 (as the ddprun front ends).
+int UsageError(const std::string& what) {
+  std::cerr << "ddprun-rendezvous: error: " << what << "\n";
+  return 2;
+}
+
+// `value` must be finite and within [min, max] (`min` itself excluded when
+// `min_excluded`); `range` says so in the error.
+Status CheckNumber(const char* flag, double value, double min,
+                   bool min_excluded, double max, const char* range) {
+  if (std::isfinite(value) && value <= max &&
+      (min_excluded ? value > min : value >= min)) {
+    return Status::Ok();
+  }
+  std::ostringstream v;
+  v << value;
+  return InvalidArgumentError(std::string(flag) + ": invalid value " + v.str() +
+                              " (" + range + ")");
+}
+
+Status CheckNumbers(const Flags& f) {
+  // Seconds as the protocol carries them (uint32 milliseconds): > 0 and at
+  // most ~49 days, so that no conversion overflows.
+  const char* kSeconds = "seconds, more than 0 and at most 4294967";
+  const std::pair<const char*, double> timeouts[] = {
+      {"--join_timeout", f.join_timeout},
+      {"--last_call_timeout", f.last_call_timeout},
+      {"--heartbeat_timeout", f.heartbeat_timeout}};
+  for (const auto& [flag, value] : timeouts) {
+    DDP_RETURN_IF_ERROR(CheckNumber(flag, value, 0, true, 4294967, kSeconds));
+  }
+  const char* kRate = "calls per second, 0 to 1000000; 0 = off";
+  DDP_RETURN_IF_ERROR(
+      CheckNumber("--join_rate", f.join_rate, 0, false, 1e6, kRate));
+  return CheckNumber("--heartbeat_rate", f.heartbeat_rate, 0, false, 1e6,
+                     kRate);
+}
+
+// The token, from (in this order) --token, --token_file, DDPRUN_RDZV_TOKEN
+// (an env var keeps the token out of `ps`) or the file
+// DDPRUN_RDZV_TOKEN_FILE names (the server and a --status call, e.g. the
+// Docker HEALTHCHECK, find the token the same way). None of them = no
+// token. One that is given but empty is an error: an empty token would
+// silently turn authentication off.
+Status ResolveToken(Flags* f) {
+  std::string source;
+  std::string file;
+  const char* env_token = std::getenv("DDPRUN_RDZV_TOKEN");
+  const char* env_file = std::getenv("DDPRUN_RDZV_TOKEN_FILE");
+  if (f->token_file_given && f->token_file.empty()) {
+    return InvalidArgumentError("--token_file: empty path");
+  }
+  if (f->token_given) {
+    source = "--token";
+  } else if (!f->token_file.empty()) {
+    source = "--token_file " + f->token_file;
+    file = f->token_file;
+  } else if (env_token != nullptr) {
+    source = "DDPRUN_RDZV_TOKEN";
+    f->token = env_token;
+  } else if (env_file != nullptr && *env_file != '\0') {
+    source = "DDPRUN_RDZV_TOKEN_FILE=" + std::string(env_file);
+    file = env_file;
+  } else {
+    return Status::Ok();
+  }
+  if (!file.empty()) {
+    if (!ReadFile(file, &f->token)) {
+      return InvalidArgumentError("cannot read the token file " + file);
+    }
+    while (!f->token.empty() &&
+           (f->token.back() == '\n' || f->token.back() == '\r')) {
+      f->token.pop_back();
+    }
+  }
+  if (f->token.empty()) {
+    return InvalidArgumentError(
+        source +
+        " gives an empty token, which would turn authentication off; give "
+        "a non-empty token, or none at all to run without one");
+  }
+  return Status::Ok();
+}
+
 int PrintStatus(const Flags& flags) {
   std::shared_ptr<grpc::ChannelCredentials> creds =
       grpc::InsecureChannelCredentials();
   if (!flags.tls_ca.empty()) {
     grpc::SslCredentialsOptions ssl;
     if (!ReadFile(flags.tls_ca, &ssl.pem_root_certs)) {
-      std::cerr << "ddprun-rendezvous: cannot read --tls_ca " << flags.tls_ca
-                << "\n";
-      return 2;
+      return UsageError("cannot read --tls_ca " + flags.tls_ca);
     }
     if (!flags.tls_cert.empty()) ReadFile(flags.tls_cert, &ssl.pem_cert_chain);
     if (!flags.tls_key.empty()) ReadFile(flags.tls_key, &ssl.pem_private_key);
@@ -100,8 +186,7 @@ int Serve(const Flags& flags) {
         !ReadFile(flags.tls_key, &options.tls_key_pem) ||
         (!flags.tls_ca.empty() &&
          !ReadFile(flags.tls_ca, &options.tls_ca_pem))) {
-      std::cerr << "ddprun-rendezvous: cannot read the TLS files\n";
-      return 2;
+      return UsageError("cannot read the TLS files");
     }
   }
   auto secs = [](double s) {
@@ -124,6 +209,9 @@ int Serve(const Flags& flags) {
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
+  // One connection per node: more than the usual 1024 descriptors.
+  const int fd_limit = RaiseFdLimit();
+  DDP_LOG(DEBUG) << "open file limit " << fd_limit;
   RendezvousServer server;
   StatusOr<int> port = server.Start(flags.host, flags.port, options);
   if (!port.ok()) {
@@ -149,7 +237,8 @@ int main(int argc, char** argv) {
   app.add_option("--host", flags.host, "address to listen on")
       ->capture_default_str();
   app.add_option("--port", flags.port, "port to listen on; 0 = any free port")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
   app.add_option("--token", flags.token, "shared token clients must send");
   app.add_option("--token_file,--token-file", flags.token_file,
                  "file holding the token (trailing newline ignored)");
@@ -178,42 +267,29 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--join_rate,--join-rate", flags.join_rate,
                  "Join calls per second per node (burst 20); 0 = no limit")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->capture_default_str();
   app.add_option("--heartbeat_rate,--heartbeat-rate", flags.heartbeat_rate,
                  "Heartbeat calls per second per node (burst 50); 0 = no limit")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->capture_default_str();
   app.add_option("--status", flags.status_endpoint,
                  "print the live state of the server at HOST:PORT and exit");
   app.add_option("--rdzv_id,--rdzv-id", flags.rdzv_id,
                  "with --status: only this job");
   app.add_flag("--json", flags.json, "with --status: print JSON");
-  CLI11_PARSE(app, argc, argv);
-
-  // Precedence: --token, then --token_file, then DDPRUN_RDZV_TOKEN (an env
-  // var keeps the token out of `ps`), then the file DDPRUN_RDZV_TOKEN_FILE
-  // names (the server and a --status call, e.g. the Docker HEALTHCHECK, find
-  // the token the same way).
-  if (const char* env = std::getenv("DDPRUN_RDZV_TOKEN");
-      env != nullptr && flags.token.empty() && flags.token_file.empty()) {
-    flags.token = env;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);  // --help
+  } catch (const CLI::ParseError& e) {
+    return ddprun::rendezvous::UsageError(e.what());
   }
-  if (const char* env = std::getenv("DDPRUN_RDZV_TOKEN_FILE");
-      env != nullptr && *env != '\0' && flags.token.empty() &&
-      flags.token_file.empty()) {
-    flags.token_file = env;
+  flags.token_given = app.count("--token") > 0;
+  flags.token_file_given = app.count("--token_file") > 0;
+  if (ddprun::Status s = ddprun::rendezvous::CheckNumbers(flags); !s.ok()) {
+    return ddprun::rendezvous::UsageError(s.message());
   }
-  if (!flags.token_file.empty() && flags.token.empty()) {
-    if (!ddprun::rendezvous::ReadFile(flags.token_file, &flags.token)) {
-      std::cerr << "ddprun-rendezvous: cannot read the token file "
-                << flags.token_file << "\n";
-      return 2;
-    }
-    while (!flags.token.empty() &&
-           (flags.token.back() == '\n' || flags.token.back() == '\r')) {
-      flags.token.pop_back();
-    }
+  if (ddprun::Status s = ddprun::rendezvous::ResolveToken(&flags); !s.ok()) {
+    return ddprun::rendezvous::UsageError(s.message());
   }
   if (!flags.status_endpoint.empty()) {
     return ddprun::rendezvous::PrintStatus(flags);

@@ -149,6 +149,9 @@ Status RendezvousJob::Join(const v1::JoinRequest& request, WaiterId waiter,
   }
   // A restarted server learns the job's history from the joiners.
   const int64_t seen = request.previous().round();
+  if (!known && rebuild_ && seen == rebuild_->round) {
+    NoteReregistered(out);  // it re-joins instead of re-registering
+  }
   if (phase_ == Phase::kOpen && seen >= round_) {
     round_ = seen + 1;
     restart_count_ =
@@ -261,8 +264,10 @@ void RendezvousJob::CompleteIfReady(std::vector<Outcome>* out) {
     last_call_deadline_.reset();
     return;
   }
-  if (reformed_ && CountNodes(NodeState::kExpected) == 0) {
-    // Every node known to be alive is back: no reason to wait.
+  if (reformed_ && CountNodes(NodeState::kExpected) == 0 && !rebuild_) {
+    // Every node known to be alive is back: no reason to wait. (After a
+    // server restart, nodes that have not re-registered yet may be alive:
+    // the round waits for them until the rebuild deadline.)
     Complete(out);
     return;
   }
@@ -360,7 +365,6 @@ void RendezvousJob::Invalidate(v1::HeartbeatResponse::Action action,
   reason_ = reason;
   open_since_ = clock_->Now();
   last_call_deadline_.reset();
-  rebuild_deadline_.reset();
   deadline_moved_ = true;
   for (auto& [id, node] : nodes_) {
     if (node.success_waiter != 0) {
@@ -381,11 +385,6 @@ void RendezvousJob::Invalidate(v1::HeartbeatResponse::Action action,
     }
   }
   CompleteIfReady(out);
-}
-
-std::string RendezvousJob::BudgetExhausted(const std::string& failure) const {
-  return "restart budget exhausted (max_restarts=" +
-         std::to_string(config_.max_restarts()) + "); " + failure;
 }
 
 void RendezvousJob::Fail(const std::string& reason, std::vector<Outcome>* out) {
@@ -465,12 +464,7 @@ StatusOr<v1::HeartbeatResponse> RendezvousJob::Heartbeat(
       n.assignment = req.current();
       n.previous_rank = req.current().group_rank();
       node = &n;
-      if (rebuild_deadline_ && RunningCount() >= rebuild_expected_) {
-        rebuild_deadline_.reset();
-        DDP_LOG(INFO) << "rendezvous '" << id_ << "' rebuilt: all "
-                      << rebuild_expected_ << " nodes of round " << round_
-                      << " re-registered";
-      }
+      NoteReregistered(out);
     }
   }
   if (node != nullptr) node->last_seen = clock_->Now();
@@ -495,89 +489,6 @@ StatusOr<v1::HeartbeatResponse> RendezvousJob::Heartbeat(
                              std::to_string(round_)
                        : reason_);
   return reply;
-}
-
-void RendezvousJob::AnswerFailure(WaiterId waiter, bool will_restart,
-                                  std::vector<Outcome>* out) {
-  Outcome o;
-  o.waiter = waiter;
-  o.failure.set_will_restart(will_restart);
-  o.failure.set_restart_count(restart_count_);
-  out->push_back(std::move(o));
-}
-
-Status RendezvousJob::ReportFailure(const v1::ReportFailureRequest& req,
-                                    WaiterId waiter,
-                                    std::vector<Outcome>* out) {
-  if (phase_ == Phase::kSucceeded) return FailedPreconditionError(Closed());
-  if (phase_ == Phase::kFailed) {
-    AnswerFailure(waiter, false, out);
-    return Status::Ok();
-  }
-  if (FindNode(req.node_id(), req.instance()) == nullptr &&
-      req.round() >= round_) {
-    return NotFoundError("node '" + req.node_id() +
-                         "' is not part of rendezvous '" + id_ + "'");
-  }
-  if (req.round() < round_) {
-    // That round already ended; no second budget unit for it.
-    if (pending_failure_ && pending_failure_->round == req.round() &&
-        !pending_failure_->charged) {
-      pending_failure_->waiters.push_back(waiter);
-    } else {
-      AnswerFailure(waiter, true, out);
-    }
-    return Status::Ok();
-  }
-  if (phase_ != Phase::kRunning || req.round() != round_) {
-    return FailedPreconditionError("round " + std::to_string(req.round()) +
-                                   " of rendezvous '" + id_ +
-                                   "' is not running");
-  }
-  const std::string what = "node '" + req.node_id() +
-                           "' reported a worker failure in round " +
-                           std::to_string(round_) +
-                           (req.reason().empty() ? "" : ": " + req.reason());
-  PendingFailure pending;
-  pending.round = round_;
-  pending.decide_at =
-      clock_->Now() + heartbeat_timeout_ + std::chrono::milliseconds(500);
-  pending.reason = what;
-  pending.charged = restart_count_ < static_cast<int>(config_.max_restarts());
-  if (const Node* reporter = FindNode(req.node_id(), req.instance())) {
-    pending.host = reporter->info.addr();
-    pending.reported_at = clock_->Now();
-    RecordHostFailure(pending.host);
-  }
-  if (pending.charged) {
-    ++restart_count_;
-    AnswerFailure(waiter, true, out);
-  } else {
-    pending.waiters.push_back(waiter);
-  }
-  // Only the reporter ran this round: no node loss can turn up to explain
-  // the failure, so an exhausted budget is final now, not after the wait.
-  const bool decide_now = !pending.charged && RunningCount() <= 1;
-  pending_failure_ = std::move(pending);
-  deadline_moved_ = true;
-  Invalidate(Action::ACTION_RESTART, what, out);
-  if (decide_now) Fail(BudgetExhausted(what), out);
-  return Status::Ok();
-}
-
-void RendezvousJob::OnNodeLost(int64_t round, const std::string& node_id,
-                               std::vector<Outcome>* out) {
-  if (!pending_failure_ || pending_failure_->round != round) return;
-  DDP_LOG(INFO) << "rendezvous '" << id_ << "': the worker failure in round "
-                << round << " follows the loss of node '" << node_id
-                << "': no restart budget spent";
-  if (pending_failure_->charged) --restart_count_;
-  if (!pending_failure_->host.empty()) {
-    ForgetHostFailure(pending_failure_->host, pending_failure_->reported_at);
-  }
-  for (WaiterId w : pending_failure_->waiters) AnswerFailure(w, true, out);
-  pending_failure_.reset();
-  last_action_ = Action::ACTION_REJOIN;
 }
 
 Status RendezvousJob::ReportSuccess(const v1::ReportSuccessRequest& req,
@@ -607,11 +518,7 @@ Status RendezvousJob::ReportSuccess(const v1::ReportSuccessRequest& req,
                     AbortedError("superseded by a newer ReportSuccess")));
   }
   node->success_waiter = waiter;
-  if (CountNodes(NodeState::kRunning) == 0) {
-    Succeed("all " + std::to_string(RunningCount()) + " nodes of round " +
-                std::to_string(round_) + " succeeded",
-            out);
-  }
+  MaybeSucceed(out);
   return Status::Ok();
 }
 
@@ -667,14 +574,16 @@ bool RendezvousJob::CancelWaiter(WaiterId waiter, std::vector<Outcome>* out) {
   return false;
 }
 
-void RendezvousJob::AdoptRunningRound(const v1::Assignment& current) {
-  round_ = current.round();
-  restart_count_ = current.restart_count();
-  phase_ = Phase::kRunning;
-  rebuild_expected_ = current.group_world_size();
-  rebuild_deadline_ = clock_->Now() + heartbeat_timeout_;
-  deadline_moved_ = true;
-  reason_ = "rebuilt after a rendezvous server restart";
+void RendezvousJob::MaybeSucceed(std::vector<Outcome>* out) {
+  // A rebuilt round is complete only once every node re-registered: a
+  // node that has not yet may still be training.
+  if (phase_ != Phase::kRunning || rebuild_ ||
+      CountNodes(NodeState::kRunning) != 0 || RunningCount() == 0) {
+    return;
+  }
+  Succeed("all " + std::to_string(RunningCount()) + " nodes of round " +
+              std::to_string(round_) + " succeeded",
+          out);
 }
 
 }  // namespace ddprun::rendezvous

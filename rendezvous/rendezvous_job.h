@@ -145,7 +145,9 @@ class RendezvousJob {
 
   // Rebuild after a server restart: a job created from a Heartbeat of a node
   // that runs `current`. Its round is running and waits heartbeat_timeout for
-  // the other group_world_size - 1 nodes to re-register.
+  // the other group_world_size - 1 nodes to re-register. A round re-formed
+  // meanwhile (a failure report) waits for them too; those still missing at
+  // the deadline are lost (a pending failure of the round is refunded).
   void AdoptRunningRound(const v1::Assignment& current);
 
  private:
@@ -193,6 +195,11 @@ class RendezvousJob {
   bool HostExcluded(const std::string& host) const;
   // Ends cool-downs that are over and lets their parked nodes join.
   void ReleaseExcludedHosts(std::vector<Outcome>* out);
+  // One more node of the adopted round is back (rebuild_).
+  void NoteReregistered(std::vector<Outcome>* out);
+  // Closes the job as succeeded when every node of the running round has
+  // (and a rebuilt round has all its nodes back).
+  void MaybeSucceed(std::vector<Outcome>* out);
   // Ends the running round: participants must re-join round_ + 1.
   void Invalidate(v1::HeartbeatResponse::Action action,
                   const std::string& reason, std::vector<Outcome>* out);
@@ -200,7 +207,8 @@ class RendezvousJob {
   void AnswerFailure(WaiterId waiter, bool will_restart,
                      std::vector<Outcome>* out);
   // A node of round `round` was lost: settles a pending failure of it.
-  void OnNodeLost(int64_t round, const std::string& node_id,
+  // `who` names it for the log ("node 'x'").
+  void OnNodeLost(int64_t round, const std::string& who,
                   std::vector<Outcome>* out);
   void Complete(std::vector<Outcome>* out);
   void Fail(const std::string& reason, std::vector<Outcome>* out);
@@ -248,10 +256,18 @@ class RendezvousJob {
   Clock::TimePoint open_since_;
   Clock::TimePoint finished_at_;
   std::optional<Clock::TimePoint> last_call_deadline_;
-  // After a server restart: nodes the adopted round had, and until when they
-  // may re-register.
-  int rebuild_expected_ = 0;
-  std::optional<Clock::TimePoint> rebuild_deadline_;
+  // After a server restart (or a failover to another hosting agent): the
+  // adopted round, the nodes it had and those that re-registered so far,
+  // and until when the others may. Nodes still missing then were lost in
+  // that round, also when it ended meanwhile (a failure report of a
+  // survivor): a pending failure of it is put down to their loss.
+  struct Rebuild {
+    int64_t round = 0;
+    int expected = 0;
+    int registered = 0;
+    Clock::TimePoint deadline;
+  };
+  std::optional<Rebuild> rebuild_;
   // A worker failure whose budget decision waits for a possible node loss.
   struct PendingFailure {
     int64_t round = 0;

@@ -41,7 +41,7 @@ void RendezvousJob::Tick(std::vector<Outcome>* out) {
           " lost: no heartbeat for " + Seconds(now - node.last_seen));
       DDP_LOG(WARNING) << "rendezvous '" << id_ << "': " << lost.back();
       if (node.state == NodeState::kExpected) {
-        OnNodeLost(node.assignment.round(), it->first, out);
+        OnNodeLost(node.assignment.round(), "node '" + it->first + "'", out);
       }
       RemoveNode(it++, UnavailableError(lost.back()), out);
     } else {
@@ -50,15 +50,24 @@ void RendezvousJob::Tick(std::vector<Outcome>* out) {
   }
   if (phase_ == Phase::kRunning && lost_running) {
     Invalidate(Action::ACTION_REJOIN, lost.front(), out);
-  } else if (phase_ == Phase::kRunning && rebuild_deadline_ &&
-             now >= *rebuild_deadline_) {
-    const int have = RunningCount();
-    rebuild_deadline_.reset();
-    Invalidate(Action::ACTION_REJOIN,
-               "after a rendezvous server restart only " +
-                   std::to_string(have) + " of " +
-                   std::to_string(rebuild_expected_) + " nodes re-registered",
-               out);
+  }
+  if (rebuild_ && now >= rebuild_->deadline) {
+    const Rebuild r = *rebuild_;
+    rebuild_.reset();
+    const std::string missing =
+        std::to_string(r.expected - r.registered) + " of the " +
+        std::to_string(r.expected) + " nodes of round " +
+        std::to_string(r.round) +
+        " (they did not re-register after a rendezvous server restart)";
+    DDP_LOG(WARNING) << "rendezvous '" << id_ << "': lost " << missing;
+    if (phase_ == Phase::kRunning && round_ == r.round) {
+      Invalidate(Action::ACTION_REJOIN,
+                 "after a rendezvous server restart only " +
+                     std::to_string(r.registered) + " of " +
+                     std::to_string(r.expected) + " nodes re-registered",
+                 out);
+    }
+    OnNodeLost(r.round, missing, out);
   }
   if (pending_failure_ && pending_failure_->charged) {
     for (const auto& [id, seen] : pending_failure_->missing) {
@@ -67,7 +76,7 @@ void RendezvousJob::Tick(std::vector<Outcome>* out) {
         DDP_LOG(WARNING) << "rendezvous '" << id_ << "': node '" << node_id
                          << "', left out of round " << round_
                          << ", lost: no heartbeat for " << Seconds(now - seen);
-        OnNodeLost(pending_failure_->round, node_id, out);
+        OnNodeLost(pending_failure_->round, "node '" + node_id + "'", out);
         break;
       }
     }
@@ -111,7 +120,7 @@ std::optional<Clock::TimePoint> RendezvousJob::NextDeadline() const {
     consider(open_since_ + join_timeout_);
     if (last_call_deadline_) consider(*last_call_deadline_);
   }
-  if (rebuild_deadline_) consider(*rebuild_deadline_);
+  if (rebuild_) consider(rebuild_->deadline);
   if (pending_failure_) {
     consider(pending_failure_->decide_at);
     for (const auto& [id, seen] : pending_failure_->missing) {

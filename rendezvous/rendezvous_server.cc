@@ -9,12 +9,15 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/accept_guard.h"
 #include "common/logging.h"
 #include "rendezvous/rendezvous_service.h"
 
 namespace ddprun::rendezvous {
 
 namespace {
+
+constexpr int kHandshakeTimeoutMs = 10000;
 
 // Binds host:port once without SO_REUSEPORT: a busy port gets our one-line
 // error instead of gRPC's multi-line one. (gRPC's own bind below still
@@ -76,8 +79,11 @@ StatusOr<int> RendezvousServer::Start(const std::string& host, int port,
     creds = grpc::InsecureServerCredentials();
   }
   if (port != 0) DDP_RETURN_IF_ERROR(CheckPortFree(host, port));
+  // Running out of descriptors must cost new connections, not the listener.
+  EnableAcceptGuard("rendezvous server");
   auto service = std::make_unique<RendezvousService>(
-      options.clock, options.defaults, options.token, options.limits);
+      options.clock, options.defaults, options.token, options.limits,
+      options.failover);
   const std::string address =
       (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
       std::to_string(port);
@@ -96,6 +102,10 @@ StatusOr<int> RendezvousServer::Start(const std::string& host, int port,
   builder.AddChannelArgument(
       GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // A connection that does not speak HTTP/2 within 10 s is closed (gRPC's
+  // default is 120 s): idle sockets cannot hold descriptors for long.
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             kHandshakeTimeoutMs);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound == 0) {
     service->StopTimer();

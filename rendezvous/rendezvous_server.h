@@ -34,6 +34,10 @@ struct ServerOptions {
   int max_message_bytes = 64 * 1024;
   // Time source for the rendezvous logic; must outlive the server.
   Clock* clock = Clock::Real();
+  // An agent hosts this server in-process: heartbeat replies say that
+  // agents may take over the endpoint when it stops answering
+  // (HeartbeatResponse.failover).
+  bool failover = false;
 };
 
 // The rendezvous gRPC server, embeddable: `ddprun-rendezvous` runs one, and

@@ -61,8 +61,12 @@ class ParkedCall : public grpc::ServerUnaryReactor {
 };
 
 RendezvousService::RendezvousService(Clock* clock, JobDefaults defaults,
-                                     std::string token, StateLimits limits)
-    : clock_(clock), token_(std::move(token)), state_(clock, defaults, limits) {
+                                     std::string token, StateLimits limits,
+                                     bool failover)
+    : clock_(clock),
+      token_(std::move(token)),
+      failover_(failover),
+      state_(clock, defaults, limits) {
   timer_ = std::thread([this] { TimerLoop(); });
 }
 
@@ -204,6 +208,7 @@ grpc::ServerUnaryReactor* RendezvousService::Heartbeat(
     v1::HeartbeatResponse* response) {
   return Unary(ctx, [&]() -> ::ddprun::Status {
     DDP_ASSIGN_OR_RETURN(*response, state_.Heartbeat(*request));
+    response->set_failover(failover_);
     return ::ddprun::Status::Ok();
   });
 }

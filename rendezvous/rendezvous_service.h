@@ -30,9 +30,10 @@ class ParkedCall;
 class RendezvousService final : public v1::Rendezvous::CallbackService {
  public:
   // `token`: required value of the x-ddprun-token metadata; empty = none.
+  // `failover`: set HeartbeatResponse.failover (an agent hosts us).
   // `clock` must outlive the service.
   RendezvousService(Clock* clock, JobDefaults defaults, std::string token,
-                    StateLimits limits = {});
+                    StateLimits limits = {}, bool failover = false);
   ~RendezvousService() override;
 
   // Answers every parked call with UNAVAILABLE and refuses new calls
@@ -93,6 +94,7 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
 
   Clock* const clock_;
   const std::string token_;
+  const bool failover_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -1,5 +1,7 @@
 #include "rendezvous/rendezvous_state.h"
 
+#include <cstdio>
+
 #include "common/logging.h"
 
 namespace ddprun::rendezvous {
@@ -11,6 +13,27 @@ constexpr size_t kMaxAddrBytes = 256;
 constexpr size_t kMaxRoleBytes = 64;
 constexpr uint32_t kMaxNodes = 100000;
 constexpr uint32_t kMaxLocalWorldSize = 65536;
+// Reasons end up in other agents' messages and in status output; gRPC
+// clients refuse error details above 8 KiB of metadata.
+constexpr size_t kMaxReasonBytes = 4096;
+// Far beyond any job's life, far below where round + 1 overflows.
+constexpr int64_t kMaxRound = int64_t{1} << 48;
+
+Status CheckReason(const std::string& reason) {
+  if (reason.size() > kMaxReasonBytes) {
+    return InvalidArgumentError("reason is longer than 4096 bytes");
+  }
+  return Status::Ok();
+}
+
+Status CheckRound(int64_t round) {
+  if (round < 0 || round > kMaxRound) {
+    return InvalidArgumentError("round " + std::to_string(round) +
+                                " is out of range (0.." +
+                                std::to_string(kMaxRound) + ")");
+  }
+  return Status::Ok();
+}
 
 Status CheckRdzvId(const std::string& id) {
   if (id.empty()) return InvalidArgumentError("rdzv_id is empty");
@@ -66,12 +89,19 @@ Status CheckNode(const v1::NodeInfo& n) {
 // A heartbeat's reported assignment is trusted to rebuild a job after a
 // server restart, so it must at least be self-consistent.
 Status CheckAssignment(const v1::Assignment& a, const v1::JobConfig& c) {
-  if (a.round() < 0 ||
-      (a.round() > 0 &&
+  DDP_RETURN_IF_ERROR(CheckRound(a.round()));
+  if (a.restart_count() < 0 ||
+      a.restart_count() > static_cast<int64_t>(c.max_restarts())) {
+    return InvalidArgumentError("assignment restart count " +
+                                std::to_string(a.restart_count()) +
+                                " is out of range (0..max_restarts " +
+                                std::to_string(c.max_restarts()) + ")");
+  }
+  if ((a.round() > 0 &&
        (a.group_world_size() < 1 ||
         a.group_world_size() > static_cast<int>(c.max_nodes()) ||
         a.group_rank() < 0 || a.group_rank() >= a.group_world_size()))) {
-    return InvalidArgumentError("heartbeat assignment is inconsistent (round " +
+    return InvalidArgumentError("assignment is inconsistent (round " +
                                 std::to_string(a.round()) + ", group rank " +
                                 std::to_string(a.group_rank()) + " of " +
                                 std::to_string(a.group_world_size()) + ")");
@@ -92,9 +122,17 @@ RendezvousState::RendezvousState(Clock* clock, JobDefaults defaults,
 
 Status RendezvousState::CheckRate(RateLimiter* limiter, const char* rpc,
                                   const std::string& rdzv_id,
-                                  const std::string& node_id) {
-  // '\n' cannot end an rdzv_id, so the key is unambiguous enough.
-  if (limiter->Allow(rdzv_id + '\n' + node_id)) return Status::Ok();
+                                  const v1::NodeInfo& node) {
+  // One bucket per agent process (node id and instance): an impostor using
+  // another process's node id spends its own allowance, not the victim's.
+  // The key's parts are unambiguous: the instance is fixed-width.
+  char instance[17];
+  std::snprintf(instance, sizeof(instance), "%016llx",
+                static_cast<unsigned long long>(node.instance()));
+  if (limiter->Allow(std::string(instance) + rdzv_id + '\n' + node.node_id())) {
+    return Status::Ok();
+  }
+  const std::string& node_id = node.node_id();
   return ResourceExhaustedError(std::string(rpc) +
                                 " rate limit exceeded for node '" + node_id +
                                 "' in rendezvous '" + rdzv_id + "'; slow down");
@@ -138,8 +176,10 @@ Status RendezvousState::Join(const v1::JoinRequest& request, WaiterId waiter) {
   DDP_RETURN_IF_ERROR(CheckRdzvId(request.rdzv_id()));
   DDP_RETURN_IF_ERROR(CheckConfig(request.config()));
   DDP_RETURN_IF_ERROR(CheckNode(request.node()));
-  DDP_RETURN_IF_ERROR(CheckRate(&join_limiter_, "Join", request.rdzv_id(),
-                                request.node().node_id()));
+  // The previous round moves a fresh job's round number (server restart).
+  DDP_RETURN_IF_ERROR(CheckRound(request.previous().round()));
+  DDP_RETURN_IF_ERROR(
+      CheckRate(&join_limiter_, "Join", request.rdzv_id(), request.node()));
   // A fresh agent (no previous round, not a node of the job) that reuses the
   // rdzv_id of a finished job starts a new job: re-running a command must
   // not hit a closed rendezvous (torchrun's RendezvousClosedError). Nodes of
@@ -173,8 +213,8 @@ StatusOr<v1::HeartbeatResponse> RendezvousState::Heartbeat(
     const v1::HeartbeatRequest& req) {
   DDP_RETURN_IF_ERROR(CheckRdzvId(req.rdzv_id()));
   DDP_RETURN_IF_ERROR(CheckNode(req.node()));
-  DDP_RETURN_IF_ERROR(CheckRate(&heartbeat_limiter_, "Heartbeat", req.rdzv_id(),
-                                req.node().node_id()));
+  DDP_RETURN_IF_ERROR(
+      CheckRate(&heartbeat_limiter_, "Heartbeat", req.rdzv_id(), req.node()));
   if (jobs_.count(req.rdzv_id()) == 0 && req.current().round() == 0) {
     // Not joined yet (its Join is on its way): nothing to do, nothing kept.
     v1::HeartbeatResponse reply;
@@ -206,9 +246,8 @@ Status RendezvousState::ReportFailure(const v1::ReportFailureRequest& request,
                                       WaiterId waiter) {
   DDP_RETURN_IF_ERROR(CheckRdzvId(request.rdzv_id()));
   DDP_RETURN_IF_ERROR(CheckNodeId(request.node_id(), request.instance()));
-  if (request.reason().size() > 4096) {
-    return InvalidArgumentError("reason is longer than 4096 bytes");
-  }
+  DDP_RETURN_IF_ERROR(CheckReason(request.reason()));
+  DDP_RETURN_IF_ERROR(CheckRound(request.round()));
   DDP_ASSIGN_OR_RETURN(RendezvousJob * job, FindJob(request.rdzv_id()));
   const size_t before = outcomes_.size();
   DDP_RETURN_IF_ERROR(job->ReportFailure(request, waiter, &outcomes_));
@@ -221,6 +260,7 @@ Status RendezvousState::ReportSuccess(const v1::ReportSuccessRequest& request,
                                       WaiterId waiter) {
   DDP_RETURN_IF_ERROR(CheckRdzvId(request.rdzv_id()));
   DDP_RETURN_IF_ERROR(CheckNodeId(request.node_id(), request.instance()));
+  DDP_RETURN_IF_ERROR(CheckRound(request.round()));
   DDP_ASSIGN_OR_RETURN(RendezvousJob * job, FindJob(request.rdzv_id()));
   const size_t before = outcomes_.size();
   DDP_RETURN_IF_ERROR(job->ReportSuccess(request, waiter, &outcomes_));
@@ -231,6 +271,7 @@ Status RendezvousState::ReportSuccess(const v1::ReportSuccessRequest& request,
 Status RendezvousState::Leave(const v1::LeaveRequest& request) {
   DDP_RETURN_IF_ERROR(CheckRdzvId(request.rdzv_id()));
   DDP_RETURN_IF_ERROR(CheckNodeId(request.node_id(), request.instance()));
+  DDP_RETURN_IF_ERROR(CheckReason(request.reason()));
   DDP_ASSIGN_OR_RETURN(RendezvousJob * job, FindJob(request.rdzv_id()));
   deadline_changed_ = true;
   return job->Leave(request, &outcomes_);
@@ -238,6 +279,7 @@ Status RendezvousState::Leave(const v1::LeaveRequest& request) {
 
 Status RendezvousState::Close(const v1::CloseRequest& request) {
   DDP_RETURN_IF_ERROR(CheckRdzvId(request.rdzv_id()));
+  DDP_RETURN_IF_ERROR(CheckReason(request.reason()));
   DDP_ASSIGN_OR_RETURN(RendezvousJob * job, FindJob(request.rdzv_id()));
   job->Close(request.succeeded(), request.reason(), &outcomes_);
   return Status::Ok();

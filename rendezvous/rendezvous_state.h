@@ -20,7 +20,8 @@ namespace ddprun::rendezvous {
 struct StateLimits {
   // Jobs the server holds at once; a Join creating one more is refused.
   size_t max_jobs = 10000;
-  // Join calls per node (rdzv_id + node_id): burst, then rate per second.
+  // Join calls per node (rdzv_id + node_id + instance): burst, then rate
+  // per second.
   // A rate <= 0 turns the limit off.
   double join_burst = 20;
   double join_rate_per_s = 2;
@@ -84,10 +85,10 @@ class RendezvousState {
   void TrackWaiter(const std::string& rdzv_id, WaiterId waiter,
                    size_t first_new_outcome);
 
-  // RESOURCE_EXHAUSTED "rate limit" if `limiter` refuses this node.
+  // RESOURCE_EXHAUSTED "rate limit" if `limiter` refuses this node
+  // (node id and instance).
   static Status CheckRate(RateLimiter* limiter, const char* rpc,
-                          const std::string& rdzv_id,
-                          const std::string& node_id);
+                          const std::string& rdzv_id, const v1::NodeInfo& node);
 
   Clock* const clock_;
   const JobDefaults defaults_;

@@ -6,6 +6,8 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include "common/logging.h"
+
 namespace ddprun::rendezvous {
 namespace {
 
@@ -32,12 +34,16 @@ std::string FormatStatusTable(const v1::StatusResponse& status) {
   for (const v1::JobStatus& job : status.jobs()) {
     snprintf(line, sizeof(line),
              "job %s: %s, round %lld, nnodes %u:%u, restarts %d/%u\n",
-             job.rdzv_id().c_str(), JobState(job.state()).c_str(),
-             static_cast<long long>(job.round()), job.config().min_nodes(),
-             job.config().max_nodes(), job.restart_count(),
-             job.config().max_restarts());
+             EscapeControlChars(job.rdzv_id()).c_str(),
+             JobState(job.state()).c_str(), static_cast<long long>(job.round()),
+             job.config().min_nodes(), job.config().max_nodes(),
+             job.restart_count(), job.config().max_restarts());
     out += line;
-    if (!job.reason().empty()) out += "  last event: " + job.reason() + "\n";
+    // Ids and reasons come from the network: escaped, so that they cannot
+    // forge table lines or drive the terminal.
+    if (!job.reason().empty()) {
+      out += "  last event: " + EscapeControlChars(job.reason()) + "\n";
+    }
     std::vector<const v1::NodeStatus*> nodes;
     for (const auto& n : job.nodes()) nodes.push_back(&n);
     std::sort(nodes.begin(), nodes.end(), [](auto* a, auto* b) {
@@ -54,9 +60,10 @@ std::string FormatStatusTable(const v1::StatusResponse& status) {
       const std::string rank0 =
           n->rank_offset() < 0 ? "-" : std::to_string(n->rank_offset());
       snprintf(line, sizeof(line), "  %-32s %-9s %5s %6s %5u %-20s %7.1f s\n",
-               n->node_id().c_str(), NodeState(n->state()).c_str(),
-               grank.c_str(), rank0.c_str(), n->local_world_size(),
-               n->addr().c_str(), n->heartbeat_age_ms() / 1000.0);
+               EscapeControlChars(n->node_id()).c_str(),
+               NodeState(n->state()).c_str(), grank.c_str(), rank0.c_str(),
+               n->local_world_size(), EscapeControlChars(n->addr()).c_str(),
+               n->heartbeat_age_ms() / 1000.0);
       out += line;
     }
   }

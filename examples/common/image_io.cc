@@ -8,6 +8,8 @@
 #include <stb_image.h>
 #include <stb_image_write.h>
 
+#include "examples/common/media_limits.h"
+
 namespace ddprun::examples {
 
 StatusOr<torch::Tensor> ReadGrayImage(const std::string& path, int64_t size) {
@@ -15,6 +17,9 @@ StatusOr<torch::Tensor> ReadGrayImage(const std::string& path, int64_t size) {
   if (!std::filesystem::is_regular_file(path, ec)) {
     return NotFoundError("image file not found: " + path);
   }
+  // The header first: nothing is decoded beyond the size limit.
+  DDP_ASSIGN_OR_RETURN(ImageSize declared, ReadImageSize(path));
+  DDP_RETURN_IF_ERROR(CheckImagePixels(path, declared.width, declared.height));
   int w = 0, h = 0, channels = 0;
   std::unique_ptr<unsigned char, void (*)(void*)> pixels(
       stbi_load(path.c_str(), &w, &h, &channels, /*desired_channels=*/1),

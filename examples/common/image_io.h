@@ -12,7 +12,8 @@ namespace ddprun::examples {
 // tensor [1, H, W] in [0, 1]. When `size` > 0 the image is resized
 // (bilinear) to size x size. Errors: NOT_FOUND for a missing file;
 // INVALID_ARGUMENT "<path>: cannot decode image (<stb reason>)" for a
-// truncated or non-image file.
+// truncated or non-image file, and (before decoding anything) for an image
+// above GetMediaLimits().max_image_pixels.
 StatusOr<torch::Tensor> ReadGrayImage(const std::string& path, int64_t size);
 
 // Writes `image` ([H, W] or [1, H, W], values in [0, 1]) as an 8-bit

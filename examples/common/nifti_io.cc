@@ -9,6 +9,8 @@
 
 #include <nifti2_io.h>
 
+#include "examples/common/media_limits.h"
+
 namespace ddprun::examples {
 namespace {
 
@@ -66,6 +68,11 @@ StatusOr<torch::Tensor> ReadNifti(const std::string& path) {
   StatusOr<torch::ScalarType> type = TorchType(header->datatype);
   if (!type.ok())
     return InvalidArgumentError(path + ": " + type.status().message());
+  // Checked before nifti_image_load allocates: a small .nii.gz may declare
+  // a huge volume.
+  std::vector<int64_t> dims;
+  for (int i = 1; i <= header->ndim; ++i) dims.push_back(header->dim[i]);
+  DDP_RETURN_IF_ERROR(CheckVolumeVoxels(path, dims));
   if (nifti_image_load(header.get()) != 0 || header->data == nullptr) {
     return InvalidArgumentError(
         path + ": truncated or unreadable image data (" +

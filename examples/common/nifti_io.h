@@ -12,7 +12,9 @@ namespace ddprun::examples {
 // float32 tensor of shape [C, D, H, W]: C is the 4th NIfTI dimension (1 for a
 // 3D volume), D/H/W are nz/ny/nx. scl_slope/scl_inter are applied.
 // Errors: NOT_FOUND for a missing file; INVALID_ARGUMENT naming the file for a
-// bad header, truncated data, an unsupported datatype, or more than 4 dims.
+// bad header, truncated data, an unsupported datatype, more than 4 dims, or
+// (checked from the header, before the data is read) a volume above
+// GetMediaLimits().max_volume_voxels.
 StatusOr<torch::Tensor> ReadNifti(const std::string& path);
 
 // Like ReadNifti, then checks the shape: `channels` (0 = any) and, when

@@ -84,6 +84,14 @@ void TrainerCli::AddCommonOptions() {
       ->check(CLI::IsMember({"auto", "gloo", "nccl"}));
   app_.add_option("--progress_interval", o->progress_interval_s,
                   "Seconds between rank-0 progress lines");
+  app_.add_option("--max_image_pixels", o->max_image_pixels,
+                  "Largest image (width x height) a data file may declare; a "
+                  "larger one is an error before it is decoded")
+      ->check(CLI::PositiveNumber);
+  app_.add_option("--max_volume_voxels", o->max_volume_voxels,
+                  "Largest volume (voxels, all channels) a NIfTI file may "
+                  "declare; a larger one is an error before it is read")
+      ->check(CLI::PositiveNumber);
 }
 
 void TrainerCli::AddDataOptions(const std::string& flag, std::string* path,
@@ -135,6 +143,10 @@ std::optional<int> TrainerCli::Parse(int argc, char** argv) {
       std::fprintf(stderr, "note: %s\n", note.c_str());
   }
   CheckLocalRank();
+  MediaLimits limits;
+  limits.max_image_pixels = common_.max_image_pixels;
+  limits.max_volume_voxels = common_.max_volume_voxels;
+  SetMediaLimits(limits);
   return std::nullopt;
 }
 

@@ -12,6 +12,7 @@
 #include "ddprun/worker/checkpoint.h"
 #include "ddprun/worker/errors.h"
 #include "ddprun/worker/world.h"
+#include "examples/common/media_limits.h"
 
 namespace ddprun::examples {
 
@@ -34,6 +35,10 @@ struct CommonOptions {
   int local_rank = -1;                      // --local_rank (legacy launcher)
   std::string backend = "auto";             // gloo, nccl or auto
   double progress_interval_s = 5.0;         // rank-0 progress line period
+  // Size limits of one decoded image / volume (examples/common/media_limits.h);
+  // applied by TrainerCli::Parse.
+  int64_t max_image_pixels = MediaLimits().max_image_pixels;
+  int64_t max_volume_voxels = MediaLimits().max_volume_voxels;
 
   std::string CheckpointDir() const {
     return checkpoint_dir.empty() ? output_dir + "/checkpoints"

@@ -32,18 +32,6 @@ using namespace ddprun::test;  // NOLINT: the harness is the test's vocabulary
 
 namespace {
 
-// Field `n` (1-based, as in proc(5)) of /proc/<pid>/stat, for n >= 4.
-long StatField(int pid, int n) {
-  std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
-  size_t paren = stat.rfind(')');
-  if (paren == std::string::npos) return -1;
-  std::stringstream rest(stat.substr(paren + 2));
-  std::string field;
-  for (int i = 3; i <= n && rest >> field; ++i) {
-  }
-  return std::atol(field.c_str());
-}
-
 std::vector<int> ReadPids(const TempDir& dir, int n) {
   std::vector<int> pids;
   for (int r = 0; r < n; ++r) {

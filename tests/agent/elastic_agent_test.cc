@@ -131,9 +131,11 @@ class FakeRendezvous : public RendezvousClient {
     return r;
   }
   void SetEventHandler(EventHandler h) override { handler = std::move(h); }
-  StatusOr<bool> ReportFailure(int64_t r, const std::string& reason) override {
+  StatusOr<bool> ReportFailure(int64_t r, const std::string& reason,
+                               bool retry) override {
     failure_reasons.push_back(reason);
-    if (restarts_used >= max_restarts) return false;
+    if (!retry) ++no_retry_reports;
+    if (!retry || restarts_used >= max_restarts) return false;
     ++restarts_used;
     return true;
   }
@@ -150,6 +152,7 @@ class FakeRendezvous : public RendezvousClient {
   int group_rank = 0;
   int joins = 0;
   int successes = 0;
+  int no_retry_reports = 0;
   int leaves = 0;
   bool fail_join = false;
   bool job_succeeded = false;  // Join answers "the job ended without you"
@@ -261,6 +264,45 @@ TEST_CASE("ElasticAgent: a failure restarts the group while budget lasts",
   h.loop.RunUntilIdle();
   CHECK(h.exit_code == 0);
   CHECK(h.console.err.find("FAILED") == std::string::npos);
+}
+
+TEST_CASE("ElasticAgent: exit code 2 on the first attempt is not retried",
+          "[agent]") {
+  Harness h(2, /*max_restarts=*/3);
+  h.Start();
+  h.launcher.Exit(1, 2);
+  h.loop.RunUntilIdle();
+  REQUIRE(h.exit_code == 1);
+  CHECK(h.launcher.workers.size() == 2);  // no second attempt
+  CHECK(h.rendezvous.no_retry_reports == 1);
+  CHECK(h.rendezvous.restarts_used == 0);
+  CHECK(h.console.err.find("Root Cause") != std::string::npos);
+}
+
+TEST_CASE(
+    "ElasticAgent: exit code 2 is retried later, or with "
+    "--retry_usage_errors",
+    "[agent]") {
+  {
+    Harness h(1, /*max_restarts=*/2);
+    h.Start();
+    h.launcher.Exit(0, 1);  // attempt 0: an ordinary failure
+    h.loop.RunUntilIdle();
+    REQUIRE(h.launcher.workers.size() == 2);
+    h.launcher.Exit(1, 2);  // attempt 1: exit 2 is retried like any failure
+    h.loop.RunUntilIdle();
+    CHECK(h.launcher.workers.size() == 3);
+    CHECK(h.rendezvous.no_retry_reports == 0);
+  }
+  {
+    Harness h(1, /*max_restarts=*/1);
+    h.config.options.retry_usage_errors = true;
+    h.Start();
+    h.launcher.Exit(0, 2);
+    h.loop.RunUntilIdle();
+    CHECK(h.launcher.workers.size() == 2);
+    CHECK(h.rendezvous.no_retry_reports == 0);
+  }
 }
 
 TEST_CASE("ElasticAgent: budget exhausted -> FAILED, table, exit 1",

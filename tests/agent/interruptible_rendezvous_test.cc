@@ -45,7 +45,7 @@ class BlockingRendezvous : public RendezvousClient {
     return CancelledError("left");
   }
   void SetEventHandler(EventHandler) override {}
-  StatusOr<bool> ReportFailure(int64_t, const std::string&) override {
+  StatusOr<bool> ReportFailure(int64_t, const std::string&, bool) override {
     return true;
   }
   Status ReportSuccess(int64_t, Clock::Duration) override {
@@ -172,7 +172,7 @@ TEST_CASE("InterruptibleRendezvous: without a signal calls pass through",
   CHECK(rdzv.Backend() == "blocking");
   CHECK(rdzv.Join(JoinRequest{}, Clock::TimePoint::max()).ok());
   CHECK(rdzv.ReportSuccess(1, 1s).ok());
-  CHECK(*rdzv.ReportFailure(1, "x"));
+  CHECK(*rdzv.ReportFailure(1, "x", true));
   CHECK(inner.joins == 1);
   CHECK(inner.leaves == 0);
 }

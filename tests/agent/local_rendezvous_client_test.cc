@@ -61,14 +61,14 @@ TEST_CASE("LocalRendezvousClient: restart budget counted locally", "[agent]") {
   REQUIRE(r0.ok());
   CHECK(r0->master_port == 29555);  // --master_port is kept as given
   CHECK(r0->master_addr == "10.0.0.1");
-  REQUIRE(client.ReportFailure(r0->round, "x").value());
+  REQUIRE(client.ReportFailure(r0->round, "x", true).value());
   auto r1 = client.Join(Request(2, 2), Clock::Real()->Now());
   CHECK(r1->restart_count == 1);
   CHECK(r1->round == r0->round + 1);
-  REQUIRE(client.ReportFailure(r1->round, "x").value());
+  REQUIRE(client.ReportFailure(r1->round, "x", true).value());
   auto r2 = client.Join(Request(2, 2), Clock::Real()->Now());
   CHECK(r2->restart_count == 2);
-  CHECK_FALSE(client.ReportFailure(r2->round, "x").value());
+  CHECK_FALSE(client.ReportFailure(r2->round, "x", true).value());
 }
 
 TEST_CASE("FindFreePort: returns a bindable port", "[agent]") {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -147,6 +148,18 @@ inline bool IsDead(int pid) {
   size_t paren = stat.rfind(')');
   return paren != std::string::npos && paren + 2 < stat.size() &&
          (stat[paren + 2] == 'Z' || stat[paren + 2] == 'X');
+}
+
+// Field `n` (1-based, as in proc(5)) of /proc/<pid>/stat, for n >= 4.
+inline long StatField(int pid, int n) {
+  std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return -1;
+  std::stringstream rest(stat.substr(paren + 2));
+  std::string field;
+  for (int i = 3; i <= n && rest >> field; ++i) {
+  }
+  return std::atol(field.c_str());
 }
 
 // Waits until every pid is dead (deadline `timeout`).

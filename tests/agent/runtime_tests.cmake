@@ -21,7 +21,8 @@ if(TARGET ddprun)
   add_executable(agent_process_test
     ${CMAKE_CURRENT_LIST_DIR}/ddprun_process_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/frontends_process_test.cc
-    ${CMAKE_CURRENT_LIST_DIR}/torch_version_process_test.cc)
+    ${CMAKE_CURRENT_LIST_DIR}/torch_version_process_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/job_endings_test.cc)
   target_link_libraries(agent_process_test PRIVATE
     ddprun_common ddprun_catch_main)
   target_compile_definitions(agent_process_test PRIVATE ${DDPRUN_TEST_DEFINES})

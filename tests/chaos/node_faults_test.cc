@@ -177,4 +177,47 @@ TEST_CASE("chaos: rendezvous server SIGKILL and restart mid-training",
   PrintRecovery("rendezvous server SIGKILL + restart (1 s down)", took);
 }
 
+TEST_CASE(
+    "chaos: agent hosting the embedded rendezvous SIGKILL, the survivor takes "
+    "over and finishes",
+    "[chaos]") {
+  Scenario s("hostkill");
+  Workload w;
+  REQUIRE(Baseline(2, w.steps).has_value());
+  // No separate server: node a (started first) hosts the rendezvous at
+  // its endpoint in-process, node b joins it and stands by.
+  const int port = multinode::FreeLoopbackPort();
+  auto flags = [&](int node) {
+    return GrpcFlags(port, s.marker(), "1:2", 1, node, "127.0.0.1",
+                     kNodeLossRdzvConf);
+  };
+  Child& a = s.StartAgent("a", flags(0), w);
+  REQUIRE(multinode::WaitUntil(
+      [&] {
+        return ReadFile(s.dir() + "/a.err").find("listening on") !=
+               std::string::npos;
+      },
+      10s));
+  Child& b = s.StartAgent("b", flags(1), w);
+  if (!WaitTrainingTogether(s, 2, 10))
+    FAIL("not training together\n" << s.Logs());
+  Expect e;
+  e.what = "agent hosting the rendezvous SIGKILL (failover)";
+  e.exact = false;  // the survivor goes on alone: world 2 -> 1
+  e.spends_budget = false;
+  e.t0 = WallNow();
+  e.saved_before = s.LastSaved();
+  a.Kill(SIGKILL);
+  CHECK(a.Wait(5s) == 128 + SIGKILL);
+  const int code = b.Wait(60s);
+  INFO(s.Logs());
+  REQUIRE(code == 0);
+  CHECK(ReadFile(s.dir() + "/b.err").find("hosts it now") != std::string::npos);
+  std::optional<Event> restart = s.StartAfter(e.t0);
+  REQUIRE(restart.has_value());
+  CHECK(restart->world == 1);
+  const double took = CheckRecovered(s, w, e);
+  CHECK(took <= 10.0);
+}
+
 }  // namespace ddprun::chaos

@@ -1,5 +1,6 @@
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -8,6 +9,7 @@
 
 #include "examples/common/csv_table.h"
 #include "examples/common/jsonl_reader.h"
+#include "examples/common/media_limits.h"
 #include "examples/common/vocabulary.h"
 
 namespace ddprun::examples {
@@ -126,6 +128,61 @@ TEST_CASE("LabelSet: the closed answer set is sorted, unseen answers are -1",
   CHECK(answers.Index("maybe") == -1);
   // Every rank building from the same answers gets the same indices.
   CHECK(LabelSet::Build({"0", "2", "no", "yes"}).Index("no") == 2);
+}
+
+// The first bytes of a PNG: signature and IHDR declaring width x height
+// (stb_image reads the size from there; the pixels are not needed).
+std::string PngHeader(uint32_t width, uint32_t height) {
+  std::string png = "\x89PNG\r\n\x1a\n";
+  auto put32 = [&](uint32_t v) {
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      png.push_back(static_cast<char>((v >> shift) & 0xff));
+    }
+  };
+  put32(13);
+  png += "IHDR";
+  put32(width);
+  put32(height);
+  png += std::string("\x08\x00\x00\x00\x00", 5);
+  put32(0);  // CRC (not checked for the size)
+  return png;
+}
+
+TEST_CASE("MediaLimits: image sizes come from the header and are bounded",
+          "[media]") {
+  const MediaLimits saved = GetMediaLimits();
+  const std::string path = TempFile("huge.png", PngHeader(20000, 20000));
+  StatusOr<ImageSize> size = ReadImageSize(path);
+  REQUIRE(size.ok());
+  CHECK(size->width == 20000);
+  CHECK(size->height == 20000);
+  Status refused = CheckImagePixels(path, size->width, size->height);
+  CHECK(refused.code() == StatusCode::kInvalidArgument);
+  CHECK(refused.message() ==
+        path +
+            ": image of 20000x20000 pixels is above the "
+            "limit of 67108864 pixels (--max_image_pixels)");
+  CHECK(CheckImagePixels(path, 3000, 2500).ok());
+  MediaLimits larger = saved;
+  larger.max_image_pixels = 400000000;
+  SetMediaLimits(larger);
+  CHECK(CheckImagePixels(path, 20000, 20000).ok());
+  SetMediaLimits(saved);
+  CHECK_FALSE(ReadImageSize(TempFile("text.png", "not an image")).ok());
+  std::remove(path.c_str());
+}
+
+TEST_CASE("MediaLimits: volume sizes are bounded without overflow", "[media]") {
+  CHECK(CheckVolumeVoxels("v.nii", {4, 240, 240, 155}).ok());
+  Status big = CheckVolumeVoxels("v.nii", {700, 700, 700});
+  CHECK(big.code() == StatusCode::kInvalidArgument);
+  CHECK(big.message() ==
+        "v.nii: volume of 700x700x700 voxels is above the limit of 268435456 "
+        "voxels (--max_volume_voxels)");
+  // 2^31 cubed overflows int64: still refused, not wrapped around.
+  const int64_t huge = int64_t{1} << 31;
+  CHECK_FALSE(CheckVolumeVoxels("v.nii", {huge, huge, huge}).ok());
+  CHECK_FALSE(CheckVolumeVoxels("v.nii", {0, 10}).ok());
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // survival_trainer as a user runs it: synthetic data, a short training run
 // that must beat chance, bad files, config files, resume.
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <regex>
 #include <string>
@@ -8,6 +9,7 @@
 #include "ddprun_catch.h"
 
 #include "tests/examples/frame_checks.h"
+#include "tests/examples/hostile_files.h"
 #include "tests/examples/trainer_run.h"
 
 namespace ddprun::examples::testing {
@@ -118,6 +120,29 @@ TEST_CASE(
   CHECK(no_csv.exit_code == 2);
   CHECK(no_csv.output.find("cannot open CSV file " + dir + "/none.csv") !=
         std::string::npos);
+}
+
+TEST_CASE(
+    "survival_trainer: a volume declaring 700^3 voxels is refused before it "
+    "is read",
+    "[survival][errors]") {
+  const std::string dir = FreshDir("survival_bomb");
+  WriteZeroNiftiGz(dir + "/bomb.nii.gz", 700, 700, 700);  // ~330 KB on disk
+  std::string rows = "image,time,event\n";
+  for (int i = 0; i < 8; ++i) rows += dir + "/bomb.nii.gz,1,1\n";
+  WriteText(dir + "/bomb.csv", rows);
+  PeakRun r =
+      RunMeasured({Bin("survival_trainer"), "--csv_path", dir + "/bomb.csv",
+                   "--epochs", "1", "--output_dir", dir + "/out"},
+                  dir + "/log", 60);
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find(dir + "/bomb.nii.gz: volume of 700x700x700 voxels is "
+                            "above the limit of 268435456 voxels "
+                            "(--max_volume_voxels)") != std::string::npos);
+  CHECK(r.max_rss_kb < 1000 * 1024);  // reading it took 1.7 GB
+  std::printf("[survival] 700^3 NIfTI refused, peak RSS %.0f MB\n",
+              r.max_rss_kb / 1024.0);
 }
 
 TEST_CASE("survival_trainer: config file values apply and flags override them",

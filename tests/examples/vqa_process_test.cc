@@ -2,6 +2,7 @@
 // must beat chance, label errors, ZeRO 1/2 and auto-optimize under ddprun,
 // kill -9.
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -9,6 +10,7 @@
 #include "ddprun_catch.h"
 
 #include "tests/examples/frame_checks.h"
+#include "tests/examples/hostile_files.h"
 #include "tests/examples/trainer_run.h"
 
 namespace ddprun::examples::testing {
@@ -209,6 +211,44 @@ TEST_CASE("vqa_trainer: a missing image fails naming the file and its line",
   CHECK(r.output.find(dir + "/t.jsonl:") != std::string::npos);
   CHECK(r.output.find(": image file not found: " + dir + "/none.png") !=
         std::string::npos);
+}
+
+TEST_CASE(
+    "vqa_trainer: an image declaring 20000x20000 pixels is refused before it "
+    "is decoded",
+    "[vqa][errors]") {
+  const std::string dir = FreshDir("vqa_bomb");
+  WriteBlackPng(dir + "/bomb.png", 20000, 20000);  // ~390 KB on disk
+  std::string lines;
+  for (int i = 0; i < 5; ++i) lines += QuestionLine(dir + "/bomb.png");
+  WriteText(dir + "/t.jsonl", lines);
+  PeakRun r = RunMeasured({Bin("vqa_trainer"), "--data_path", dir + "/t.jsonl",
+                           "--debug", "--output_dir", dir + "/out"},
+                          dir + "/log", 60);
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find(dir + "/bomb.png: image of 20000x20000 pixels is above "
+                            "the limit of 67108864 pixels "
+                            "(--max_image_pixels)") != std::string::npos);
+  // Decoding it took 3.7 GB; a trainer that only read its header stays
+  // small (Torch itself is ~300 MB).
+  CHECK(r.max_rss_kb < 1000 * 1024);
+  std::printf("[vqa] 20000x20000 PNG refused, peak RSS %.0f MB\n",
+              r.max_rss_kb / 1024.0);
+
+  // The limit is configurable: an ordinary image above a small one.
+  WriteBlackPng(dir + "/small.png", 64, 64);
+  lines.clear();
+  for (int i = 0; i < 5; ++i) lines += QuestionLine(dir + "/small.png");
+  WriteText(dir + "/s.jsonl", lines);
+  CommandResult limited =
+      RunCommand(Bin("vqa_trainer") + " --data_path " + dir +
+                     "/s.jsonl --debug --max_image_pixels 1000 --output_dir " +
+                     dir + "/out2",
+                 60);
+  CHECK(limited.exit_code == 2);
+  CHECK(limited.output.find("image of 64x64 pixels is above the limit of 1000 "
+                            "pixels") != std::string::npos);
 }
 
 #ifdef DDPRUN_LAUNCHER_BIN

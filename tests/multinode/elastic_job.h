@@ -28,16 +28,23 @@ inline double WallNow() {
 }
 
 // An external server plus agents running env_worker.sh (MN_OUT is its
-// directory; `env` adds the worker's other MN_* settings).
+// directory; `env` adds the worker's other MN_* settings). Without the
+// external server (`external_server` false) the agents' endpoint is a free
+// port on 127.0.0.1: the first agent started hosts the rendezvous there.
 class ElasticJob {
  public:
-  explicit ElasticJob(std::map<std::string, std::string> env)
+  explicit ElasticJob(std::map<std::string, std::string> env,
+                      bool external_server = true)
       : env_(std::move(env)) {
-    server_ = std::make_unique<RendezvousServerProcess>(dir_.path(), 0);
+    if (external_server) {
+      server_ = std::make_unique<RendezvousServerProcess>(dir_.path(), 0);
+    } else {
+      embedded_port_ = FreeLoopbackPort();
+    }
     env_["MN_OUT"] = dir_.path();
   }
 
-  int port() const { return server_->port(); }
+  int port() const { return server_ ? server_->port() : embedded_port_; }
   const TempDir& dir() const { return dir_; }
 
   // Starts agent `node` with `args` plus the endpoint and the worker;
@@ -104,7 +111,8 @@ class ElasticJob {
  private:
   TempDir dir_;
   std::map<std::string, std::string> env_;
-  std::unique_ptr<RendezvousServerProcess> server_;
+  std::unique_ptr<RendezvousServerProcess> server_;  // null: embedded
+  int embedded_port_ = 0;
   std::vector<std::unique_ptr<Child>> agents_;
 };
 

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "tests/multinode/elastic_job.h"
 
@@ -128,6 +129,59 @@ TEST_CASE("multinode: an exhausted restart budget fails both nodes",
   std::set<int> attempts;
   for (const WorkerStart& s : job.Starts()) attempts.insert(s.restart_count);
   CHECK(attempts == std::set<int>{0, 1});
+}
+
+TEST_CASE(
+    "multinode: a usage error (exit 2) on the first attempt fails the whole "
+    "job at once",
+    "[multinode][elastic]") {
+  ElasticJob job(Env{{"MN_FAIL", "first"}, {"MN_FAIL_CODE", "2"}});
+  REQUIRE(job.port() > 0);
+  std::vector<std::string> args = {"--nnodes=2", "--rdzv_id=usage",
+                                   "--max_restarts=3"};
+  Child& a = job.Start("a", args);
+  Child& b = job.Start("b", args);
+  INFO(job.Outputs());
+  const int code_a = a.Wait(20s), code_b = b.Wait(20s);
+  CHECK(code_a == 1);
+  CHECK(code_b == 1);
+  // One attempt on each node, no restart budget spent.
+  CHECK(job.Starts().size() == 2);
+  for (const WorkerStart& s : job.Starts()) CHECK(s.restart_count == 0);
+  const std::string failed_node = job.Outputs();
+  CHECK(failed_node.find("not retried: local_rank 0 exited with code 2") !=
+        std::string::npos);
+  CHECK(failed_node.find("reported a failure that is not retried") !=
+        std::string::npos);
+}
+
+TEST_CASE(
+    "multinode: a server killed at the end of a job costs a finished node "
+    "connection_lost_timeout, with a clear message",
+    "[multinode][elastic]") {
+  ElasticJob job(Env{});
+  REQUIRE(job.port() > 0);
+  std::vector<std::string> args = {
+      "--nnodes=2", "--rdzv_id=barrier",
+      "--rdzv_conf=connection_lost_timeout=3,heartbeat_timeout=10"};
+  Child& a = job.Start("a", args, {{"MN_SLEEP", "0"}});
+  Child& b = job.Start("b", args, {{"MN_SLEEP", "60"}});
+  INFO(job.Outputs());
+  REQUIRE(job.WaitStarts(
+      2, [](const WorkerStart& s) { return s.world_size == 2; }, 15s));
+  std::this_thread::sleep_for(1s);  // a's worker is done: a is in the barrier
+  const auto killed = SteadyClock::now();
+  job.server().child().Kill(SIGKILL);
+  // Before: a waited the whole exit barrier (300 s), silently.
+  CHECK(a.Wait(20s) == 0);
+  const double took =
+      std::chrono::duration<double>(SteadyClock::now() - killed).count();
+  CHECK(took < 15.0);
+  const std::string err = a.Stderr();
+  CHECK(err.find("not reachable for 5 s") == std::string::npos);  // 3 s bound
+  CHECK(err.find("unreachable for 3 s") != std::string::npos);
+  CHECK(err.find("this node's workers succeeded") != std::string::npos);
+  CHECK(b.Wait(20s) == 1);  // b lost the server with its workers running
 }
 
 }  // namespace

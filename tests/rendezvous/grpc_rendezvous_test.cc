@@ -286,7 +286,8 @@ TEST_CASE(
   for (auto& r : first) REQUIRE(r.ok());
   clients[2].reset();  // node2 dies...
   // ...and node0's collectives fail right away.
-  auto restart = clients[0]->ReportFailure(first[0]->round, "gloo: reset");
+  auto restart =
+      clients[0]->ReportFailure(first[0]->round, "gloo: reset", true);
   REQUIRE(restart.ok());
   CHECK(*restart);  // the node loss explains it: the job goes on
   clients.pop_back();
@@ -310,7 +311,8 @@ TEST_CASE(
   clients[1]->SetEventHandler(other.Handler());
   auto first = JoinAll(clients, 2, 2);
   REQUIRE(first[0].ok());
-  auto restart = clients[0]->ReportFailure(first[0]->round, "rank 0 exit 1");
+  auto restart =
+      clients[0]->ReportFailure(first[0]->round, "rank 0 exit 1", true);
   REQUIRE(restart.ok());
   CHECK(*restart);
   auto e = other.Wait(seconds(3));
@@ -323,7 +325,7 @@ TEST_CASE(
     CHECK(r->restart_count == 1);
   }
   // max_restarts=1 is spent: the next failure fails the job everywhere.
-  auto exhausted = clients[1]->ReportFailure(second[1]->round, "again");
+  auto exhausted = clients[1]->ReportFailure(second[1]->round, "again", true);
   REQUIRE(exhausted.ok());
   CHECK_FALSE(*exhausted);
   auto late = clients[0]->Join(Request("node0", 2, 2), In(seconds(3)));

@@ -580,6 +580,110 @@ TEST_CASE(
   CHECK(outcomes[0].failure.restart_count() == 2);
 }
 
+TEST_CASE(
+    "RendezvousState: after a failover, a survivor's failure is put down to "
+    "the node that never re-registered",
+    "[rendezvous]") {
+  // a hosted the server and died with it; b's workers failed with a's.
+  Harness h(1, 2, /*max_restarts=*/3);
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Join("b").ok());
+  Harness fresh(1, 2, 3);  // the server b now hosts: empty
+  v1::HeartbeatRequest hb;
+  hb.set_rdzv_id("job");
+  *hb.mutable_config() = h.config_;
+  *hb.mutable_node() = h.Request("b").node();
+  *hb.mutable_current() = h.Of("b");
+  REQUIRE(fresh.state_.Heartbeat(hb).ok());  // b re-registers round 1
+  v1::ReportFailureRequest fail;
+  fail.set_rdzv_id("job");
+  fail.set_node_id("b");
+  fail.set_instance(h.Request("b").node().instance());
+  fail.set_round(1);
+  REQUIRE(fresh.state_.ReportFailure(fail, /*waiter=*/77).ok());
+  std::vector<Outcome> outcomes = fresh.state_.TakeOutcomes();
+  REQUIRE(outcomes.size() == 1);
+  CHECK(outcomes[0].failure.will_restart());
+  // b re-joins at once; the round waits for a until heartbeat_timeout (it
+  // might be alive and re-register), then forms without it and refunds
+  // the restart: a node loss spends no budget.
+  v1::JoinRequest join = h.Request("b");
+  REQUIRE(fresh.state_.Join(join, /*waiter=*/78).ok());
+  CHECK(fresh.state_.TakeOutcomes().empty());
+  fresh.Advance(milliseconds(2900));
+  CHECK_FALSE(fresh.Answered("b"));
+  CHECK(fresh.Job().state() == v1::JobStatus::STATE_OPEN);
+  fresh.clock_.Advance(milliseconds(200));
+  fresh.state_.Tick();
+  outcomes = fresh.state_.TakeOutcomes();
+  REQUIRE(outcomes.size() == 1);
+  CHECK(outcomes[0].waiter == 78);
+  CHECK(outcomes[0].assignment.round() == 2);
+  CHECK(outcomes[0].assignment.group_world_size() == 1);
+  CHECK(outcomes[0].assignment.restart_count() == 0);
+  CHECK(fresh.Job().restart_count() == 0);
+}
+
+TEST_CASE(
+    "RendezvousState: a rebuilt round succeeds only once every node is back",
+    "[rendezvous]") {
+  Harness h(2, 2);
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Join("b").ok());
+  Harness fresh(2, 2);  // a restarted server; b still trains
+  v1::HeartbeatRequest hb;
+  hb.set_rdzv_id("job");
+  *hb.mutable_config() = h.config_;
+  *hb.mutable_node() = h.Request("a").node();
+  *hb.mutable_current() = h.Of("a");
+  REQUIRE(fresh.state_.Heartbeat(hb).ok());  // a, in its exit barrier
+  v1::ReportSuccessRequest done;
+  done.set_rdzv_id("job");
+  done.set_node_id("a");
+  done.set_instance(h.Request("a").node().instance());
+  done.set_round(1);
+  REQUIRE(fresh.state_.ReportSuccess(done, /*waiter=*/91).ok());
+  // Not "all 1 nodes succeeded": b has not re-registered yet.
+  CHECK(fresh.state_.TakeOutcomes().empty());
+  CHECK(fresh.Job().state() == v1::JobStatus::STATE_RUNNING);
+  *hb.mutable_node() = h.Request("b").node();
+  *hb.mutable_current() = h.Of("b");
+  REQUIRE(fresh.state_.Heartbeat(hb).ok());
+  CHECK(fresh.state_.TakeOutcomes().empty());
+  done.set_node_id("b");
+  done.set_instance(h.Request("b").node().instance());
+  REQUIRE(fresh.state_.ReportSuccess(done, /*waiter=*/92).ok());
+  std::vector<Outcome> outcomes = fresh.state_.TakeOutcomes();
+  REQUIRE(outcomes.size() == 2);
+  CHECK(outcomes[0].status.ok());
+  CHECK(outcomes[1].status.ok());
+  CHECK(fresh.Job().state() == v1::JobStatus::STATE_SUCCEEDED);
+}
+
+TEST_CASE(
+    "RendezvousState: a failure that is not retried fails the job at once",
+    "[rendezvous]") {
+  Harness h(2, 2, /*max_restarts=*/3);
+  REQUIRE(h.Join("a").ok());
+  REQUIRE(h.Join("b").ok());
+  v1::ReportFailureRequest fail;
+  fail.set_rdzv_id("job");
+  fail.set_node_id("b");
+  fail.set_instance(h.Request("b").node().instance());
+  fail.set_round(1);
+  fail.set_reason("exit code 2 (usage error)");
+  fail.set_no_retry(true);
+  REQUIRE(h.state_.ReportFailure(fail, /*waiter=*/55).ok());
+  std::vector<Outcome> outcomes = h.state_.TakeOutcomes();
+  REQUIRE(outcomes.size() == 1);
+  CHECK_FALSE(outcomes[0].failure.will_restart());
+  CHECK(outcomes[0].failure.restart_count() == 0);  // no budget spent
+  v1::JobStatus job = h.Job();
+  CHECK(job.state() == v1::JobStatus::STATE_FAILED);
+  CHECK_THAT(job.reason(), Catch::Contains("not retried"));
+  CHECK(h.Heartbeat("a").action() == Action::ACTION_JOB_FAILED);
+}
+
 TEST_CASE("RendezvousState: rebuild with a missing node re-forms the round",
           "[rendezvous]") {
   Harness h(1, 2);

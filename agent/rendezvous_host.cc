@@ -1,0 +1,81 @@
+#include "agent/rendezvous_host.h"
+
+#include <atomic>
+
+#include <grpc/support/log.h>
+
+#include "common/logging.h"
+
+namespace ddprun::agent {
+namespace {
+
+// gRPC's own log lines go through DDP_LOG (same format as ddprun's), except
+// while a hosting attempt may lose a bind race: that is the normal "join it"
+// case, not gRPC's multi-line "Address already in use" error.
+std::atomic<int> g_grpc_log_quiet{0};
+
+void GrpcLog(gpr_log_func_args* args) {
+  if (g_grpc_log_quiet.load() > 0) return;
+  if (args->severity == GPR_LOG_SEVERITY_ERROR) {
+    DDP_LOG(WARNING) << "grpc " << args->file << ":" << args->line << ": "
+                     << args->message;
+  } else {
+    DDP_LOG(DEBUG) << "grpc " << args->file << ":" << args->line << ": "
+                   << args->message;
+  }
+}
+
+}  // namespace
+
+void InstallGrpcLogRouting() { gpr_set_log_function(GrpcLog); }
+
+RendezvousHost::RendezvousHost(std::string bind_host, int port,
+                               rendezvous::ServerOptions options,
+                               std::string endpoint)
+    : bind_host_(std::move(bind_host)),
+      port_(port),
+      options_(std::move(options)),
+      endpoint_(std::move(endpoint)) {}
+
+RendezvousHost::~RendezvousHost() { Shutdown(Clock::Duration::zero()); }
+
+StatusOr<int> RendezvousHost::Serve(bool quiet) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (server_) return server_->port();
+  auto server = std::make_unique<rendezvous::RendezvousServer>();
+  if (quiet) ++g_grpc_log_quiet;
+  StatusOr<int> port = server->Start(bind_host_, port_, options_);
+  if (quiet) --g_grpc_log_quiet;
+  if (!port.ok()) return port.status();
+  server_ = std::move(server);
+  return port;
+}
+
+bool RendezvousHost::TakeOver() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (server_ || shut_down_ || port_ == 0) return false;
+  }
+  if (!Serve(/*quiet=*/true).ok()) return false;  // someone serves it
+  DDP_LOG(WARNING) << "rendezvous " << endpoint_
+                   << " stopped answering and its port was free: this agent "
+                      "hosts it now (the job is rebuilt from the agents)";
+  return true;
+}
+
+bool RendezvousHost::serving() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return server_ != nullptr;
+}
+
+void RendezvousHost::Shutdown(Clock::Duration grace) {
+  std::unique_ptr<rendezvous::RendezvousServer> server;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shut_down_ = true;
+    server = std::move(server_);
+  }
+  if (server) server->Shutdown(grace);
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,62 @@
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/clock.h"
+#include "common/status_or.h"
+#include "rendezvous/rendezvous_server.h"
+
+namespace ddprun::agent {
+
+// The rendezvous server an agent hosts in-process at one endpoint, now or
+// later. An agent whose --rdzv_endpoint is on its own host may serve it:
+// the first agent to bind the port does (torchrun's is_host rule), and
+// when that agent dies, the port is free again and a surviving agent on
+// the host takes over (TakeOver(), called by its rendezvous client when
+// the server stops answering). The new server starts empty; the agents
+// rebuild the job from their running rounds, as after a server restart.
+//
+// Threading: thread-safe. The server runs on gRPC's threads.
+class RendezvousHost {
+ public:
+  // `bind_host`:`port` is where to listen (port 0 = any free port, for
+  // Serve() only); `options` as for RendezvousServer::Start; `endpoint`
+  // names it in log lines.
+  RendezvousHost(std::string bind_host, int port,
+                 rendezvous::ServerOptions options, std::string endpoint);
+  ~RendezvousHost();  // Shutdown() with no grace
+  RendezvousHost(const RendezvousHost&) = delete;
+  RendezvousHost& operator=(const RendezvousHost&) = delete;
+
+  // Starts serving and returns the bound port. UNAVAILABLE when the port is
+  // taken (another process serves it); other errors as
+  // RendezvousServer::Start. `quiet`: gRPC's own error line about a bind
+  // race lost to another agent is not printed.
+  StatusOr<int> Serve(bool quiet);
+
+  // Failover: serves the endpoint if nobody does (its port is free). True
+  // when this call started serving it, false when it serves already or
+  // the port is taken. Logs one line when it takes over.
+  bool TakeOver();
+
+  bool serving() const;
+  // Stops serving (parked calls get UNAVAILABLE). Idempotent.
+  void Shutdown(Clock::Duration grace);
+
+ private:
+  const std::string bind_host_;
+  const int port_;
+  const rendezvous::ServerOptions options_;
+  const std::string endpoint_;
+  mutable std::mutex mu_;
+  std::unique_ptr<rendezvous::RendezvousServer> server_;
+  bool shut_down_ = false;  // no takeover after the agent's own shutdown
+};
+
+// Routes gRPC's own log lines through DDP_LOG (errors as warnings); lines
+// are dropped while a RendezvousHost may lose a bind race.
+void InstallGrpcLogRouting();
+
+}  // namespace ddprun::agent

@@ -1,0 +1,97 @@
+// Failover of the embedded rendezvous: two agents share the rendezvous one
+// of them hosts in-process (--rdzv_endpoint on their own host, the first to
+// bind the port hosts it); kill -9 of the hosting agent must not end the
+// job: the survivor takes over the endpoint, rebuilds the job and trains on
+// while --nnodes MIN is met. Shell workers (data/env_worker.sh), so that
+// only the agents' reactions are timed.
+
+#include "ddprun_catch.h"
+
+#include <signal.h>
+
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "tests/multinode/elastic_job.h"
+
+namespace ddprun::multinode {
+namespace {
+
+// The wall time of the first start of `node` with `world_size` (0: none).
+double StartedAt(const std::vector<WorkerStart>& starts,
+                 const std::string& node, int world_size) {
+  for (const WorkerStart& s : starts) {
+    if (s.node == node && s.world_size == world_size) return s.wall_time;
+  }
+  return 0;
+}
+
+// Agents "a" (hosting: it starts first) and "b" on one embedded
+// rendezvous, once both train together and b heard (heartbeats, 1 s) that
+// it may take over.
+std::pair<Child*, Child*> StartHostedPair(
+    ElasticJob& job, const std::vector<std::string>& args) {
+  Child& a = job.Start("a", args);
+  REQUIRE(WaitUntil(
+      [&] { return a.Stderr().find("listening on") != std::string::npos; },
+      10s));
+  Child& b = job.Start("b", args);
+  INFO(job.Outputs());
+  REQUIRE(WaitUntil(
+      [&] {
+        return StartedAt(job.Starts(), "a", 2) > 0 &&
+               StartedAt(job.Starts(), "b", 2) > 0;
+      },
+      20s));
+  CHECK(b.Stderr().find("already served on this host") != std::string::npos);
+  std::this_thread::sleep_for(2s);
+  return {&a, &b};
+}
+
+TEST_CASE(
+    "multinode: kill -9 of the agent hosting the rendezvous, the survivor "
+    "takes over and goes on within 10 s",
+    "[multinode][failover]") {
+  // A worker in a world of one node finishes at once: the job then ends.
+  ElasticJob job({{"MN_FINISH_WS", "1"}}, /*external_server=*/false);
+  auto [a_ptr, b_ptr] = StartHostedPair(
+      job, {"--nnodes=1:2", "--max_restarts=3", "--rdzv_id=fo"});
+  Child& a = *a_ptr;
+  Child& b = *b_ptr;
+  INFO(job.Outputs());
+  const double killed_at = WallNow();
+  a.Kill(SIGKILL);
+  REQUIRE(a.Wait(5s) == 128 + SIGKILL);
+  REQUIRE(WaitUntil([&] { return StartedAt(job.Starts(), "b", 1) > 0; }, 20s));
+  const double took = StartedAt(job.Starts(), "b", 1) - killed_at;
+  std::printf(
+      "[multinode] failover: the survivor's workers restarted %.2f s after "
+      "kill -9 of the hosting agent\n",
+      took);
+  CHECK(took <= 10.0);
+  CHECK(b.Wait(15s) == 0);
+  CHECK(b.Stderr().find("hosts it now") != std::string::npos);
+  // The loss of a node spends no restart budget.
+  for (const WorkerStart& s : job.Starts()) CHECK(s.restart_count == 0);
+}
+
+TEST_CASE(
+    "multinode: below MIN after the hosting agent died, the survivor fails "
+    "clearly",
+    "[multinode][failover]") {
+  ElasticJob job({{"MN_SLEEP", "60"}}, /*external_server=*/false);
+  auto [a, b] = StartHostedPair(
+      job, {"--nnodes=2", "--rdzv_id=fomin", "--rdzv_conf=join_timeout=4"});
+  INFO(job.Outputs());
+  a->Kill(SIGKILL);
+  // Taken over, rebuilt, the round re-forms without a: 1 < MIN = 2 until
+  // join_timeout (4 s).
+  CHECK(b->Wait(25s) == 1);
+  CHECK(b->Stderr().find("did not reach min_nodes=2") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace ddprun::multinode
