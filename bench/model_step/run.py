@@ -3,15 +3,16 @@
 same run.
 
 For each trainer and precision: model_step_bench (the trainer's C++ model,
-loss, optimizer and precision, built from its model library) and twins.py
-(the same model layer for layer in plain PyTorch) each run --warmup untimed
+loss, optimizer and precision, built from its model library) and
+twin_bench.py (the same model layer for layer in plain PyTorch, twins.py)
+each run --warmup untimed
 and --steps timed training steps on a fixed random batch in a fresh process;
 the two sides alternate for --rounds rounds (C++ first in even rounds,
 Python first in odd ones) and the table shows the medians and the ratio
 C++/Python of samples/s (goal >= 1.0). Both sides must report the same
 parameter count and the same parameter and buffer shapes in the same order,
 else the run fails. --check first runs the C++ step from exported weights
-and batch in the Python twin (twins.py --compare) and fails when losses,
+and batch in the Python twin (twin_bench.py --compare) and fails when losses,
 updated weights or batch-norm statistics differ.
 
   /usr/bin/python3 bench/model_step/run.py --bin-dir build/bin
@@ -80,8 +81,12 @@ def parse_args():
                     help="intra-op threads on both sides (default 1 on CPU, 0 = "
                          "Torch's default on CUDA)")
     ap.add_argument("--python", default=sys.executable,
-                    help="interpreter for twins.py (default: this one)")
+                    help="interpreter for the twins, with the torch to compare "
+                         "against (default: this one)")
     ap.add_argument("--python-malloc", choices=("same", "default"), default="same")
+    ap.add_argument("--python-adam-foreach", choices=("default", "off"), default="default",
+                    help="off: the twins' Adam works one parameter at a time, as "
+                         "LibTorch's does (torch's default on CUDA is multi-tensor)")
     ap.add_argument("--check", action="store_true",
                     help="first compare each twin with the C++ step numerically")
     ap.add_argument("--check-steps", type=int, default=3)
@@ -111,7 +116,7 @@ class Sides:
         self.bench = os.path.join(a.bin_dir, "model_step_bench")
         if not os.access(self.bench, os.X_OK):
             raise BenchError(f"{self.bench} not found: build the model_step_bench target")
-        self.twins = [a.python, os.path.join(HERE, "twins.py")]
+        self.twins = [a.python, os.path.join(HERE, "twin_bench.py")]
         env = dict(os.environ)
         # The caller's malloc settings would turn the C++ tuning off.
         for name in ("GLIBC_TUNABLES", "DDPRUN_MALLOC_TUNING", "LD_PRELOAD"):
@@ -134,6 +139,7 @@ class Sides:
             "--steps", str(self.a.steps), "--warmup", str(self.a.warmup)]
         if side == "cpp":
             return run_json([self.bench] + flags, self.cpp_env, self.a.timeout)
+        flags += ["--adam-foreach", self.a.python_adam_foreach]
         return run_json(self.twins + flags, self.py_env, self.a.timeout)
 
     def check(self, trainer):
@@ -194,7 +200,7 @@ def bench_one(sides, trainer, precision, rounds):
 def print_table(rows, device):
     head = (f"{'trainer':<13}{'device':<8}{'precision':<10}{'params':>9}"
             f"{'C++ samples/s':>15}{'Py samples/s':>14}{'C++/Py':>8}"
-            f"{'CPU ms C++':>12}{'CPU ms Py':>11}")
+            f"{'CPU ms C++':>12}{'CPU ms Py':>11}{'Py/C++':>8}")
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -205,7 +211,7 @@ def print_table(rows, device):
         print(f"{r['trainer']:<13}{device:<8}{r['precision']:<10}{r['params']:>9}"
               f"{r['cpp_samples_per_s']:>15.2f}{r['python_samples_per_s']:>14.2f}"
               f"{r['ratio']:>8.3f}{r['cpp_cpu_ms_per_step']:>12.1f}"
-              f"{r['python_cpu_ms_per_step']:>11.1f}")
+              f"{r['python_cpu_ms_per_step']:>11.1f}{r['cpu_ratio']:>8.3f}")
 
 
 def main():
@@ -219,6 +225,7 @@ def main():
         report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "device": a.device,
                   "threads": a.threads, "steps": a.steps, "warmup": a.warmup,
                   "rounds": a.rounds, "python_malloc": a.python_malloc,
+                  "python_adam_foreach": a.python_adam_foreach,
                   "load_average_before": load_average(), "checks": [], "rows": []}
         print(f"load average before: {report['load_average_before']}", flush=True)
         for trainer in a.trainers:
@@ -259,8 +266,11 @@ def main():
           f"{first['cpp'][0]['threads']} (C++) / {first['python'][0]['threads']} (Python)")
     print(f"torch: C++ LibTorch {report['torch_cpp']}, Python torch "
           f"{report['torch_python']}; steps {a.steps} after {a.warmup} warm-up, "
-          f"median of {a.rounds} alternating rounds; Python malloc: {a.python_malloc}")
+          f"median of {a.rounds} alternating rounds; Python malloc: {a.python_malloc}, "
+          f"Python Adam foreach: {a.python_adam_foreach}")
     print_table(report["rows"], a.device)
+    print("C++/Py: ratio of samples/s (wall clock); CPU ms: process CPU time per step, "
+          "Py/C++ its ratio (> 1: C++ used less CPU)")
     print(f"load average before: {report['load_average_before']}, after: "
           f"{report['load_average_after']}")
     if a.json:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""ctest bench/model_step/check_detects_drift: twins.py --compare must fail
+"""ctest bench/model_step/check_detects_drift: twin_bench.py --compare must fail
 when a twin drifts from its C++ model in ways a parameter count cannot see.
 
 Against one real model_step_bench --export of the survival step: the
@@ -30,6 +30,7 @@ def main():
         print("no torch: skipped")
         return 77
     sys.path.insert(0, HERE)
+    import twin_bench
     import twins
 
     failures = []
@@ -42,7 +43,7 @@ def main():
 
         def verdict(label, expect_ok):
             try:
-                r = twins.compare(args, device)
+                r = twin_bench.compare(args, device)
                 ok = r["ok"]
                 detail = (f"loss {r['max_loss_rel_diff']:.1e}, weights "
                           f"{r['max_param_abs_diff']:.1e}, buffers "
