@@ -1,6 +1,7 @@
 #include "ddprun/worker/precision.h"
 
 #include <cmath>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
@@ -63,13 +64,20 @@ at::Tensor GradScaler::Scale(const at::Tensor& loss) const {
 bool GradScaler::Unscale(const std::vector<at::Tensor>& params) {
   if (!options_.enabled) return true;
   at::NoGradGuard no_grad;
-  bool finite = true;
+  // One flag per gradient, read back once: an item() per gradient waits for
+  // the device once per parameter tensor (dozens per step on CUDA), where
+  // torch.cuda.amp.GradScaler waits once.
+  std::vector<at::Tensor> finite_flags;
   for (const auto& p : params) {
     if (!p.grad().defined()) continue;
     at::Tensor g = p.grad();
     g.div_(scale_);
-    if (finite && !at::isfinite(g).all().item<bool>()) finite = false;
+    at::Tensor f = at::isfinite(g).all();
+    if (!finite_flags.empty()) f = f.to(finite_flags.front().device());
+    finite_flags.push_back(f);
   }
+  const bool finite =
+      finite_flags.empty() || at::stack(finite_flags).all().item<bool>();
   at::Tensor flag =
       at::tensor({finite ? 0.0f : 1.0f}, at::kFloat).to(world_.device());
   world_.AllReduce(flag, ReduceOp::kMax);
