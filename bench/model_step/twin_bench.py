@@ -89,7 +89,10 @@ def _load_in_order(name, tensors, values):
 
 def compare(args, device):
     """Runs the twin from the C++ weights and batch; returns the report."""
-    ref = torch.load(args.compare)
+    # Our own file from this run. torch::pickle_save tags typed containers
+    # (torch.jit._pickle.restore_type_tag), which weights_only loading (the
+    # default from torch 2.6) refuses.
+    ref = torch.load(args.compare, weights_only=False)
     if ref["trainer"] != args.trainer:
         raise AssertionError(f"{args.compare} is an export of {ref['trainer']}, "
                              f"not {args.trainer}")

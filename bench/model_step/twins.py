@@ -33,7 +33,12 @@ class StepPrecision:
                              "(CPU autocast is bf16 only)")
         self.name = name
         self.device_type = device.type
-        self.scaler = torch.cuda.amp.GradScaler() if name == "fp16" else None
+        self.scaler = None
+        if name == "fp16":
+            # torch.amp.GradScaler("cuda") from torch 2.3 (torch.cuda.amp's
+            # is deprecated there); the same algorithm.
+            amp_scaler = getattr(torch.amp, "GradScaler", None)
+            self.scaler = amp_scaler("cuda") if amp_scaler else torch.cuda.amp.GradScaler()
 
     def autocast(self):
         if self.name == "fp32":
