@@ -1,6 +1,7 @@
 #include "ddprun/worker/precision.h"
 
 #include <cmath>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
