@@ -2,11 +2,14 @@
 // own members are in session_loop.cc).
 #include "examples/common/trainer_session.h"
 
+#include <errno.h>  // program_invocation_short_name
+
 #include <filesystem>
 
 #include <torch/torch.h>
 
 #include "ddprun/worker/errors.h"
+#include "examples/common/outputs_observer.h"
 
 namespace ddprun::examples {
 
@@ -112,6 +115,13 @@ void TrainerSession::Prepare(const TrainingSetup& setup) {
             std::to_string(state_.step) +
             "); nothing to train, nothing written (a larger --epochs trains "
             "on)");
+  }
+  if (!complete()) {
+    // A re-run of a finished run writes nothing, not even an empty event
+    // file.
+    observers_.push_back(std::make_shared<RunOutputsObserver>(
+        world_, common_.output_dir, program_invocation_short_name,
+        state_.step));
   }
   if (setup.use_ddp) {
     ddp_ = std::make_unique<worker::DistributedDataParallel>(

@@ -39,6 +39,22 @@ TEST_CASE("survival_trainer: a short run alone beats chance (C-index > 0.62)",
   CHECK(metrics.back()["val_cindex"].get<double>() > 0.62);
   CHECK(metrics.back()["val_subjects"].get<int>() == 32);
   CHECK(!std::filesystem::is_empty(out + "/checkpoints"));
+  // What people look at: TensorBoard events (read back by an independent
+  // reader that checks every CRC) and the curves plot.
+  std::vector<std::string> events = EventFiles(out);
+  REQUIRE(events.size() == 1);
+  nlohmann::json tb = ReadEvents(events[0]);
+  std::map<std::string, std::vector<int64_t>> steps;
+  for (const auto& record : tb["records"]) {
+    for (const auto& v : record["values"]) {
+      steps[v["tag"].get<std::string>()].push_back(record["step"]);
+    }
+  }
+  CHECK(steps["train/loss"].size() == 36);  // every optimizer step
+  CHECK(steps["train/lr"].size() == 36);
+  CHECK(steps["train/epoch_loss"] == std::vector<int64_t>{12, 24, 36});
+  CHECK(steps["val/cindex"] == std::vector<int64_t>{12, 24, 36});
+  CHECK(PngSize(out + "/training_curves.png").first == 1200);
 
   SECTION("a second run continues from the newest checkpoint") {
     // --resume_from FILE continues that checkpoint in a fresh output dir.
@@ -66,6 +82,18 @@ TEST_CASE("survival_trainer: a short run alone beats chance (C-index > 0.62)",
     REQUIRE(more.size() == 4);
     CHECK(more.back()["epoch"] == 4);
     CHECK(more.back()["step"] == 48);
+    // The continued run writes a second event file that starts where the
+    // checkpoint left off (TensorBoard's SessionLog START at step 37).
+    std::vector<std::string> both = EventFiles(out);
+    REQUIRE(both.size() == 2);
+    nlohmann::json second = ReadEvents(both[1]);
+    bool start_at_37 = false;
+    for (const auto& record : second["records"]) {
+      if (record.value("session_log_status", 0) == 1) {
+        start_at_37 = record["step"] == 37;
+      }
+    }
+    CHECK(start_at_37);
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -83,6 +84,44 @@ std::string SyntheticData(const std::string& trainer, const std::string& args,
 
 void WriteText(const std::string& path, const std::string& text) {
   std::ofstream(path) << text;
+}
+
+std::vector<std::string> EventFiles(const std::string& dir) {
+  std::vector<std::string> files;
+  if (!std::filesystem::is_directory(dir)) return files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("events.out.tfevents.", 0) == 0) {
+      files.push_back(entry.path().string());
+    }
+  }
+  // events.out.tfevents.<10-digit time>.<host>[.n]: name order is time order.
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+nlohmann::json ReadEvents(const std::string& path) {
+  CommandResult r = RunCommand("/usr/bin/python3 " +
+                                   std::string(DDPRUN_SOURCE_DIR) +
+                                   "/tests/outputs/read_tfevents.py " + path,
+                               60);
+  if (r.exit_code != 0) {
+    throw std::runtime_error("read_tfevents.py " + path + ": " + r.output);
+  }
+  return nlohmann::json::parse(r.output);
+}
+
+std::pair<int, int> PngSize(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  unsigned char h[24] = {0};
+  if (!in.read(reinterpret_cast<char*>(h), sizeof(h)) ||
+      std::string(reinterpret_cast<char*>(h + 1), 3) != "PNG") {
+    return {-1, -1};
+  }
+  auto be32 = [&](int at) {
+    return (h[at] << 24) | (h[at + 1] << 16) | (h[at + 2] << 8) | h[at + 3];
+  };
+  return {be32(16), be32(20)};  // IHDR: width, height
 }
 
 std::vector<std::string> LinesWith(const std::string& output,

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -34,6 +35,17 @@ std::string SyntheticData(const std::string& trainer, const std::string& args,
 
 // Writes `text` to `path`.
 void WriteText(const std::string& path, const std::string& text);
+
+// <dir>/events.out.tfevents.* in name (creation) order.
+std::vector<std::string> EventFiles(const std::string& dir);
+
+// An event file as tests/outputs/read_tfevents.py reads it (every record's
+// CRCs checked; {"records": [...], "truncated": bool}); throws
+// std::runtime_error when the reader fails.
+nlohmann::json ReadEvents(const std::string& path);
+
+// Width and height from a PNG file's header, {-1, -1} when it is not one.
+std::pair<int, int> PngSize(const std::string& path);
 
 // The lines of `output` that contain `needle`, in order.
 std::vector<std::string> LinesWith(const std::string& output,
