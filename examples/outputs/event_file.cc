@@ -6,12 +6,10 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "examples/outputs/tensorboard_event.pb.h"
+#include "examples/outputs/event_codec.h"
 
 namespace ddprun::examples::outputs {
 namespace {
-
-namespace tb = ::ddprun::tensorboard;
 
 std::string HostName() {
   char name[256] = {};
@@ -21,12 +19,8 @@ std::string HostName() {
   return name;
 }
 
-Status Append(TfRecordWriter* records, const tb::Event& event) {
-  std::string bytes;
-  if (!event.SerializeToString(&bytes)) {
-    return InternalError("cannot serialise an event for " + records->path());
-  }
-  return records->Append(bytes);
+Status Append(TfRecordWriter* records, const Event& event) {
+  return records->Append(EncodeEvent(event));
 }
 
 }  // namespace
@@ -49,46 +43,48 @@ StatusOr<std::unique_ptr<EventFileWriter>> EventFileWriter::Create(
   if (!records.ok()) return records.status();
   std::unique_ptr<EventFileWriter> writer(
       new EventFileWriter(std::move(records).value(), clock));
-  tb::Event version;
-  version.set_wall_time(now);
-  version.set_file_version("brain.Event:2");
+  Event version;
+  version.wall_time = now;
+  version.file_version = "brain.Event:2";
   DDP_RETURN_IF_ERROR(Append(writer->records_.get(), version));
   DDP_RETURN_IF_ERROR(writer->Flush());
   return writer;
 }
 
 Status EventFileWriter::WriteSessionStart(int64_t first_step) {
-  tb::Event event;
-  event.set_wall_time(clock_->WallSeconds());
-  event.set_step(first_step);
-  event.mutable_session_log()->set_status(tb::SessionLog::START);
+  Event event;
+  event.wall_time = clock_->WallSeconds();
+  event.step = first_step;
+  event.session_log_status = 1;  // START
   return Append(records_.get(), event);
 }
 
 Status EventFileWriter::WriteScalar(const std::string& tag, int64_t step,
                                     float value) {
-  tb::Event event;
-  event.set_wall_time(clock_->WallSeconds());
-  event.set_step(step);
-  tb::Summary::Value* v = event.mutable_summary()->add_value();
-  v->set_tag(tag);
-  v->set_simple_value(value);
+  Event event;
+  event.wall_time = clock_->WallSeconds();
+  event.step = step;
+  EventValue v;
+  v.tag = tag;
+  v.simple_value = value;
+  event.values.push_back(std::move(v));
   return Append(records_.get(), event);
 }
 
 Status EventFileWriter::WriteImage(const std::string& tag, int64_t step,
                                    int width, int height, int channels,
                                    const std::string& png) {
-  tb::Event event;
-  event.set_wall_time(clock_->WallSeconds());
-  event.set_step(step);
-  tb::Summary::Value* v = event.mutable_summary()->add_value();
-  v->set_tag(tag);
-  tb::Summary::Image* image = v->mutable_image();
-  image->set_height(height);
-  image->set_width(width);
-  image->set_colorspace(channels);  // 1 = grayscale, 3 = RGB, as TF's codes
-  image->set_encoded_image_string(png);
+  Event event;
+  event.wall_time = clock_->WallSeconds();
+  event.step = step;
+  EventValue v;
+  v.tag = tag;
+  v.is_image = true;
+  v.image.height = height;
+  v.image.width = width;
+  v.image.colorspace = channels;  // 1 = grayscale, 3 = RGB, as TF's codes
+  v.image.png = png;
+  event.values.push_back(std::move(v));
   return Append(records_.get(), event);
 }
 
@@ -98,23 +94,19 @@ StatusOr<EventFileScalars> ReadEventFileScalars(const std::string& path) {
   out.truncated_tail = file.truncated_tail;
   out.damage = file.damage;
   for (size_t i = 0; i < file.records.size(); ++i) {
-    tb::Event event;
-    if (!event.ParseFromString(file.records[i])) {
-      out.damage =
-          Status(StatusCode::kDataLoss,
-                 path + ": record " + std::to_string(i) + " is not an Event");
+    StatusOr<Event> event = DecodeEvent(file.records[i]);
+    if (!event.ok()) {
+      out.damage = Status(StatusCode::kDataLoss,
+                          path + ": record " + std::to_string(i) + " is " +
+                              event.status().message());
       break;
     }
-    if (i == 0) out.first_wall_time = event.wall_time();
-    if (event.has_session_log() && out.session_start < 0 &&
-        event.session_log().status() == tb::SessionLog::START) {
-      out.session_start = event.step();
+    if (i == 0) out.first_wall_time = event->wall_time;
+    if (out.session_start < 0 && event->session_log_status == 1) {
+      out.session_start = event->step;
     }
-    if (!event.has_summary()) continue;
-    for (const tb::Summary::Value& v : event.summary().value()) {
-      if (v.value_case() == tb::Summary::Value::kSimpleValue) {
-        out.series[v.tag()].push_back({event.step(), v.simple_value()});
-      }
+    for (const EventValue& v : event->values) {
+      if (!v.is_image) out.series[v.tag].push_back({event->step, v.simple_value});
     }
   }
   return out;
