@@ -58,6 +58,9 @@ in_root() {
     mount -o remount,bind,ro "$root/work/src"
     if [[ -d $src/../shared ]]; then mount --bind "$src/../shared" "$root/work/shared"; fi
     cp -L /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+    # The host'"'"'s name must resolve inside as outside: torchrun'"'"'s c10d
+    # rendezvous hands workers the node'"'"'s hostname as MASTER_ADDR.
+    if [[ -f /etc/hosts ]]; then mount --bind /etc/hosts "$root/etc/hosts"; fi
     exec chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
       PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
   ' in_root "$root" "$src" "${passthrough[@]}" "$@"

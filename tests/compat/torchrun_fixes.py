@@ -6,11 +6,12 @@ by a sitecustomize in the torchrun process only (never in workers).
    IntFlag no longer yields its zero member, so the value-to-Std map lacks
    NONE. Parse the two accepted forms directly.
 2. torch 2.6 (trixie) is built without libuv, yet its TCPStore asks for a
-   libuv server by default, and torchrun's static and c10d rendezvous create
-   their stores without a use_libuv argument: torchrun cannot start ("use_libuv
-   was requested but PyTorch was build without libuv support"), whatever
-   USE_LIBUV says. The stores those modules create retry without libuv, as
-   ddprun's C++ worker does. (Python workers honour USE_LIBUV=0.)
+   libuv server by default, and torchrun's static and c10d rendezvous (and
+   the store the c10d rendezvous shares with workers) are created without a
+   use_libuv argument: torchrun cannot start ("use_libuv was requested but
+   PyTorch was build without libuv support"), whatever USE_LIBUV says. The
+   stores those modules create retry without libuv, as ddprun's C++ worker
+   does. (Python workers honour USE_LIBUV=0.)
 """
 
 import re
@@ -63,6 +64,9 @@ def _fix_tcp_store_without_libuv():
             continue
         if getattr(module, "TCPStore", None) is base:
             module.TCPStore = TCPStore
+    # c10d rendezvous (--standalone, --rdzv_backend=c10d) shares its store
+    # through dynamic_rendezvous, which calls dist.TCPStore at run time.
+    dist.TCPStore = TCPStore
 
 
 def apply():
