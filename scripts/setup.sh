@@ -16,10 +16,12 @@ PACKAGES=(
 # multi-node launch, the libFuzzer run with clang): DDPRUN_SETUP_TESTS=0
 # skips them (the Docker build stage does). Installing openssh-server starts
 # no daemon where policy-rc.d forbids it (containers); the tests run their
-# own sshd inside network namespaces they create.
+# own sshd inside network namespaces they create. debootstrap and patchelf
+# make the trixie root and carry the launcher into it (the LibTorch 2.6 leg).
 if [[ "${DDPRUN_SETUP_TESTS:-1}" != 0 ]]; then
   PACKAGES+=(python3-torch iproute2 slurmctld slurmd slurm-client munge
-             clang libclang-rt-14-dev openssh-client openssh-server)
+             clang libclang-rt-14-dev openssh-client openssh-server
+             debootstrap patchelf)
 fi
 
 missing=()
