@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include "examples/common/csv_table.h"
 #include "examples/common/image_io.h"
 #include "examples/common/jsonl_reader.h"
 
@@ -40,11 +41,33 @@ StatusOr<SegSample> LoadSegSample(const SegRecord& record, int64_t size) {
   return s;
 }
 
+namespace {
+
+// Writes `text` to `path` through a temporary file renamed into place.
+Status WriteWhole(const std::string& path, const std::string& text) {
+  {
+    std::ofstream out(path + ".tmp");
+    out << text;
+    out.close();
+    if (!out) return InternalError("cannot write " + path);
+  }
+  std::error_code ec;
+  std::filesystem::rename(path + ".tmp", path, ec);
+  if (ec) return InternalError("cannot write " + path + ": " + ec.message());
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status WriteSyntheticSegmentation(const std::string& dir, int64_t n,
                                   int64_t size, uint64_t seed) {
   std::error_code ec;
-  std::filesystem::create_directories(dir + "/images", ec);
-  std::filesystem::create_directories(dir + "/masks", ec);
+  const std::string media = dir + "/images_and_masks/lesions/";
+  for (const char* sub :
+       {"train_images", "train_masks", "val_images", "val_masks"}) {
+    std::filesystem::create_directories(media + sub, ec);
+  }
+  std::filesystem::create_directories(dir + "/annotations", ec);
   if (ec) return InternalError("cannot create " + dir + ": " + ec.message());
   static const char* kQuadrants[4] = {"upper left", "upper right", "lower left",
                                       "lower right"};
@@ -63,7 +86,8 @@ Status WriteSyntheticSegmentation(const std::string& dir, int64_t n,
     const double cx = (quadrant % 2) * half + r + (half - 2 * r) * unit(rng);
     return ((yy - cy).pow(2) + (xx - cx).pow(2)).le(r * r).to(torch::kFloat32);
   };
-  std::ofstream jsonl(dir + "/prompts.jsonl.tmp");
+  std::string jsonl;
+  std::string csv = "image_path,question,answer,split\n";
   for (int64_t i = 0; i < n; ++i) {
     const int target = static_cast<int>(rng() % 4);
     const int other = (target + 1 + static_cast<int>(rng() % 3)) % 4;
@@ -72,27 +96,30 @@ Status WriteSyntheticSegmentation(const std::string& dir, int64_t n,
     torch::Tensor image = (0.15 + 0.6 * torch::max(lesion, distractor) +
                            0.08 * torch::randn({size, size}))
                               .clamp(0, 1);
+    const std::string split = i % 5 == 0 ? "val" : "train";
     char name[32];
     std::snprintf(name, sizeof(name), "%04lld.png", static_cast<long long>(i));
-    DDP_RETURN_IF_ERROR(WriteGrayPng(dir + "/images/" + name, image));
-    DDP_RETURN_IF_ERROR(WriteGrayPng(dir + "/masks/" + name, lesion));
+    const std::string image_rel = "lesions/" + split + "_images/" + name;
+    const std::string mask_rel = "lesions/" + split + "_masks/" + name;
+    DDP_RETURN_IF_ERROR(
+        WriteGrayPng(dir + "/images_and_masks/" + image_rel, image));
+    DDP_RETURN_IF_ERROR(
+        WriteGrayPng(dir + "/images_and_masks/" + mask_rel, lesion));
     char prompt[96];
     std::snprintf(prompt, sizeof(prompt), kTemplates[rng() % 3],
                   kQuadrants[target]);
-    jsonl << nlohmann::json{{"image", std::string("images/") + name},
-                            {"mask", std::string("masks/") + name},
+    jsonl += nlohmann::json{{"image", "images_and_masks/" + image_rel},
+                            {"mask", "images_and_masks/" + mask_rel},
                             {"prompt", prompt}}
-                 .dump()
-          << "\n";
+                 .dump() +
+             "\n";
+    csv += CsvEscape(image_rel) + "," + CsvEscape(prompt) + "," +
+           CsvEscape(std::string("The lesion is in the ") + kQuadrants[target] +
+                     " of the image.") +
+           "," + split + "\n";
   }
-  jsonl.close();
-  if (!jsonl) return InternalError("cannot write " + dir + "/prompts.jsonl");
-  std::filesystem::rename(dir + "/prompts.jsonl.tmp", dir + "/prompts.jsonl",
-                          ec);
-  if (ec)
-    return InternalError("cannot write " + dir +
-                         "/prompts.jsonl: " + ec.message());
-  return Status::Ok();
+  DDP_RETURN_IF_ERROR(WriteWhole(dir + "/annotations/lesions.csv", csv));
+  return WriteWhole(dir + "/prompts.jsonl", jsonl);
 }
 
 }  // namespace ddprun::examples

@@ -16,7 +16,10 @@ struct SegRecord {
   std::string image;
   std::string mask;
   std::string prompt;
-  std::string where;  // "<jsonl>:<line>: " for errors about its files
+  // "train", "val" or "test" from an annotations CSV's split column
+  // (prs_med_layout.h); empty when the list has none (JSONL).
+  std::string split;
+  std::string where;  // "<list>:<line>: " for errors about its files
 };
 
 // Reads the JSONL. Errors name the file and line (missing field, bad JSON),
@@ -32,9 +35,14 @@ struct SegSample {
 StatusOr<SegSample> LoadSegSample(const SegRecord& record, int64_t size);
 
 // Writes `n` PNG images (size x size) with two bright lesions in different
-// quadrants, masks/ with only one of them, and prompts.jsonl whose prompt
-// names that one's quadrant ("lesion in the upper left", ...). Segmenting
-// both lesions caps Dice near 0.67, so Dice well above that needs the prompt.
+// quadrants and masks with only one of them, whose prompt names that one's
+// quadrant ("lesion in the upper left", ...). Segmenting both lesions caps
+// Dice near 0.67, so Dice well above that needs the prompt. The files are
+// in the guide's --data_root layout (prs_med_layout.h), data set "lesions",
+// every 5th image (0, 5, ...) in the val split:
+//   dir/annotations/lesions.csv   image_path,question,answer,split
+//   dir/images_and_masks/lesions/{train,val}_{images,masks}/<NNNN>.png
+// and listed again in dir/prompts.jsonl ({image, mask, prompt}, no split).
 Status WriteSyntheticSegmentation(const std::string& dir, int64_t n,
                                   int64_t size, uint64_t seed);
 

@@ -1,5 +1,8 @@
 // segmentation_trainer: text-prompted 2D segmentation (PRS-Med): a UNet whose
 // bottleneck is conditioned on a position prompt, Dice + BCE, data parallel.
+#include <algorithm>
+#include <cstdio>
+
 #include <torch/torch.h>
 
 #include "ddprun/worker/worker.h"
@@ -7,15 +10,20 @@
 #include "examples/common/trainer_session.h"
 #include "examples/common/vocabulary.h"
 #include "examples/segmentation/prompt_unet.h"
+#include "examples/segmentation/prs_med_layout.h"
 #include "examples/segmentation/seg_data.h"
+#include "examples/segmentation/seg_overlay.h"
 
 namespace ddprun::examples {
 namespace {
 
 namespace dw = ddprun::worker;
 
+// Validation images rank 0 shows in the mask overlay picture.
+constexpr int64_t kOverlayImages = 8;
+
 struct SegOptions {
-  std::string data_path;  // prompts JSONL
+  std::string data_path;  // prompts JSONL or the guide's data root
   double val_fraction = 0.2;
   int64_t image_size = 64;
   int64_t width = 8;
@@ -48,6 +56,48 @@ StatusOr<Batch> LoadBatch(const std::vector<SegRecord>& records,
   return Batch{torch::stack(images), torch::stack(masks), torch::stack(tokens)};
 }
 
+// Train and validation positions in `records`: the split column where the
+// data has one (the guide's annotations; test rows are left out, rows
+// without a split train), else a seeded --val_fraction split. Without any
+// val row, --val_fraction of the training rows is held out.
+std::pair<std::vector<int64_t>, std::vector<int64_t>> SplitRecords(
+    TrainerSession& session, const std::vector<SegRecord>& records,
+    const SegOptions& opt) {
+  std::vector<int64_t> train, val;
+  int64_t test = 0;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const std::string& split = records[i].split;
+    if (split == "val") {
+      val.push_back(static_cast<int64_t>(i));
+    } else if (split == "test") {
+      ++test;
+    } else {
+      train.push_back(static_cast<int64_t>(i));
+    }
+  }
+  if (std::all_of(records.begin(), records.end(),
+                  [](const SegRecord& r) { return r.split.empty(); })) {
+    return session.Split(records.size(), opt.val_fraction, opt.data_path, 16,
+                         8);
+  }
+  std::string how = "split column: " + std::to_string(train.size()) +
+                    " train, " + std::to_string(val.size()) + " val, " +
+                    std::to_string(test) + " test rows (test rows unused)";
+  if (val.empty() && train.size() > 1) {
+    auto [t, v] = SplitTrainVal(static_cast<int64_t>(train.size()),
+                                opt.val_fraction, session.common().seed);
+    std::vector<int64_t> kept, held;
+    for (int64_t p : t) kept.push_back(train[p]);
+    for (int64_t p : v) held.push_back(train[p]);
+    train = std::move(kept);
+    val = std::move(held);
+    how += "; no val rows, so --val_fraction " +
+           std::to_string(opt.val_fraction) + " of the train rows validate";
+  }
+  session.LogMain("segmentation data: " + how);
+  return session.Split(std::move(train), std::move(val), opt.data_path, 16, 8);
+}
+
 // Soft Dice loss (1 - Dice of probabilities) plus BCE on logits.
 torch::Tensor DiceBceLoss(const torch::Tensor& logits,
                           const torch::Tensor& target, double dice_weight) {
@@ -64,14 +114,18 @@ int Train(int argc, char** argv) {
   SegOptions opt;
   TrainerCli cli(
       "segmentation_trainer: text-prompted 2D segmentation (UNet with a "
-      "prompt-conditioned bottleneck) on PNG/JPEG images + masks listed in a "
-      "JSONL {image, mask, prompt}. Runs alone or under ddprun/torchrun.",
+      "prompt-conditioned bottleneck) on PNG/JPEG images + masks: the "
+      "guide's data root (annotations/*.csv, images_and_masks/) or a JSONL "
+      "{image, mask, prompt}. Runs alone or under ddprun/torchrun.",
       {"runs/segmentation", /*epochs=*/8, /*synthetic_n=*/192});
   CLI::App& app = cli.app();
   CommonOptions& common = cli.common();
-  cli.AddDataOptions("--data_path", &opt.data_path,
-                     "JSONL with one {image, mask, prompt} object per line",
-                     &opt.val_fraction);
+  cli.AddDataOptions(
+      "--data_path", &opt.data_path,
+      "The data: the guide's data root (DIR with annotations/*.csv and "
+      "images_and_masks/; also --data_root), or a JSONL with one {image, "
+      "mask, prompt} object per line (or a DIR holding prompts.jsonl)",
+      &opt.val_fraction);
   app.add_option(
          "--image_size", opt.image_size,
          "Images and masks are resized to this square size (multiple of 8)")
@@ -87,6 +141,13 @@ int Train(int argc, char** argv) {
                  "Weight of the Dice term next to BCE");
   app.add_option("--prompt_length", opt.prompt_length,
                  "Prompt tokens kept (padded/cut)");
+  // prs-med-segmentation.md's train_prs_med.py names.
+  cli.AddAliases({{"data_root", "data_path", ""},
+                  {"grad_accum_steps", "gradient_accumulation_steps", ""}});
+  cli.AddForeignFlags(
+      {{"dist_url", ForeignFlag::Arity::kOne,
+        "the process group is set up from the launcher's environment "
+        "(MASTER_ADDR, MASTER_PORT or ddprun's rendezvous), like env://"}});
   if (auto code = cli.Parse(argc, argv)) return *code;
   if (opt.image_size % 8 != 0)
     throw dw::ConfigError("--image_size must be a multiple of 8");
@@ -97,6 +158,10 @@ int Train(int argc, char** argv) {
                                               opt.image_size, common.seed);
           },
           "images", "prompts.jsonl")) {
+    std::printf(
+        "the same images in the guide's layout: --data_root %s "
+        "(annotations/lesions.csv, images_and_masks/lesions/)\n",
+        common.make_synthetic.c_str());
     return 0;
   }
   TrainerCli::Require("--data_path", opt.data_path);
@@ -104,9 +169,8 @@ int Train(int argc, char** argv) {
   TrainerSession session(cli);
   const dw::World& world = session.world();
   const std::vector<SegRecord> records =
-      ValueOrThrow(ReadSegJsonl(opt.data_path));
-  auto [train, val] =
-      session.Split(records.size(), opt.val_fraction, opt.data_path, 16, 8);
+      ValueOrThrow(ReadSegData(opt.data_path));
+  auto [train, val] = SplitRecords(session, records, opt);
   std::vector<std::string> prompts;
   for (int64_t i : train) prompts.push_back(records[i].prompt);
   const Vocabulary vocab = Vocabulary::Build(prompts);
@@ -121,7 +185,13 @@ int Train(int argc, char** argv) {
       std::to_string(world.world_size()) + ", batch " +
       std::to_string(opt.batch_size) + " per rank" +
       (accum > 1 ? " x accumulation " + std::to_string(accum) : "") + ", lr " +
-      std::to_string(lr) + ", " + session.precision().description);
+      std::to_string(lr) +
+      (opt.no_lr_scaling ? " (not scaled)"
+                         : " (--learning_rate x world " +
+                               std::to_string(world.world_size()) + ")") +
+      ", effective batch " +
+      std::to_string(opt.batch_size * accum * world.world_size()) + ", " +
+      session.precision().description);
 
   PromptUNetOptions model_options;
   model_options.vocab_size = vocab.size();
@@ -157,11 +227,15 @@ int Train(int argc, char** argv) {
     });
   };
   // Loss weighted by samples and Dice sums are reduced over ranks, so the
-  // numbers cover the whole validation set exactly once.
-  auto validate = [&](int64_t) -> nlohmann::json {
+  // numbers cover the whole validation set exactly once. Rank 0 keeps its
+  // first validation images for the overlay picture.
+  auto validate = [&](int64_t epoch) -> nlohmann::json {
     torch::NoGradGuard no_grad;
     model->eval();
     double loss_sum = 0, count = 0, inter = 0, total = 0;
+    Batch shown;
+    torch::Tensor shown_probs;
+    std::vector<std::string> shown_prompts;
     for (const auto& items :
          MakeBatches(RankShare(world, val), opt.batch_size, false)) {
       Batch b = ValueOrThrow(LoadBatch(records, vocab, opt, items));
@@ -174,9 +248,25 @@ int Train(int argc, char** argv) {
       loss_sum += DiceBceLoss(logits, b.masks, opt.dice_weight).item<double>() *
                   items.size();
       count += items.size();
-      auto [i, t] = DiceSums(torch::sigmoid(logits), b.masks);
+      torch::Tensor probs = torch::sigmoid(logits);
+      auto [i, t] = DiceSums(probs, b.masks);
       inter += i;
       total += t;
+      if (world.is_main() &&
+          static_cast<int64_t>(shown_prompts.size()) < kOverlayImages) {
+        const int64_t take = std::min<int64_t>(
+            kOverlayImages - static_cast<int64_t>(shown_prompts.size()),
+            static_cast<int64_t>(items.size()));
+        auto keep = [&](torch::Tensor& to, const torch::Tensor& from) {
+          torch::Tensor part = from.slice(0, 0, take).to(torch::kCPU);
+          to = to.defined() ? torch::cat({to, part}) : part;
+        };
+        keep(shown.images, b.images);
+        keep(shown.masks, b.masks);
+        keep(shown_probs, probs);
+        for (int64_t k = 0; k < take; ++k)
+          shown_prompts.push_back(records[items[k]].prompt);
+      }
     }
     torch::Tensor sums =
         torch::tensor({loss_sum, count, inter, total}, torch::kFloat64)
@@ -184,8 +274,23 @@ int Train(int argc, char** argv) {
     world.AllReduce(sums);
     sums = sums.cpu();
     auto s = sums.accessor<double, 1>();
+    const double dice = DiceFromSums(s[2], s[3]);
+    if (!shown_prompts.empty()) {
+      char title[96];
+      std::snprintf(title, sizeof(title), "epoch %lld, val Dice %.3f",
+                    static_cast<long long>(epoch + 1), dice);
+      StatusOr<torch::Tensor> picture =
+          MaskOverlayPicture(shown.images, shown_probs, shown.masks,
+                             shown_prompts, title, /*columns=*/4);
+      if (picture.ok()) {
+        session.EmitImage("val/mask_overlay", *picture);
+      } else {
+        session.LogMain("warning: no mask overlay: " +
+                        picture.status().message());
+      }
+    }
     return {{"val_loss", s[1] > 0 ? s[0] / s[1] : 0.0},
-            {"val_dice", DiceFromSums(s[2], s[3])},
+            {"val_dice", dice},
             {"val_images", static_cast<int64_t>(s[1])}};
   };
   session.Run<Batch>(loop, {nullptr, load, step, validate});

@@ -46,15 +46,20 @@ TEST_CASE(
   const std::string dir = FreshDir("seg_bad");
   const std::string data =
       std::filesystem::path(SyntheticJsonl()).parent_path();
+  // Where --make_synthetic puts images 0 (val split) and 1 (train split).
+  const std::string kImage0 = "images_and_masks/lesions/val_images/0000.png";
+  const std::string kMask0 = "images_and_masks/lesions/val_masks/0000.png";
+  const std::string kImage1 = "images_and_masks/lesions/train_images/0001.png";
+  const std::string kMask1 = "images_and_masks/lesions/train_masks/0001.png";
   auto run = [&](const std::string& text) {
     WriteText(dir + "/p.jsonl", text);
     return RunCommand(Bin("segmentation_trainer") + " --data_path " + dir +
                           "/p.jsonl --debug --output_dir " + dir + "/out",
                       60);
   };
-  const std::string good =
-      "{\"image\": \"" + data + "/images/0000.png\", \"mask\": \"" + data +
-      "/masks/0000.png\", \"prompt\": \"lesion in the upper left\"}\n";
+  const std::string good = "{\"image\": \"" + data + "/" + kImage0 +
+                           "\", \"mask\": \"" + data + "/" + kMask0 +
+                           "\", \"prompt\": \"lesion in the upper left\"}\n";
   CommandResult broken = run(good + "{\"image\": \n");
   CHECK(broken.exit_code == 2);
   CHECK(broken.output.find(dir + "/p.jsonl:2: invalid JSON") !=
@@ -70,16 +75,16 @@ TEST_CASE(
   std::string many;
   for (int i = 0; i < 6; ++i) many += good;
   CommandResult missing =
-      run(many + "{\"image\": \"" + data +
-          "/images/0001.png\", \"mask\": \"nomask.png\", \"prompt\": \"x\"}\n");
+      run(many + "{\"image\": \"" + data + "/" + kImage1 +
+          "\", \"mask\": \"nomask.png\", \"prompt\": \"x\"}\n");
   CHECK(missing.exit_code == 2);
   CHECK(missing.output.find(dir + "/p.jsonl:7: image file not found: " + dir +
                             "/nomask.png") != std::string::npos);
 
   WriteText(dir + "/corrupt.png", "\x89PNG\r\n\x1a\n truncated");
   CommandResult corrupt =
-      run(many + "{\"image\": \"corrupt.png\", \"mask\": \"" + data +
-          "/masks/0001.png\", \"prompt\": \"x\"}\n");
+      run(many + "{\"image\": \"corrupt.png\", \"mask\": \"" + data + "/" +
+          kMask1 + "\", \"prompt\": \"x\"}\n");
   CHECK(corrupt.exit_code == 2);
   // The JSONL line that names the image (line 7) and the image itself.
   CHECK(corrupt.output.find(dir + "/p.jsonl:7: " + dir +
