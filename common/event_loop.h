@@ -5,11 +5,12 @@
 
 #include "common/clock.h"
 
-namespace ddprun::agent {
+namespace ddprun {
 
-// The agent's single-threaded event loop, injected so the elastic loop can be
-// driven by a manual loop and a FakeClock in tests. Every callback runs on the
-// loop thread, one at a time.
+// A single-threaded event loop, injected so that state machines (the
+// elastic agent, the rendezvous client's retries) run on a manual loop and
+// a FakeClock in tests. Every callback runs on the loop thread, one at a
+// time. The agent's implementation is agent/asio_event_loop.h.
 class EventLoop {
  public:
   using TimerId = uint64_t;
@@ -24,11 +25,12 @@ class EventLoop {
   virtual void Post(std::function<void()> fn) = 0;
 
   // Runs `fn` on the loop thread once clock()->Now() >= `when`. Returns an id
-  // for Cancel().
+  // for Cancel(). Loop thread only.
   virtual TimerId RunAt(Clock::TimePoint when, std::function<void()> fn) = 0;
 
   // Cancels a timer that has not fired yet; a fired or unknown id is ignored.
+  // Loop thread only.
   virtual void Cancel(TimerId id) = 0;
 };
 
-}  // namespace ddprun::agent
+}  // namespace ddprun

@@ -1,4 +1,4 @@
-#include "rendezvous/endpoint.h"
+#include "rendezvous/client/endpoint.h"
 
 #include <ifaddrs.h>
 #include <netdb.h>

@@ -1,4 +1,4 @@
-#include "rendezvous/rdzv_conf.h"
+#include "rendezvous/client/rdzv_conf.h"
 
 #include <unistd.h>
 

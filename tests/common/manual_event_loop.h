@@ -6,18 +6,18 @@
 #include <deque>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <utility>
 
-#include "agent/event_loop.h"
+#include "common/event_loop.h"
+#include "common/mutex.h"
 
-namespace ddprun::agent::testing {
+namespace ddprun::testing {
 
 class ManualEventLoop : public EventLoop {
  public:
   Clock* clock() override { return &clock_; }
   void Post(std::function<void()> fn) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     queue_.push_back(std::move(fn));
   }
   TimerId RunAt(Clock::TimePoint when, std::function<void()> fn) override {
@@ -32,7 +32,7 @@ class ManualEventLoop : public EventLoop {
     for (;;) {
       std::function<void()> fn;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         if (!queue_.empty()) {
           fn = std::move(queue_.front());
           queue_.pop_front();
@@ -65,10 +65,10 @@ class ManualEventLoop : public EventLoop {
   }
 
   FakeClock clock_;
-  std::mutex mu_;
-  std::deque<std::function<void()>> queue_;
+  Mutex mu_;
+  std::deque<std::function<void()>> queue_ GUARDED_BY(mu_);
   TimerId next_id_ = 1;
   std::map<TimerId, std::pair<Clock::TimePoint, std::function<void()>>> timers_;
 };
 
-}  // namespace ddprun::agent::testing
+}  // namespace ddprun::testing
