@@ -1,64 +1,21 @@
 #include "agent/accelerate_main.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <iostream>
 
 #include "agent/accelerate_cli.h"
-#include "agent/file_util.h"
 #include "agent/nproc_resolver.h"
+#include "common/file_util.h"
 #include "common/logging.h"
+#include "common/net.h"
 
 namespace ddprun::agent {
 namespace {
 
 constexpr const char* kProg = "ddprun-accelerate";
-
-// accelerate's is_port_in_use: a connection to localhost:port succeeds.
-bool PortInUse(int port) {
-  for (int family : {AF_INET, AF_INET6}) {
-    const int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    int rc;
-    if (family == AF_INET) {
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_port = htons(static_cast<uint16_t>(port));
-      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      rc = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-    } else {
-      sockaddr_in6 a{};
-      a.sin6_family = AF_INET6;
-      a.sin6_port = htons(static_cast<uint16_t>(port));
-      a.sin6_addr = in6addr_loopback;
-      rc = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-    }
-    ::close(fd);
-    if (rc == 0) return true;
-  }
-  return false;
-}
-
-// accelerate's get_free_port: bind port 0 and read it back.
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_ANY);
-  socklen_t len = sizeof(a);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
 
 }  // namespace
 
@@ -67,8 +24,10 @@ int RunAccelerate(const std::vector<std::string>& args, EnvMap env,
   AccelerateProbes probes;
   probes.host.cuda_devices = VisibleGpus(ProbeHostDevices(), env);
   probes.host.physical_cores = PhysicalCores();
-  probes.port_in_use = PortInUse;
-  probes.free_port = FreePort;
+  // accelerate's is_port_in_use (a connection to localhost:port succeeds)
+  // and get_free_port (port 0 bound and read back; 0: none).
+  probes.port_in_use = LoopbackPortAccepts;
+  probes.free_port = [] { return FreePort().value_or(0); };
   StatusOr<AcceleratePlan> plan = PlanAccelerateLaunch(args, env, probes);
   if (!plan.ok()) {
     std::cerr << kProg << ": error: " << plan.status().message() << "\n";

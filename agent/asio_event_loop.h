@@ -6,7 +6,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-#include "agent/event_loop.h"
+#include "common/event_loop.h"
 
 namespace ddprun::agent {
 

@@ -233,7 +233,9 @@ void BoostProcessLauncher::ReapExited() {
   }
   // The exit is delivered once both pipes reach EOF, so every byte the
   // worker wrote is delivered before it, in order.
-  for (auto& [child, status] : exited) {
+  for (auto& [reaped, status] : exited) {
+    // A named copy: C++17 lambdas cannot capture a structured binding.
+    auto child = reaped;
     child->reaped = true;
     child->status = status;
     child->grace = std::make_unique<boost::asio::steady_timer>(io_, kPipeGrace);

@@ -3,7 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "agent/file_util.h"
+#include "common/file_util.h"
 
 namespace ddprun::agent {
 

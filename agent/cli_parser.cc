@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "agent/cli_entrypoint.h"
@@ -11,7 +12,7 @@
 #include "agent/nproc_resolver.h"
 #include "agent/option_tokenizer.h"
 #include "agent/slurm_env.h"
-#include "rendezvous/rdzv_conf.h"
+#include "rendezvous/client/rendezvous_options.h"
 
 namespace ddprun::agent {
 namespace {
@@ -223,8 +224,32 @@ Status CheckNoEffectFlags(const Values& v, std::vector<std::string>* warnings) {
   return Status::Ok();
 }
 
-Status FillRendezvous(const Values& v, LaunchOptions* o,
-                      std::vector<std::string>* warnings) {
+// The typed --rdzv_conf: the one place it is read. $DDPRUN_RDZV_TOKEN
+// counts only where a rendezvous server is used.
+Status FillRendezvousOptions(const Values& v,
+                             const std::map<std::string, std::string>& env,
+                             LaunchOptions* o,
+                             std::vector<std::string>* warnings) {
+  std::string source = "--rdzv_conf";
+  rendezvous::RdzvConf conf;
+  if (const RawValue* raw = v.Find("rdzv_conf")) {
+    source = raw->source;
+    DDP_ASSIGN_OR_RETURN(conf, ParseRdzvConf(raw->source, raw->text));
+  }
+  std::optional<std::string> env_token;
+  auto token = env.find("DDPRUN_RDZV_TOKEN");
+  if (token != env.end() && ModeOf(*o) != RendezvousMode::kLocal) {
+    env_token = token->second;
+  }
+  // Every backend: a typo is an error even where the key would be unused.
+  DDP_ASSIGN_OR_RETURN(o->rendezvous, rendezvous::ParseRendezvousOptions(
+                                          source, conf, env_token, warnings));
+  return Status::Ok();
+}
+
+Status FillRendezvous(const Values& v,
+                      const std::map<std::string, std::string>& env,
+                      LaunchOptions* o, std::vector<std::string>* warnings) {
   DDP_ASSIGN_OR_RETURN(o->standalone, v.Bool("standalone"));
   DDP_RETURN_IF_ERROR(CheckChoice(
       v, "rdzv_backend", {"static", "c10d", "grpc", "etcd", "etcd-v2"}));
@@ -243,12 +268,7 @@ Status FillRendezvous(const Values& v, LaunchOptions* o,
   if (o->rdzv_id.empty()) {
     return InvalidArgumentError("--rdzv_id: must not be empty");
   }
-  if (const RawValue* conf = v.Find("rdzv_conf")) {
-    DDP_ASSIGN_OR_RETURN(o->rdzv_conf, ParseRdzvConf(conf->source, conf->text));
-    // Every backend: a typo is an error even where the key would be unused.
-    DDP_RETURN_IF_ERROR(
-        rendezvous::ValidateRdzvConf(conf->source, o->rdzv_conf, warnings));
-  }
+  DDP_RETURN_IF_ERROR(FillRendezvousOptions(v, env, o, warnings));
   if (!o->standalone) return Status::Ok();
   for (const char* dest : {"rdzv_backend", "rdzv_endpoint", "rdzv_id"}) {
     if (const RawValue* raw = v.Find(dest)) {
@@ -424,7 +444,7 @@ StatusOr<CommandLine> ParseCommandLine(
       ResolveNprocPerNode(v.Source("nproc_per_node"), o.nproc_per_node_spec,
                           symbolic ? ProbeHostDevices() : HostDevices{}, env));
 
-  DDP_RETURN_IF_ERROR(FillRendezvous(v, &o, &cl.warnings));
+  DDP_RETURN_IF_ERROR(FillRendezvous(v, env, &o, &cl.warnings));
 
   DDP_ASSIGN_OR_RETURN(long restarts, v.Int("max_restarts", 0, 0));
   o.max_restarts = static_cast<int>(restarts);

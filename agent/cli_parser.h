@@ -62,8 +62,11 @@ struct CommandLine {
 //    --run_path) must exist; --no_python needs an executable file, looked up
 //    on env PATH when the name has no '/'.
 //
-// --rdzv_conf is checked against rendezvous/rdzv_conf.h's key table on every
-// backend (unknown key, bad value, unreadable file). The environment's
+// --rdzv_conf is read once, here, into LaunchOptions::rendezvous
+// (rendezvous/client/rendezvous_options.h): every key is checked against
+// the key table on every backend (unknown key, bad value, unreadable file),
+// the files it names are read, and where a rendezvous server is used an
+// empty DDPRUN_RDZV_TOKEN (or token file) is an error. The environment's
 // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE is checked (agent/log_line_prefix.h).
 //
 // Warnings (explicit --rdzv_* ignored under --standalone, flags and rdzv_conf

@@ -13,11 +13,9 @@ class Console {
   virtual void Write(Stream stream, std::string_view text) = 0;
 };
 
-// write(2) until all of `text` is written; gives up silently on errors other
-// than EINTR (a closed console or a full disk must not stop the agent).
-void WriteFully(int fd, std::string_view text);
-
-// Writes to the agent's fd 1 / fd 2 with whole-buffer write(2) loops.
+// Writes to the agent's fd 1 / fd 2 with whole-buffer write(2) loops
+// (common/file_util.h WriteFully); gives up silently on errors (a closed
+// console must not stop the agent).
 class FdConsole : public Console {
  public:
   void Write(Stream stream, std::string_view text) override;

@@ -159,8 +159,9 @@ StatusOr<ActiveResources> FilterResources(const ResourcePool& pool,
   }
   std::map<std::string, std::vector<int>> active;
   for (const auto& [host, count] : pool) {
-    auto it = std::find_if(included.begin(), included.end(),
-                           [&](const auto& e) { return e.first == host; });
+    auto it =
+        std::find_if(included.begin(), included.end(),
+                     [&name = host](const auto& e) { return e.first == name; });
     std::vector<int>& ids = active[host];
     if (it != included.end() && !it->second.empty()) {
       ids = it->second;

@@ -5,12 +5,12 @@
 
 #include "agent/deepspeed_cli.h"
 #include "agent/deepspeed_remote.h"
-#include "agent/file_util.h"
 #include "agent/node_fanout.h"
 #include "agent/nproc_resolver.h"
 #include "agent/run_capture.h"
+#include "common/file_util.h"
 #include "common/logging.h"
-#include "rendezvous/endpoint.h"
+#include "rendezvous/client/endpoint.h"
 
 namespace ddprun::agent {
 namespace {

@@ -70,17 +70,19 @@ std::string Number(double v) {
 
 }  // namespace
 
-ElasticAgent::ElasticAgent(AgentConfig config, EventLoop* loop,
+ElasticAgent::ElasticAgent(AgentOptions options, EventLoop* loop,
                            ProcessLauncher* launcher,
-                           RendezvousClient* rendezvous, Console* console)
-    : config_(std::move(config)),
+                           rendezvous::RendezvousClient* rendezvous,
+                           Console* console)
+    : options_(std::move(options)),
       loop_(loop),
       launcher_(launcher),
       rendezvous_(rendezvous),
-      console_(console) {
-  const double timeout_s = config_.options.watchdog_timeout_s;
+      console_(console),
+      hostname_(options_.hostname) {
+  const double timeout_s = options_.launch.watchdog_timeout_s;
   if (timeout_s > 0) {
-    WorkerProbe* probe = config_.watchdog_probe;
+    WorkerProbe* probe = options_.watchdog_probe;
     if (probe == nullptr) {
       own_probe_ = MakeProcWorkerProbe();
       probe = own_probe_.get();
@@ -97,10 +99,11 @@ ElasticAgent::~ElasticAgent() { rendezvous_->SetEventHandler(nullptr); }
 
 void ElasticAgent::Start(DoneCallback on_done) {
   on_done_ = std::move(on_done);
-  rendezvous_->SetEventHandler([this](const RendezvousEvent& event) {
-    loop_->Post([this, event] { OnRendezvousEvent(event); });
-  });
-  loop_->Post([this] { RendezvousAndStart(); });
+  rendezvous_->SetEventHandler(
+      [this](const rendezvous::RendezvousEvent& event) {
+        OnRendezvousEvent(event);
+      });
+  loop_->Post([this] { StartRendezvous(); });
 }
 
 std::vector<int> ElasticAgent::worker_pids() const {
@@ -116,22 +119,36 @@ bool ElasticAgent::AnyRunning() const {
   return false;
 }
 
-void ElasticAgent::RendezvousAndStart() {
-  if (finished_) return;
+void ElasticAgent::StartRendezvous() {
+  if (finished_ || phase_ == Phase::kLeaving) return;
+  if (pending_signal_ != 0) {
+    DDP_LOG(INFO) << "stopping on " << SignalName(pending_signal_)
+                  << " instead of re-joining the rendezvous";
+    LeaveAndFinish(WorkerState::kFailed, 128 + pending_signal_);
+    return;
+  }
   state_ = WorkerState::kInit;
-  const LaunchOptions& o = config_.options;
-  JoinRequest request;
-  request.run_id = config_.run_id;
-  request.node_id = config_.node_id;
+  phase_ = Phase::kJoining;
+  const LaunchOptions& o = options_.launch;
+  rendezvous::JoinRequest request;
+  request.run_id = options_.run_id;
+  request.node_id = options_.node_id;
   request.role = o.role;
   request.local_world_size = o.nproc_per_node;
-  request.node_rank_hint = o.node_rank_given ? o.node_rank : -1;
-  request.local_addr = o.local_addr;
+  request.node_rank_hint = options_.node_rank_hint;
+  request.local_addr = options_.local_addr;
   request.min_nodes = o.min_nodes;
   request.max_nodes = o.max_nodes;
   request.max_restarts = o.max_restarts;
-  StatusOr<RendezvousResult> round =
-      rendezvous_->Join(request, loop_->clock()->Now() + config_.join_timeout);
+  rendezvous_->Join(request, loop_->clock()->Now() + options_.join_timeout,
+                    [this](StatusOr<rendezvous::RendezvousResult> round) {
+                      OnJoined(std::move(round));
+                    });
+}
+
+void ElasticAgent::OnJoined(StatusOr<rendezvous::RendezvousResult> round) {
+  if (finished_ || phase_ != Phase::kJoining) return;  // left meanwhile
+  phase_ = Phase::kIdle;
   if (!round.ok()) {
     DDP_LOG(ERROR) << "rendezvous (" << rendezvous_->Backend()
                    << ") failed: " << round.status().message();
@@ -139,22 +156,24 @@ void ElasticAgent::RendezvousAndStart() {
     return;
   }
   if (round->job_succeeded) {
-    DDP_LOG(INFO) << "job " << config_.run_id
+    DDP_LOG(INFO) << "job " << options_.run_id
                   << " finished successfully while this node was waiting as "
                      "a spare";
     Finish(WorkerState::kSucceeded, 0);
     return;
   }
-  if (config_.node_rank_exact && round->group_rank != o.node_rank) {
+  if (options_.node_rank_exact &&
+      round->group_rank != options_.node_rank_hint) {
     DDP_LOG(ERROR) << "static rendezvous: this node has --node_rank="
-                   << o.node_rank << " but got group rank " << round->group_rank
-                   << " (does another node use --node_rank=" << o.node_rank
-                   << "?)";
-    rendezvous_->Leave();
-    Finish(WorkerState::kFailed, 1);
+                   << options_.node_rank_hint << " but got group rank "
+                   << round->group_rank
+                   << " (does another node use --node_rank="
+                   << options_.node_rank_hint << "?)";
+    LeaveAndFinish(WorkerState::kFailed, 1);
     return;
   }
   round_ = *round;
+  phase_ = Phase::kRunning;
   Status started = StartWorkers();
   if (!started.ok()) {
     DDP_LOG(ERROR) << "cannot start workers: " << started.message();
@@ -163,7 +182,8 @@ void ElasticAgent::RendezvousAndStart() {
   }
   state_ = WorkerState::kHealthy;
   if (starts_ > 1 && failure_seen_at_ != Clock::TimePoint{}) {
-    DDP_LOG(INFO) << "[" << o.role << "] worker group restarted (attempt "
+    DDP_LOG(INFO) << "[" << options_.launch.role
+                  << "] worker group restarted (attempt "
                   << round_.restart_count << ") "
                   << Millis(loop_->clock()->Now() - failure_seen_at_)
                   << " ms after the failure was seen";
@@ -171,7 +191,7 @@ void ElasticAgent::RendezvousAndStart() {
 }
 
 Status ElasticAgent::StartWorkers() {
-  const LaunchOptions& o = config_.options;
+  const LaunchOptions& o = options_.launch;
   ++generation_;
   ++starts_;
   workers_.clear();
@@ -180,9 +200,9 @@ Status ElasticAgent::StartWorkers() {
   stop_reason_ = StopReason::kNone;
   // No run log directory (--log_dir /dev/null): no files at all, and every
   // stream goes to the console, as torchrun's DefaultLogsSpecs does.
-  const bool files = !config_.run_log_dir.empty();
+  const bool files = !options_.run_log_dir.empty();
   std::string attempt_dir =
-      config_.run_log_dir + "/attempt_" + std::to_string(round_.restart_count);
+      options_.run_log_dir + "/attempt_" + std::to_string(round_.restart_count);
   if (files) DDP_RETURN_IF_ERROR(RecreateDir(attempt_dir));
   for (int lr = 0; lr < o.nproc_per_node; ++lr) {
     auto w = std::make_unique<Worker>();
@@ -219,10 +239,11 @@ Status ElasticAgent::StartWorkers() {
   }
   for (auto& w : workers_) {
     ProcessSpec spec;
-    spec.argv = BuildWorkerArgv(o, w->local_rank, config_.parent_env,
-                                round_.rank_offset);
-    spec.env = BuildWorkerEnv(o, round_, config_.run_id, w->local_rank,
-                              w->error_file, config_.parent_env);
+    spec.argv = BuildWorkerArgv(o, options_.worker_torch, w->local_rank,
+                                options_.parent_env, round_.rank_offset);
+    spec.env =
+        BuildWorkerEnv(o, options_.worker_torch, round_, options_.run_id,
+                       w->local_rank, w->error_file, options_.parent_env);
     if (!w->heartbeat_file.empty()) {
       spec.env["DDPRUN_WATCHDOG_FILE"] = w->heartbeat_file;
     }
@@ -285,15 +306,20 @@ void ElasticAgent::OnWorkerExit(int generation, int local_rank,
     state_ = WorkerState::kSucceeded;
     DDP_LOG(DEBUG) << "worker group succeeded";
     KillLeftovers();
-    Status s = rendezvous_->ReportSuccess(
-        round_.round, std::chrono::duration_cast<Clock::Duration>(
-                          std::chrono::duration<double>(
-                              config_.options.exit_barrier_timeout_s)));
-    if (!s.ok()) {
-      DDP_LOG(WARNING) << "exit barrier: " << s.message();
-    }
-    Finish(WorkerState::kSucceeded, 0);
+    phase_ = Phase::kBarrier;
+    rendezvous_->ReportSuccess(round_.round,
+                               std::chrono::duration_cast<Clock::Duration>(
+                                   std::chrono::duration<double>(
+                                       options_.launch.exit_barrier_timeout_s)),
+                               [this](Status s) { OnBarrierPassed(s); });
   }
+}
+
+void ElasticAgent::OnBarrierPassed(const Status& status) {
+  if (finished_ || phase_ != Phase::kBarrier) return;  // left meanwhile
+  phase_ = Phase::kIdle;
+  if (!status.ok()) DDP_LOG(WARNING) << "exit barrier: " << status.message();
+  Finish(WorkerState::kSucceeded, 0);
 }
 
 void ElasticAgent::OnWorkerStuck(const WorkerWatchdog::Stuck& stuck) {
@@ -304,7 +330,7 @@ void ElasticAgent::OnWorkerStuck(const WorkerWatchdog::Stuck& stuck) {
   }
   Worker& w = *workers_[stuck.local_rank];
   if (!w.running || w.pid != stuck.pid) return;
-  const double timeout_s = config_.options.watchdog_timeout_s;
+  const double timeout_s = options_.launch.watchdog_timeout_s;
   const std::string what =
       std::string(WatchdogReasonText(stuck.reason)) + " for " +
       Seconds(std::chrono::duration<double>(stuck.stuck_for).count()) +
@@ -317,9 +343,10 @@ void ElasticAgent::OnWorkerStuck(const WorkerWatchdog::Stuck& stuck) {
   if (!s.ok()) DDP_LOG(WARNING) << s.message();
 }
 
-void ElasticAgent::OnRendezvousEvent(const RendezvousEvent& event) {
+void ElasticAgent::OnRendezvousEvent(const rendezvous::RendezvousEvent& event) {
   if (finished_ || stop_reason_ != StopReason::kNone || stop_pending_) return;
   if (state_ != WorkerState::kHealthy) return;
+  using rendezvous::RendezvousEventType;
   switch (event.type) {
     case RendezvousEventType::kMembershipChanged:
       DDP_LOG(INFO) << "membership changed (" << event.reason
@@ -343,6 +370,30 @@ void ElasticAgent::OnRendezvousEvent(const RendezvousEvent& event) {
 
 void ElasticAgent::OnSignal(int sig) {
   if (finished_) return;
+  switch (phase_) {
+    case Phase::kIdle:
+      // Before the first rendezvous: nothing joined, nothing runs.
+      DDP_LOG(INFO) << "received " << SignalName(sig) << " before starting";
+      Finish(WorkerState::kFailed, 128 + sig);
+      return;
+    case Phase::kJoining:
+    case Phase::kBarrier:
+      // No workers run: leave the job, which cancels the call.
+      DDP_LOG(INFO) << "received " << SignalName(sig)
+                    << " while waiting for the rendezvous: leaving the job";
+      LeaveAndFinish(WorkerState::kFailed, 128 + sig);
+      return;
+    case Phase::kReporting:
+      // Bounded (rpc_timeout); its answer decides: a restart becomes the
+      // exit, a failed job stays one.
+      if (pending_signal_ == 0) pending_signal_ = sig;
+      return;
+    case Phase::kLeaving:
+    case Phase::kDone:
+      return;
+    case Phase::kRunning:
+      break;
+  }
   if (stop_reason_ == StopReason::kSignal) {
     // A second signal while stopping: do not wait for the grace period.
     DDP_LOG(WARNING) << "received " << SignalName(sig)
@@ -384,7 +435,7 @@ void ElasticAgent::BeginStop(StopReason reason, int sig,
   }
   if (AnyRunning()) {
     auto timeout = std::chrono::duration_cast<Clock::Duration>(
-        std::chrono::duration<double>(config_.options.shutdown_timeout_s));
+        std::chrono::duration<double>(options_.launch.shutdown_timeout_s));
     stop_timer_ = loop_->RunAt(loop_->clock()->Now() + timeout,
                                [this] { OnStopDeadline(); });
     stop_timer_armed_ = true;
@@ -434,37 +485,24 @@ void ElasticAgent::AfterStop() {
       DDP_LOG(ERROR) << "failed (exitcode: " << root.exitcode
                      << ") local_rank: " << root.local_rank
                      << " (pid: " << root.pid
-                     << ") of binary: " << EntrypointName(config_.options);
+                     << ") of binary: " << EntrypointName(options_.launch);
       // Exit code 2 on the first attempt is a usage or configuration error
       // (argparse, the trainers' ConfigError): every retry would fail alike.
       const bool usage_error = root.exitcode == kUsageErrorExitCode &&
                                starts_ == 1 &&
-                               !config_.options.retry_usage_errors;
-      StatusOr<bool> again = rendezvous_->ReportFailure(
-          round_.round, root.traceback, /*retry=*/!usage_error);
-      if (!again.ok()) {
-        DDP_LOG(ERROR) << "reporting the failure: " << again.status().message();
-      }
-      if (again.ok() && *again) {
-        DDP_LOG(INFO) << "[" << config_.options.role
-                      << "] Worker group FAILED; will restart worker group";
-        RendezvousAndStart();
-      } else {
-        ReportFailedJob();
-        if (usage_error) {
-          DDP_LOG(ERROR) << "not retried: local_rank " << root.local_rank
-                         << " exited with code 2 on the first attempt, a "
-                            "usage or configuration error that a restart "
-                            "cannot fix (--retry_usage_errors retries it)";
-        }
-        Finish(WorkerState::kFailed, 1);
-      }
+                               !options_.launch.retry_usage_errors;
+      phase_ = Phase::kReporting;
+      rendezvous_->ReportFailure(round_.round, root.traceback,
+                                 /*retry=*/!usage_error,
+                                 [this, usage_error](StatusOr<bool> again) {
+                                   OnFailureReported(again, usage_error);
+                                 });
       return;
     }
     case StopReason::kMembershipChanged:
     case StopReason::kRestartRequested:
       failure_seen_at_ = Clock::TimePoint{};
-      RendezvousAndStart();
+      StartRendezvous();
       return;
     case StopReason::kJobFailed:
     case StopReason::kConnectionLost:
@@ -473,8 +511,7 @@ void ElasticAgent::AfterStop() {
       Finish(WorkerState::kFailed, 1);
       return;
     case StopReason::kSignal:
-      rendezvous_->Leave();
-      Finish(WorkerState::kFailed, 128 + stop_signal_);
+      LeaveAndFinish(WorkerState::kFailed, 128 + stop_signal_);
       return;
     case StopReason::kLaunchError:
       Finish(WorkerState::kFailed, 1);
@@ -484,6 +521,34 @@ void ElasticAgent::AfterStop() {
   }
 }
 
+void ElasticAgent::OnFailureReported(StatusOr<bool> again, bool usage_error) {
+  if (finished_ || phase_ != Phase::kReporting) return;
+  phase_ = Phase::kIdle;
+  if (!again.ok()) {
+    DDP_LOG(ERROR) << "reporting the failure: " << again.status().message();
+  }
+  if (again.ok() && *again) {
+    DDP_LOG(INFO) << "[" << options_.launch.role
+                  << "] Worker group FAILED; will restart worker group";
+    StartRendezvous();
+    return;
+  }
+  ReportFailedJob();
+  if (usage_error) {
+    const ProcessFailure& root = failures_[RootCauseIndex(failures_)];
+    DDP_LOG(ERROR) << "not retried: local_rank " << root.local_rank
+                   << " exited with code 2 on the first attempt, a "
+                      "usage or configuration error that a restart "
+                      "cannot fix (--retry_usage_errors retries it)";
+  }
+  Finish(WorkerState::kFailed, 1);
+}
+
+void ElasticAgent::LeaveAndFinish(WorkerState state, int exit_code) {
+  phase_ = Phase::kLeaving;
+  rendezvous_->Leave([this, state, exit_code] { Finish(state, exit_code); });
+}
+
 void ElasticAgent::ReportFailedJob() {
   if (failures_.empty()) return;
   std::vector<ProcessFailure> sorted = failures_;
@@ -491,18 +556,19 @@ void ElasticAgent::ReportFailedJob() {
                    [](const ProcessFailure& a, const ProcessFailure& b) {
                      return a.local_rank < b.local_rank;
                    });
-  if (config_.hostname.empty()) config_.hostname = FullyQualifiedHostname();
-  std::string table = FormatFailureTable(EntrypointName(config_.options),
-                                         sorted, config_.hostname);
+  if (hostname_.empty()) hostname_ = FullyQualifiedHostname();
+  std::string table =
+      FormatFailureTable(EntrypointName(options_.launch), sorted, hostname_);
   console_->Write(Console::Stream::kErr, table + "\n");
   const ProcessFailure& root = sorted[RootCauseIndex(sorted)];
-  Status s = DumpRootCauseErrorFile(root, config_.agent_error_file);
+  Status s = DumpRootCauseErrorFile(root, options_.agent_error_file);
   if (!s.ok()) DDP_LOG(WARNING) << s.message();
 }
 
 void ElasticAgent::Finish(WorkerState state, int exit_code) {
   if (finished_) return;
   finished_ = true;
+  phase_ = Phase::kDone;
   state_ = state;
   if (on_done_) on_done_(exit_code);
 }

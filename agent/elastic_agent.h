@@ -6,15 +6,15 @@
 #include <string>
 #include <vector>
 
+#include "agent/agent_options.h"
 #include "agent/console.h"
-#include "agent/event_loop.h"
 #include "agent/failure_report.h"
-#include "agent/launch_options.h"
 #include "agent/process_launcher.h"
-#include "agent/rendezvous_client.h"
 #include "agent/worker_env.h"
 #include "agent/worker_output.h"
 #include "agent/worker_watchdog.h"
+#include "common/event_loop.h"
+#include "rendezvous/client/rendezvous_client.h"
 
 namespace ddprun::agent {
 
@@ -28,31 +28,6 @@ enum class WorkerState {
   kFailed
 };
 const char* WorkerStateName(WorkerState state);
-
-// Everything the agent needs besides its collaborators.
-struct AgentConfig {
-  LaunchOptions options;
-  std::string run_id;  // TORCHELASTIC_RUN_ID
-  // <log_dir>/<run_id>_<rand>, already created; "" = no log files at all
-  // (--log_dir /dev/null): TORCHELASTIC_ERROR_FILE is empty, -r/-t are
-  // ignored (every stream goes to the console) and the watchdog has no
-  // heartbeat file (it still sees stopped workers).
-  std::string run_log_dir;
-  EnvMap parent_env;     // the environment workers inherit
-  std::string hostname;  // for the failure table; "" = getfqdn()
-  std::string node_id;   // unique per agent, for the rendezvous
-  // The agent's own TORCHELASTIC_ERROR_FILE ("" if unset): receives the root
-  // cause's error file with errorCode added.
-  std::string agent_error_file;
-  Clock::Duration join_timeout = std::chrono::seconds(600);
-  // Static multi-node mode: the round must give this node group rank
-  // --node_rank exactly (else two nodes share a --node_rank: the job fails
-  // with one clear line instead of running with surprising ranks).
-  bool node_rank_exact = false;
-  // What the hang watchdog (options.watchdog_timeout_s > 0) reads about
-  // workers; null = the real one (/proc and stat(2)). Must outlive the agent.
-  WorkerProbe* watchdog_probe = nullptr;
-};
 
 // torchrun's local elastic agent as an event-driven state machine:
 // rendezvous -> start nproc_per_node workers -> wait for exits and
@@ -78,23 +53,31 @@ struct AgentConfig {
 // SIGTERM, so a stopped worker handles SIGTERM instead of waiting for
 // --shutdown_timeout.
 //
-// Confined to the loop thread (rendezvous events are posted to it). The
-// collaborators must outlive the agent. Rendezvous calls (Join,
-// ReportFailure, ReportSuccess) block the loop thread; workers are stopped
-// while they run.
+// Rendezvous calls are asynchronous (rendezvous/client/rendezvous_client.h):
+// each step starts one and goes on in its callback (OnJoined,
+// OnFailureReported, OnBarrierPassed); nothing blocks the loop. A handled
+// signal while a Join or the exit barrier is in flight (no workers run)
+// leaves the job, which cancels the call, and finishes with 128+N; one that
+// arrives while a failure report is in flight takes effect once it is
+// answered (a restart becomes the exit). agent/README.md draws the state
+// machine.
+//
+// Confined to the loop thread (the rendezvous client and the launcher
+// deliver there). The collaborators must outlive the agent.
 class ElasticAgent {
  public:
   using DoneCallback = std::function<void(int exit_code)>;
 
-  ElasticAgent(AgentConfig config, EventLoop* loop, ProcessLauncher* launcher,
-               RendezvousClient* rendezvous, Console* console);
+  ElasticAgent(AgentOptions options, EventLoop* loop, ProcessLauncher* launcher,
+               rendezvous::RendezvousClient* rendezvous, Console* console);
   ~ElasticAgent();
 
   // Begins the first rendezvous on the loop. `on_done` runs once, on the
   // loop thread, with the exit code for ddprun.
   void Start(DoneCallback on_done);
 
-  // A signal in --signals_to_handle arrived (call on the loop thread).
+  // A signal in --signals_to_handle arrived (call on the loop thread). Also
+  // before the first rendezvous: the agent then finishes without one.
   void OnSignal(int sig);
 
   WorkerState state() const { return state_; }
@@ -117,13 +100,30 @@ class ElasticAgent {
     kSignal,
     kLaunchError,
   };
+  // Which rendezvous call is in flight (kJoining, kReporting, kBarrier,
+  // kLeaving), or what the agent does without one.
+  enum class Phase {
+    kIdle,       // before Start, or between two steps
+    kJoining,    // Join in flight, no workers
+    kRunning,    // workers run (or are being stopped)
+    kReporting,  // ReportFailure in flight, workers stopped
+    kBarrier,    // ReportSuccess (exit barrier) in flight, workers done
+    kLeaving,    // Leave in flight: the agent finishes when it is over
+    kDone,
+  };
   struct Worker;
 
-  void RendezvousAndStart();
+  // Starts a Join (or, with a signal pending, leaves instead).
+  void StartRendezvous();
+  void OnJoined(StatusOr<rendezvous::RendezvousResult> round);
   Status StartWorkers();
   void OnWorkerExit(int generation, int local_rank, ExitStatus status);
   void OnWorkerStuck(const WorkerWatchdog::Stuck& stuck);
-  void OnRendezvousEvent(const RendezvousEvent& event);
+  void OnRendezvousEvent(const rendezvous::RendezvousEvent& event);
+  void OnFailureReported(StatusOr<bool> again, bool usage_error);
+  void OnBarrierPassed(const Status& status);
+  // Leaves the job (cancelling a call in flight), then finishes.
+  void LeaveAndFinish(WorkerState state, int exit_code);
   void BeginStop(StopReason reason, int sig, const std::string& why);
   void OnStopDeadline();
   void MaybeFinishStop();
@@ -134,15 +134,18 @@ class ElasticAgent {
   void Finish(WorkerState state, int exit_code);
   bool AnyRunning() const;
 
-  AgentConfig config_;
+  const AgentOptions options_;
   EventLoop* loop_;
   ProcessLauncher* launcher_;
-  RendezvousClient* rendezvous_;
+  rendezvous::RendezvousClient* rendezvous_;
   Console* console_;
   DoneCallback on_done_;
 
   WorkerState state_ = WorkerState::kInit;
-  RendezvousResult round_;
+  Phase phase_ = Phase::kIdle;
+  // A signal that arrived while a failure report was in flight.
+  int pending_signal_ = 0;
+  rendezvous::RendezvousResult round_;
   int generation_ = 0;
   int starts_ = 0;
   std::vector<std::unique_ptr<Worker>> workers_;
@@ -154,6 +157,7 @@ class ElasticAgent {
   EventLoop::TimerId stop_timer_ = 0;
   bool stop_timer_armed_ = false;
   bool finished_ = false;
+  std::string hostname_;  // for the failure table, resolved when needed
   Clock::TimePoint failure_seen_at_{};
   std::unique_ptr<WorkerProbe> own_probe_;    // when config has none
   std::unique_ptr<WorkerWatchdog> watchdog_;  // null: --watchdog_timeout=0

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "agent/file_util.h"
+#include "common/file_util.h"
 
 namespace ddprun::agent {
 namespace {

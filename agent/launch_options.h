@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "agent/torch_version.h"
+#include "rendezvous/client/rendezvous_options.h"
 
 namespace ddprun::agent {
 
@@ -35,8 +36,11 @@ enum class WorkerContract {
 };
 
 // Everything the command line (and PET_* / SLURM_* environment defaults) says
-// about one launch. Filled by ParseLaunchOptions(); consumed read-only by the
-// agent. Defaults are torchrun's unless noted.
+// about one launch. Filled by ParseCommandLine() (agent/cli_parser.h) or a
+// front end's equivalent, and never changed afterwards: what main()
+// resolves at run time (the workers' torch, the rendezvous it builds) goes
+// into AgentOptions (agent/agent_options.h). Defaults are torchrun's unless
+// noted.
 struct LaunchOptions {
   // --nnodes N | MIN:MAX. 0 < min_nodes <= max_nodes.
   int min_nodes = 1;
@@ -51,7 +55,9 @@ struct LaunchOptions {
   std::string rdzv_backend = "static";
   std::string rdzv_endpoint;
   std::string rdzv_id = "none";
-  std::map<std::string, std::string> rdzv_conf;  // --rdzv_conf k=v,k=v
+  // --rdzv_conf k=v,k=v (and $DDPRUN_RDZV_TOKEN where a rendezvous server
+  // is used), read and checked once by the parser.
+  rendezvous::RendezvousOptions rendezvous;
   bool standalone = false;  // forces embedded rendezvous, fresh run id
 
   int max_restarts = 0;
@@ -95,11 +101,8 @@ struct LaunchOptions {
   // default such a job fails at once.
   bool retry_usage_errors = false;
 
-  // The torch the workers run: --torch_version, else (filled in by main()
-  // before the agent starts) what DetectWorkerTorchVersion() finds. It picks
-  // the NCCL error-handling variable, TORCHELASTIC_SIGNALS_TO_HANDLE and the
-  // legacy --local-rank spelling as that torch's launchers do; unknown =
-  // the newest torch.
+  // --torch_version; unknown = not given (main() then detects it:
+  // AgentOptions::worker_torch).
   TorchVersion torch_version;
 
   // ddprun-deepspeed: the workers get deepspeed.launcher.launch's contract
@@ -120,5 +123,14 @@ struct LaunchOptions {
   std::string entrypoint;
   std::vector<std::string> entrypoint_args;
 };
+
+// Which rendezvous a launch uses (agent/rendezvous_factory.h builds it).
+enum class RendezvousMode {
+  kLocal,       // static or grpc with --nnodes=1 and no endpoint: no server
+  kStandalone,  // --standalone: the gRPC server in-process, on loopback
+  kGrpc,        // --rdzv_backend=grpc|c10d with an endpoint
+  kStatic,      // static with --nnodes=N>1: node 0 hosts the gRPC server
+};
+RendezvousMode ModeOf(const LaunchOptions& options);
 
 }  // namespace ddprun::agent

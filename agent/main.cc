@@ -18,42 +18,30 @@
 #include <vector>
 
 #include "agent/accelerate_main.h"
+#include "agent/agent_options.h"
 #include "agent/asio_event_loop.h"
 #include "agent/boost_process_launcher.h"
 #include "agent/cli_parser.h"
 #include "agent/console.h"
 #include "agent/deepspeed_main.h"
 #include "agent/elastic_agent.h"
-#include "agent/interruptible_rendezvous.h"
 #include "agent/log_dir.h"
 #include "agent/python_sys_path.h"
 #include "agent/rendezvous_factory.h"
 #include "agent/signal_watcher.h"
 #include "agent/torch_version_probe.h"
 #include "agent/worker_env.h"
+#include "common/file_util.h"
 #include "common/logging.h"
 #include "common/process_group_guard.h"
-#include "rendezvous/rdzv_conf.h"
 
 namespace ddprun::agent {
 namespace {
-
-std::string Basename(const std::string& path) {
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 std::string NodeId(const std::string& host) {
   std::random_device rd;
   return host + ":" + std::to_string(::getpid()) + ":" +
          std::to_string(rd() & 0xffff);
-}
-
-// Exits at once, from any thread (the signal watcher): no destructors, which
-// could wait for the loop thread blocked in a rendezvous call.
-void ExitNow(int exit_code) {
-  std::fflush(nullptr);
-  ::_exit(exit_code);
 }
 
 // -r/-t put worker logs into the run directory.
@@ -84,13 +72,86 @@ void DisposeTempLogDir(const RunLogDir& dir, bool logs, int exit_code,
   RemoveTree(dir.temp_root);
 }
 
+// The torch the workers run: --torch_version, else what their interpreter
+// has (cached: a launch after the first costs a few stat() calls).
+TorchVersion WorkerTorch(const LaunchOptions& launch, const EnvMap& env) {
+  if (launch.torch_version.known() ||
+      launch.contract != WorkerContract::kTorchrun) {
+    return launch.torch_version;
+  }
+  TorchProbeOptions probe;
+  probe.cache_dir = DefaultCacheDir(env);
+  std::string why;
+  TorchVersion found = DetectWorkerTorchVersion(launch, env, probe, &why);
+  if (found.known()) {
+    DDP_LOG(DEBUG) << "workers run torch " << found.text << " (" << found.source
+                   << ")";
+  } else {
+    DDP_LOG(DEBUG) << "torch version of the workers unknown (" << why
+                   << "): giving them what the newest torchrun does; "
+                      "--torch_version sets it";
+  }
+  return found;
+}
+
+// Starts a thread that stops the agent as on SIGHUP (a hung-up terminal)
+// when stdin reaches EOF: a node started over ssh, whose connection went
+// with the launching ddprun-deepspeed. The signal goes through the
+// watcher, so this thread touches nothing that RunAgent destroys.
+void StopOnStdinEof(const std::vector<int>& handled) {
+  const int sig =
+      std::find(handled.begin(), handled.end(), SIGHUP) != handled.end()
+          ? SIGHUP
+          : handled.front();
+  std::thread([sig] {
+    char buf[256];
+    while (true) {
+      const ssize_t n = ::read(0, buf, sizeof(buf));
+      if (n == 0 || (n < 0 && errno != EINTR)) break;
+    }
+    DDP_LOG(WARNING) << "stdin closed: the launching node is gone, "
+                        "stopping the workers";
+    ::kill(::getpid(), sig);
+  }).detach();
+}
+
+// The agent's options, wired from the command line, the environment it
+// passes on, the rendezvous setup and the run directory.
+AgentOptions MakeAgentOptions(const LaunchOptions& launch, EnvMap env,
+                              TorchVersion worker_torch,
+                              const RendezvousSetup& setup,
+                              const std::string& run_log_dir) {
+  AgentOptions options;
+  options.launch = launch;
+  options.worker_torch = std::move(worker_torch);
+  options.run_id = launch.rdzv_id;
+  options.run_log_dir = run_log_dir;
+  // hostname stays empty: the agent resolves it only for a failure table,
+  // so a slow resolver never delays a launch.
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  options.node_id = NodeId(host);
+  options.local_addr =
+      setup.local_addr.empty() ? launch.local_addr : setup.local_addr;
+  const bool hint = launch.node_rank_given || setup.static_node_rank;
+  options.node_rank_hint = hint ? launch.node_rank : -1;
+  options.node_rank_exact = setup.static_node_rank;
+  options.join_timeout = std::max<Clock::Duration>(
+      std::chrono::milliseconds(100), launch.rendezvous.join_timeout);
+  if (auto own = env.find("TORCHELASTIC_ERROR_FILE"); own != env.end()) {
+    options.agent_error_file = own->second;
+  }
+  options.parent_env = std::move(env);
+  return options;
+}
+
 // Runs one node's agent for a parsed command line: the torchrun front end
 // and the per-node part of the others. `prog` prefixes error lines.
 int RunAgent(CommandLine cl, EnvMap env, const std::string& prog) {
-  LaunchOptions options = std::move(cl.options);
+  const LaunchOptions& launch = cl.options;
   // The log directory is input too: a bad --log_dir is one error line
   // before anything else is printed.
-  StatusOr<RunLogDir> run_dir = MakeRunLogDir(options.log_dir, options.rdzv_id);
+  StatusOr<RunLogDir> run_dir = MakeRunLogDir(launch.log_dir, launch.rdzv_id);
   if (!run_dir.ok()) {
     std::cerr << prog << ": error: " << run_dir.status().message() << "\n";
     return run_dir.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
@@ -104,8 +165,8 @@ int RunAgent(CommandLine cl, EnvMap env, const std::string& prog) {
   // Before any thread: the guard is a fork of this process. It kills what
   // workers left in their process groups if this process dies (kill -9),
   // and removes a temporary log directory that holds no worker logs.
-  const bool temp_dir_disposable =
-      !run_dir->temp_root.empty() && !WritesLogFiles(options);
+  const bool logs = WritesLogFiles(launch);
+  const bool temp_dir_disposable = !run_dir->temp_root.empty() && !logs;
   StatusOr<std::unique_ptr<ProcessGroupGuard>> guard = ProcessGroupGuard::Start(
       temp_dir_disposable ? run_dir->temp_root : std::string());
   if (!guard.ok()) {
@@ -113,62 +174,33 @@ int RunAgent(CommandLine cl, EnvMap env, const std::string& prog) {
                      << ": workers' children may outlive a killed agent";
   }
 
-  // Signals go to a watcher thread, not to the loop: the loop thread may sit
-  // in a blocking rendezvous call (Join, exit barrier) for minutes. Started
-  // before any other thread (gRPC's) so that every thread inherits the mask.
-  std::vector<int> handled = options.signals_to_handle;
+  // Signals go to a watcher thread (signalfd) and from there to the loop,
+  // which nothing blocks: a signal reaches the agent at once, also while a
+  // rendezvous call is in flight. Started before any other thread (gRPC's)
+  // so that every thread inherits the mask. A signal before the loop runs
+  // is delivered when it starts (the agent then finishes without a
+  // rendezvous), or ends the launch after the slow steps below.
+  std::vector<int> handled = launch.signals_to_handle;
   if (handled.empty()) handled = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
   AsioEventLoop loop;
-  std::atomic<InterruptibleRendezvous*> interruptible{nullptr};
-  std::atomic<ElasticAgent*> running_agent{nullptr};
+  ElasticAgent* agent = nullptr;  // set before the loop runs
+  std::atomic<int> early_signal{0};
   SignalWatcher watcher;
-  Status watching = watcher.Start(handled, [&](int sig) {
-    ElasticAgent* agent = running_agent.load();
-    if (agent == nullptr) ExitNow(128 + sig);  // nothing started yet
-    InterruptibleRendezvous* rdzv = interruptible.load();
-    if (rdzv != nullptr && rdzv->Interrupt(sig)) return;  // not reached
-    loop.Post([agent, sig] { agent->OnSignal(sig); });
-  });
+  Status watching =
+      watcher.Start(handled, [&loop, &agent, &early_signal](int sig) {
+        int none = 0;
+        early_signal.compare_exchange_strong(none, sig);
+        loop.Post([&agent, sig] { agent->OnSignal(sig); });
+      });
   if (!watching.ok()) DDP_LOG(WARNING) << watching.message();
-  if (cl.stop_on_stdin_eof) {
-    // A node started over ssh: when the connection goes (the launching
-    // ddprun-deepspeed stopped or died), sshd closes our stdin. Stop as on
-    // SIGHUP, a hung-up terminal: the signal goes through the watcher, so
-    // this thread touches nothing that the end of RunAgent destroys.
-    const int sig = std::find(handled.begin(), handled.end(), SIGHUP) !=
-                            handled.end()
-                        ? SIGHUP
-                        : handled.front();
-    std::thread([sig] {
-      char buf[256];
-      while (true) {
-        const ssize_t n = ::read(0, buf, sizeof(buf));
-        if (n == 0 || (n < 0 && errno != EINTR)) break;
-      }
-      DDP_LOG(WARNING) << "stdin closed: the launching node is gone, "
-                          "stopping the workers";
-      ::kill(::getpid(), sig);
-    }).detach();
-  }
+  if (cl.stop_on_stdin_eof) StopOnStdinEof(handled);
 
-  if (!options.torch_version.known() &&
-      options.contract == WorkerContract::kTorchrun) {
-    // Cached: a launch after the first costs a few stat() calls.
-    TorchProbeOptions probe;
-    probe.cache_dir = DefaultCacheDir(env);
-    std::string why;
-    options.torch_version = DetectWorkerTorchVersion(options, env, probe, &why);
-    if (options.torch_version.known()) {
-      DDP_LOG(DEBUG) << "workers run torch " << options.torch_version.text
-                     << " (" << options.torch_version.source << ")";
-    } else {
-      DDP_LOG(DEBUG) << "torch version of the workers unknown (" << why
-                     << "): giving them what the newest torchrun does; "
-                        "--torch_version sets it";
-    }
+  const TorchVersion worker_torch = WorkerTorch(launch, env);
+  if (const int sig = early_signal.load(); sig != 0) {
+    DisposeTempLogDir(*run_dir, false, 0, nullptr);  // nothing in it yet
+    return 128 + sig;
   }
-
-  StatusOr<RendezvousSetup> setup = MakeRendezvous(options, env);
+  StatusOr<RendezvousSetup> setup = MakeRendezvous(launch, &loop);
   if (!setup.ok()) {
     // Flags that contradict each other are bad input (2); a rendezvous that
     // cannot be hosted or reached is a runtime failure (1).
@@ -176,69 +208,41 @@ int RunAgent(CommandLine cl, EnvMap env, const std::string& prog) {
     DisposeTempLogDir(*run_dir, false, 0, nullptr);  // nothing in it yet
     return setup.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
-  if (!setup->local_addr.empty()) options.local_addr = setup->local_addr;
-  InterruptibleRendezvous rendezvous(setup->client.get(), ExitNow);
-  interruptible = &rendezvous;
-
-  if (NeedsOmpDefault(options, env)) {
+  if (NeedsOmpDefault(launch, env)) {
     FdConsole().Write(Console::Stream::kErr, OmpWarningBanner());
   }
-
-  AgentConfig config;
-  config.run_id = options.rdzv_id;
-  if (setup->static_node_rank) {
-    options.node_rank_given = true;
-    config.node_rank_exact = true;
-  }
-  // config.hostname stays empty: the agent resolves it only for a failure
-  // table, so a slow resolver never delays a launch.
-  char host[256] = {0};
-  ::gethostname(host, sizeof(host) - 1);
-  config.node_id = NodeId(host);
-  auto own_error_file = env.find("TORCHELASTIC_ERROR_FILE");
-  if (own_error_file != env.end()) {
-    config.agent_error_file = own_error_file->second;
-  }
-  // Checked by the parser: the value is a positive number of seconds.
-  StatusOr<std::optional<std::chrono::milliseconds>> join_timeout =
-      rendezvous::RdzvConfSeconds(options.rdzv_conf, "join_timeout");
-  if (join_timeout.ok() && join_timeout->has_value()) {
-    config.join_timeout = std::max<Clock::Duration>(
-        std::chrono::milliseconds(100), **join_timeout);
-  }
-  config.run_log_dir = run_dir->path;
-  DDP_LOG(DEBUG) << "log directory set to: " << config.run_log_dir;
+  AgentOptions options = MakeAgentOptions(launch, std::move(env), worker_torch,
+                                          *setup, run_dir->path);
+  DDP_LOG(DEBUG) << "log directory set to: " << options.run_log_dir;
 
   // Writing to a closed console must not kill the agent (and its workers).
   ::signal(SIGPIPE, SIG_IGN);
-  config.parent_env = std::move(env);
-  const int max_nodes = options.max_nodes;
-  const bool options_logs = WritesLogFiles(options);
-  config.options = std::move(options);
-
   BoostProcessLauncher launcher(loop.io_context(),
                                 guard.ok() ? guard->get() : nullptr);
   FdConsole console;
-  ElasticAgent agent(std::move(config), &loop, &launcher, &rendezvous,
-                     &console);
-  running_agent = &agent;
+  ElasticAgent elastic(std::move(options), &loop, &launcher,
+                       setup->client.get(), &console);
+  agent = &elastic;
   int exit_code = 1;
-  agent.Start([&](int code) {
+  elastic.Start([&](int code) {
     exit_code = code;
     loop.Stop();
   });
   loop.Run();
   watcher.Stop();
   if (setup->server != nullptr) {
-    if (setup->server->serving() && exit_code != 0 && max_nodes > 1) {
-      // The other agents learn that the job failed (or that this node left)
-      // at their next heartbeat (1 s): keep serving briefly so that they do
-      // not wait connection_lost_timeout for a server that is gone.
-      std::this_thread::sleep_for(std::chrono::seconds(2));
+    if (setup->server->serving() && exit_code != 0 && launch.max_nodes > 1) {
+      // The other agents learn the news (the job failed, or this node left)
+      // from this server at their next heartbeat: serve until each of them
+      // has, at most two heartbeat intervals (2 s by default).
+      const Clock::Duration bound = std::max<Clock::Duration>(
+          std::chrono::seconds(2), 2 * launch.rendezvous.heartbeat_interval);
+      setup->server->WaitUntilAllHeard(std::chrono::steady_clock::now() +
+                                       bound);
     }
     setup->server->Shutdown(std::chrono::seconds(1));
   }
-  DisposeTempLogDir(*run_dir, options_logs, exit_code,
+  DisposeTempLogDir(*run_dir, logs, exit_code,
                     guard.ok() ? guard->get() : nullptr);
   return exit_code;
 }

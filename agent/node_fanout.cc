@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <optional>
 
-#include "agent/file_util.h"
+#include "common/file_util.h"
 #include "common/logging.h"
 
 namespace ddprun::agent {

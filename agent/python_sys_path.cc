@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "agent/elf_deps.h"
-#include "agent/file_util.h"
 #include "agent/run_capture.h"
+#include "common/file_util.h"
 
 namespace ddprun::agent {
 namespace {
@@ -137,24 +137,17 @@ void WriteCache(const std::string& dir, const std::string& file,
     ::mkdir(dir.substr(0, pos).c_str(), 0700);
     if (pos != std::string::npos) ++pos;
   }
-  const std::string tmp = file + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << kCacheHeader << '\n'
-        << "key " << entry.key << '\n'
-        << "exe " << entry.exe_identity << '\n'
-        << "safe " << (entry.paths.safe_path ? "1" : "0") << '\n';
-    for (const auto& [state, path] : entry.stamps) {
-      out << "stamp " << state << ' ' << path << '\n';
-    }
-    for (const auto& e : entry.paths.entries) out << "entry " << e << '\n';
-    out.flush();
-    if (!out) {
-      ::unlink(tmp.c_str());
-      return;
-    }
+  std::ostringstream out;
+  out << kCacheHeader << '\n'
+      << "key " << entry.key << '\n'
+      << "exe " << entry.exe_identity << '\n'
+      << "safe " << (entry.paths.safe_path ? "1" : "0") << '\n';
+  for (const auto& [state, path] : entry.stamps) {
+    out << "stamp " << state << ' ' << path << '\n';
   }
-  if (::rename(tmp.c_str(), file.c_str()) != 0) ::unlink(tmp.c_str());
+  for (const auto& e : entry.paths.entries) out << "entry " << e << '\n';
+  // A cache: a write that fails costs the next launch one interpreter start.
+  (void)WriteFileAtomically(file, {out.str()});
 }
 
 StatusOr<PythonSysPath> AskInterpreter(

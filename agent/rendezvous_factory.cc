@@ -1,19 +1,14 @@
 #include "agent/rendezvous_factory.h"
 
 #include <arpa/inet.h>
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstdlib>
 #include <random>
 
-#include "agent/local_rendezvous_client.h"
 #include "common/logging.h"
-#include "rendezvous/endpoint.h"
-#include "rendezvous/grpc_rendezvous_client.h"
-#include "rendezvous/rdzv_conf.h"
+#include "common/net.h"
+#include "rendezvous/client/endpoint.h"
+#include "rendezvous/client/grpc_rendezvous_client.h"
+#include "rendezvous/client/local_rendezvous_client.h"
 #include "rendezvous/rendezvous_server.h"
 
 namespace ddprun::agent {
@@ -21,6 +16,7 @@ namespace {
 
 using rendezvous::Endpoint;
 using rendezvous::GrpcClientOptions;
+using rendezvous::LocalRendezvousClient;
 
 // --standalone hosts the same gRPC rendezvous server a multi-node job uses,
 // in-process on 127.0.0.1 and a free port, so a single-node job has exactly
@@ -43,44 +39,16 @@ std::string BindHost(const std::string& host) {
   return IsNumericIp(host) && rendezvous::IsThisHost(host) ? host : "0.0.0.0";
 }
 
-// True when something already listens on host:port (bind fails with
-// EADDRINUSE; SO_REUSEADDR as gRPC sets it).
+// True when something already listens on host:port.
 bool PortTaken(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) !=
-      0) {
-    return false;
-  }
-  bool taken = false;
-  const int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0) {
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    taken = bind(fd, res->ai_addr, res->ai_addrlen) != 0 && errno == EADDRINUSE;
-    close(fd);
-  }
-  freeaddrinfo(res);
-  return taken;
+  return PortInUse(host, port).value_or(false);
 }
 
-StatusOr<GrpcClientOptions> ClientOptions(const LaunchOptions& options,
-                                          const EnvMap& env,
-                                          const std::string& endpoint) {
+GrpcClientOptions ClientOptions(const LaunchOptions& options,
+                                const std::string& endpoint) {
   GrpcClientOptions o;
   o.endpoint = endpoint;
-  DDP_RETURN_IF_ERROR(rendezvous::ApplyRdzvConf(options.rdzv_conf, &o));
-  if (o.token.empty()) {
-    auto it = env.find("DDPRUN_RDZV_TOKEN");
-    if (it != env.end() && it->second.empty()) {
-      return InvalidArgumentError(
-          "DDPRUN_RDZV_TOKEN is set but empty, which would turn "
-          "authentication off; give a token, or unset it to run without one");
-    }
-    if (it != env.end()) o.token = it->second;
-  }
+  o.rendezvous = options.rendezvous;
   return o;
 }
 
@@ -91,21 +59,22 @@ StatusOr<GrpcClientOptions> ClientOptions(const LaunchOptions& options,
 // holds a certificate anyway.
 StatusOr<std::unique_ptr<RendezvousHost>> MakeHost(
     const std::string& bind_host, int port, const GrpcClientOptions& client) {
+  const rendezvous::RendezvousOptions& r = client.rendezvous;
   rendezvous::ServerOptions so;
-  so.token = client.token;
+  so.token = r.token;
   so.failover = true;
-  if (!client.tls_ca_pem.empty() || !client.tls_cert_pem.empty() ||
-      !client.tls_key_pem.empty()) {
-    if (client.tls_ca_pem.empty() || client.tls_cert_pem.empty() ||
-        client.tls_key_pem.empty()) {
+  if (!r.tls_ca_pem.empty() || !r.tls_cert_pem.empty() ||
+      !r.tls_key_pem.empty()) {
+    if (r.tls_ca_pem.empty() || r.tls_cert_pem.empty() ||
+        r.tls_key_pem.empty()) {
       return InvalidArgumentError(
           "--rdzv_conf tls_*: an agent that hosts the rendezvous serves "
           "mutual TLS and needs all of tls_ca, tls_cert and tls_key (its "
           "certificate must be valid for the endpoint's name or IP)");
     }
-    so.tls_cert_pem = client.tls_cert_pem;
-    so.tls_key_pem = client.tls_key_pem;
-    so.tls_ca_pem = client.tls_ca_pem;
+    so.tls_cert_pem = r.tls_cert_pem;
+    so.tls_key_pem = r.tls_key_pem;
+    so.tls_ca_pem = r.tls_ca_pem;
   }
   return std::make_unique<RendezvousHost>(bind_host, port, so, client.endpoint);
 }
@@ -124,7 +93,7 @@ StatusOr<std::unique_ptr<RendezvousHost>> Host(const std::string& bind_host,
 // The client of `server`'s endpoint. A server that is not serving (yet) is
 // a standby: the client takes over hosting when the server stops answering.
 StatusOr<RendezvousSetup> Connect(std::unique_ptr<RendezvousHost> server,
-                                  GrpcClientOptions client) {
+                                  GrpcClientOptions client, EventLoop* loop) {
   RendezvousSetup setup;
   if (server != nullptr) {
     RendezvousHost* host = server.get();
@@ -132,13 +101,13 @@ StatusOr<RendezvousSetup> Connect(std::unique_ptr<RendezvousHost> server,
   }
   setup.server = std::move(server);
   DDP_ASSIGN_OR_RETURN(setup.client,
-                       rendezvous::CreateGrpcRendezvousClient(client));
+                       rendezvous::CreateGrpcRendezvousClient(client, loop));
   return setup;
 }
 
 // --rdzv_backend=grpc|c10d --rdzv_endpoint=HOST[:PORT].
 StatusOr<RendezvousSetup> MakeGrpc(const LaunchOptions& options,
-                                   const EnvMap& env) {
+                                   EventLoop* loop) {
   if (options.rdzv_endpoint.empty()) {
     return InvalidArgumentError("--rdzv_backend=" + options.rdzv_backend +
                                 " needs --rdzv_endpoint HOST[:PORT]");
@@ -149,10 +118,8 @@ StatusOr<RendezvousSetup> MakeGrpc(const LaunchOptions& options,
   const std::string& text = options.rdzv_endpoint;
   const bool any_port = text.size() > 2 && text.substr(text.size() - 2) == ":0";
   if (ep.port == 0 && !any_port) ep.port = 29400;
-  DDP_ASSIGN_OR_RETURN(std::optional<bool> is_host,
-                       rendezvous::RdzvConfBool(options.rdzv_conf, "is_host"));
-  DDP_ASSIGN_OR_RETURN(GrpcClientOptions client,
-                       ClientOptions(options, env, ep.ToString()));
+  const std::optional<bool>& is_host = options.rendezvous.is_host;
+  GrpcClientOptions client = ClientOptions(options, ep.ToString());
   const bool host_it =
       is_host.has_value() ? *is_host : rendezvous::IsThisHost(ep.host);
   if (!host_it) {
@@ -161,7 +128,7 @@ StatusOr<RendezvousSetup> MakeGrpc(const LaunchOptions& options,
                                   ": port 0 needs this agent to host the "
                                   "rendezvous (is_host=false given?)");
     }
-    return Connect(nullptr, client);
+    return Connect(nullptr, client, loop);
   }
   const std::string bind_host = BindHost(ep.host);
   const bool auto_host = !is_host.has_value();
@@ -173,7 +140,7 @@ StatusOr<RendezvousSetup> MakeGrpc(const LaunchOptions& options,
                   << " is already served on this host: joining it";
     DDP_ASSIGN_OR_RETURN(std::unique_ptr<RendezvousHost> standby,
                          MakeHost(bind_host, ep.port, client));
-    return Connect(std::move(standby), client);
+    return Connect(std::move(standby), client, loop);
   }
   // Another agent on this host may bind between the probe and here.
   StatusOr<std::unique_ptr<RendezvousHost>> server =
@@ -188,20 +155,20 @@ StatusOr<RendezvousSetup> MakeGrpc(const LaunchOptions& options,
                   << " is already served on this host: joining it";
     DDP_ASSIGN_OR_RETURN(std::unique_ptr<RendezvousHost> standby,
                          MakeHost(bind_host, ep.port, client));
-    return Connect(std::move(standby), client);
+    return Connect(std::move(standby), client, loop);
   }
   if (ep.port == 0) {
     // Hosted on a port only this agent knew: nobody can stand by for it.
     ep.port = *(*server)->Serve(false);
     client.endpoint = ep.ToString();
   }
-  return Connect(std::move(server).value(), client);
+  return Connect(std::move(server).value(), client, loop);
 }
 
 // Static --nnodes=N>1 over the gRPC rendezvous: node 0 hosts it at
 // --master_addr:--master_port.
 StatusOr<RendezvousSetup> MakeStatic(const LaunchOptions& options,
-                                     const EnvMap& env) {
+                                     EventLoop* loop) {
   if (options.min_nodes != options.max_nodes) {
     return InvalidArgumentError(
         "--nnodes=" + std::to_string(options.min_nodes) + ":" +
@@ -217,8 +184,7 @@ StatusOr<RendezvousSetup> MakeStatic(const LaunchOptions& options,
         "--master_port=0: a multi-node static job needs a port every node "
         "knows");
   }
-  DDP_ASSIGN_OR_RETURN(GrpcClientOptions client,
-                       ClientOptions(options, env, ep.ToString()));
+  GrpcClientOptions client = ClientOptions(options, ep.ToString());
   std::unique_ptr<RendezvousHost> server;
   if (options.node_rank == 0) {
     const std::string bind_host = BindHost(ep.host);
@@ -233,7 +199,7 @@ StatusOr<RendezvousSetup> MakeStatic(const LaunchOptions& options,
     server = std::move(hosted).value();
   }
   DDP_ASSIGN_OR_RETURN(RendezvousSetup setup,
-                       Connect(std::move(server), client));
+                       Connect(std::move(server), client, loop));
   if (options.node_rank == 0) setup.local_addr = options.master_addr;
   setup.static_node_rank = true;
   return setup;
@@ -250,32 +216,33 @@ std::string RandomToken() {
 // --standalone: the embedded server on 127.0.0.1, any free port. Workers
 // still get --local_addr (else 127.0.0.1) as MASTER_ADDR.
 StatusOr<RendezvousSetup> MakeStandalone(const LaunchOptions& options,
-                                         const EnvMap& env) {
+                                         EventLoop* loop) {
   const std::string host = "127.0.0.1";
   Endpoint ep;
   ep.host = host;
-  DDP_ASSIGN_OR_RETURN(GrpcClientOptions client,
-                       ClientOptions(options, env, ep.ToString()));
-  if (client.token.empty()) client.token = RandomToken();
+  GrpcClientOptions client = ClientOptions(options, ep.ToString());
+  rendezvous::RendezvousOptions& r = client.rendezvous;
+  if (r.token.empty()) r.token = RandomToken();
   // Loopback inside one process: rdzv_conf tls_* has nothing to protect.
-  client.tls_ca_pem.clear();
-  client.tls_cert_pem.clear();
-  client.tls_key_pem.clear();
+  r.tls_ca_pem.clear();
+  r.tls_cert_pem.clear();
+  r.tls_key_pem.clear();
   DDP_ASSIGN_OR_RETURN(std::unique_ptr<RendezvousHost> server,
                        Host(host, 0, client));
   ep.port = *server->Serve(false);
   client.endpoint = ep.ToString();
-  return Connect(std::move(server), client);
+  return Connect(std::move(server), client, loop);
 }
 
-std::unique_ptr<RendezvousClient> MakeLocal(const LaunchOptions& options) {
+std::unique_ptr<rendezvous::RendezvousClient> MakeLocal(
+    const LaunchOptions& options, EventLoop* loop) {
   LocalRendezvousClient::Options rdzv;
   rdzv.backend = options.rdzv_backend;
   rdzv.master_addr = options.master_addr;
   if (options.master_port.has_value() && *options.master_port != 0) {
     rdzv.master_port = options.master_port;
   }
-  return std::make_unique<LocalRendezvousClient>(rdzv);
+  return std::make_unique<LocalRendezvousClient>(rdzv, loop);
 }
 
 }  // namespace
@@ -287,19 +254,22 @@ RendezvousSetup& RendezvousSetup::operator=(RendezvousSetup&&) noexcept =
 RendezvousSetup::~RendezvousSetup() { client.reset(); }
 
 StatusOr<RendezvousSetup> MakeRendezvous(const LaunchOptions& options,
-                                         const EnvMap& env) {
+                                         EventLoop* loop) {
   InstallGrpcLogRouting();
-  const bool grpc =
-      options.rdzv_backend == "grpc" || options.rdzv_backend == "c10d";
-  if (options.standalone) return MakeStandalone(options, env);
-  if ((!grpc && options.max_nodes == 1) ||
-      (grpc && options.max_nodes == 1 && options.rdzv_endpoint.empty())) {
-    RendezvousSetup setup;
-    setup.client = MakeLocal(options);
-    return setup;
+  switch (ModeOf(options)) {
+    case RendezvousMode::kStandalone:
+      return MakeStandalone(options, loop);
+    case RendezvousMode::kLocal: {
+      RendezvousSetup setup;
+      setup.client = MakeLocal(options, loop);
+      return setup;
+    }
+    case RendezvousMode::kGrpc:
+      return MakeGrpc(options, loop);
+    case RendezvousMode::kStatic:
+      return MakeStatic(options, loop);
   }
-  if (grpc) return MakeGrpc(options, env);
-  return MakeStatic(options, env);
+  return InternalError("unknown rendezvous mode");
 }
 
 }  // namespace ddprun::agent

@@ -4,10 +4,10 @@
 #include <string>
 
 #include "agent/launch_options.h"
-#include "agent/rendezvous_client.h"
 #include "agent/rendezvous_host.h"
-#include "agent/worker_env.h"
+#include "common/event_loop.h"
 #include "common/status_or.h"
+#include "rendezvous/client/rendezvous_client.h"
 
 namespace ddprun::agent {
 
@@ -23,7 +23,7 @@ struct RendezvousSetup {
   // The server this agent hosts (serving() now, or after a failover);
   // null: this agent never hosts.
   std::unique_ptr<RendezvousHost> server;
-  std::unique_ptr<RendezvousClient> client;
+  std::unique_ptr<rendezvous::RendezvousClient> client;
   // Address to announce as this node's MASTER_ADDR candidate instead of
   // --local_addr ("" = keep it). Static mode: node 0 announces --master_addr.
   std::string local_addr;
@@ -31,7 +31,8 @@ struct RendezvousSetup {
   bool static_node_rank = false;
 };
 
-// Picks and builds the rendezvous for `options`:
+// Builds the rendezvous of ModeOf(`options`) (launch_options.h), its client
+// answering on `loop` (which must outlive it):
 // - --standalone: this agent hosts the gRPC rendezvous server in-process on
 //   127.0.0.1 and a free port (token: the given one, else a random one) and
 //   joins it as a one-node job;
@@ -50,14 +51,14 @@ struct RendezvousSetup {
 //   --master_port: that port is the rendezvous now (torchrun's node 0 hosts
 //   a TCPStore there that its workers share; ddprun workers get their own
 //   store port). Open both ports between nodes.
-// The token is rdzv_conf token=/token_file=, else $DDPRUN_RDZV_TOKEN; the
-// embedded server requires the same token. With rdzv_conf tls_ca, tls_cert
-// and tls_key a hosting agent serves mutual TLS with its own certificate.
-// Blocks only to bind a server. Errors carry one clear line:
-// INVALID_ARGUMENT = the options contradict each other (bad input, exit 2);
-// anything else (UNAVAILABLE: the port is taken or not local; NOT_FOUND: a
-// file vanished since parsing) is a runtime failure (exit 1).
+// The token is options.rendezvous.token (rdzv_conf token=/token_file=, else
+// $DDPRUN_RDZV_TOKEN); the embedded server requires the same token. With
+// rdzv_conf tls_ca, tls_cert and tls_key a hosting agent serves mutual TLS
+// with its own certificate. Blocks only to bind a server. Errors carry one
+// clear line: INVALID_ARGUMENT = the options contradict each other (bad
+// input, exit 2); anything else (UNAVAILABLE: the port is taken or not
+// local) is a runtime failure (exit 1).
 StatusOr<RendezvousSetup> MakeRendezvous(const LaunchOptions& options,
-                                         const EnvMap& env);
+                                         EventLoop* loop);
 
 }  // namespace ddprun::agent

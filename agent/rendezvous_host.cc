@@ -40,7 +40,7 @@ RendezvousHost::RendezvousHost(std::string bind_host, int port,
 RendezvousHost::~RendezvousHost() { Shutdown(Clock::Duration::zero()); }
 
 StatusOr<int> RendezvousHost::Serve(bool quiet) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (server_) return server_->port();
   auto server = std::make_unique<rendezvous::RendezvousServer>();
   if (quiet) ++g_grpc_log_quiet;
@@ -53,7 +53,7 @@ StatusOr<int> RendezvousHost::Serve(bool quiet) {
 
 bool RendezvousHost::TakeOver() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (server_ || shut_down_ || port_ == 0) return false;
   }
   if (!Serve(/*quiet=*/true).ok()) return false;  // someone serves it
@@ -64,14 +64,25 @@ bool RendezvousHost::TakeOver() {
 }
 
 bool RendezvousHost::serving() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return server_ != nullptr;
+}
+
+void RendezvousHost::WaitUntilAllHeard(
+    std::chrono::steady_clock::time_point deadline) {
+  rendezvous::RendezvousServer* server;
+  {
+    MutexLock lock(&mu_);
+    server = server_.get();
+  }
+  // Only Shutdown, on this same thread, removes the server.
+  if (server != nullptr) (void)server->WaitUntilAllHeard(deadline);
 }
 
 void RendezvousHost::Shutdown(Clock::Duration grace) {
   std::unique_ptr<rendezvous::RendezvousServer> server;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     shut_down_ = true;
     server = std::move(server_);
   }

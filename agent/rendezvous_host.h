@@ -1,11 +1,12 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/status_or.h"
+#include "common/thread_annotations.h"
 #include "rendezvous/rendezvous_server.h"
 
 namespace ddprun::agent {
@@ -34,25 +35,31 @@ class RendezvousHost {
   // taken (another process serves it); other errors as
   // RendezvousServer::Start. `quiet`: gRPC's own error line about a bind
   // race lost to another agent is not printed.
-  StatusOr<int> Serve(bool quiet);
+  StatusOr<int> Serve(bool quiet) EXCLUDES(mu_);
 
   // Failover: serves the endpoint if nobody does (its port is free). True
   // when this call started serving it, false when it serves already or
   // the port is taken. Logs one line when it takes over.
-  bool TakeOver();
+  bool TakeOver() EXCLUDES(mu_);
 
-  bool serving() const;
+  bool serving() const EXCLUDES(mu_);
+  // While serving: keeps serving until every other agent has been told the
+  // job's latest news (RendezvousServer::WaitUntilAllHeard) or the real
+  // clock reaches `deadline`. Call from the thread that calls Shutdown.
+  void WaitUntilAllHeard(std::chrono::steady_clock::time_point deadline)
+      EXCLUDES(mu_);
   // Stops serving (parked calls get UNAVAILABLE). Idempotent.
-  void Shutdown(Clock::Duration grace);
+  void Shutdown(Clock::Duration grace) EXCLUDES(mu_);
 
  private:
   const std::string bind_host_;
   const int port_;
   const rendezvous::ServerOptions options_;
   const std::string endpoint_;
-  mutable std::mutex mu_;
-  std::unique_ptr<rendezvous::RendezvousServer> server_;
-  bool shut_down_ = false;  // no takeover after the agent's own shutdown
+  mutable Mutex mu_;
+  std::unique_ptr<rendezvous::RendezvousServer> server_ GUARDED_BY(mu_);
+  // No takeover after the agent's own shutdown.
+  bool shut_down_ GUARDED_BY(mu_) = false;
 };
 
 // Routes gRPC's own log lines through DDP_LOG (errors as warnings); lines

@@ -11,7 +11,7 @@
 #include <cerrno>
 #include <thread>
 
-#include "agent/file_util.h"
+#include "common/file_util.h"
 
 namespace ddprun::agent {
 namespace {

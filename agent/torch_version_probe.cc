@@ -7,9 +7,9 @@
 #include <optional>
 
 #include "agent/elf_deps.h"
-#include "agent/file_util.h"
 #include "agent/python_sys_path.h"
 #include "agent/run_capture.h"
+#include "common/file_util.h"
 
 namespace ddprun::agent {
 namespace {

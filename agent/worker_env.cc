@@ -45,10 +45,10 @@ std::string SignalListString(const std::vector<int>& signals) {
   return out;
 }
 
-EnvMap BuildWorkerEnv(const LaunchOptions& options,
-                      const RendezvousResult& round, const std::string& run_id,
-                      int local_rank, const std::string& error_file,
-                      const EnvMap& parent_env) {
+EnvMap BuildWorkerEnv(const LaunchOptions& options, const TorchVersion& torch,
+                      const rendezvous::RendezvousResult& round,
+                      const std::string& run_id, int local_rank,
+                      const std::string& error_file, const EnvMap& parent_env) {
   EnvMap env = parent_env;
   if (options.contract == WorkerContract::kDeepSpeed) {
     const int rank = round.rank_offset + local_rank;
@@ -81,7 +81,6 @@ EnvMap BuildWorkerEnv(const LaunchOptions& options,
   env["TORCHELASTIC_ERROR_FILE"] = error_file;
   // What torchrun of the workers' torch version sets, and nothing more: torch
   // >= 2.2 warns on every rank when the old NCCL name is set.
-  const TorchVersion& torch = options.torch_version;
   if (ExportsSignalsToHandle(torch)) {
     env["TORCHELASTIC_SIGNALS_TO_HANDLE"] =
         SignalListString(options.signals_to_handle);
@@ -104,6 +103,7 @@ EnvMap BuildWorkerEnv(const LaunchOptions& options,
 }
 
 std::vector<std::string> BuildWorkerArgv(const LaunchOptions& options,
+                                         const TorchVersion& torch,
                                          int local_rank,
                                          const EnvMap& parent_env,
                                          int rank_offset) {
@@ -127,8 +127,8 @@ std::vector<std::string> BuildWorkerArgv(const LaunchOptions& options,
           std::to_string((rank_offset + local_rank) % options.nproc_per_node));
     }
   } else if (options.legacy_launch && !options.use_env) {
-    argv.push_back(std::string(LegacyLocalRankFlag(options.torch_version)) +
-                   "=" + std::to_string(local_rank));
+    argv.push_back(std::string(LegacyLocalRankFlag(torch)) + "=" +
+                   std::to_string(local_rank));
   }
   argv.insert(argv.end(), options.entrypoint_args.begin(),
               options.entrypoint_args.end());

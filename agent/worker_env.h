@@ -5,7 +5,8 @@
 #include <vector>
 
 #include "agent/launch_options.h"
-#include "agent/rendezvous_client.h"
+#include "agent/torch_version.h"
+#include "rendezvous/client/rendezvous_client.h"
 
 namespace ddprun::agent {
 
@@ -15,11 +16,11 @@ using EnvMap = std::map<std::string, std::string>;
 // (contract §2): `parent_env` plus RANK, LOCAL_RANK, GROUP_RANK, ROLE_RANK,
 // ROLE_NAME, LOCAL_WORLD_SIZE, WORLD_SIZE, GROUP_WORLD_SIZE, ROLE_WORLD_SIZE,
 // MASTER_ADDR, MASTER_PORT, TORCHELASTIC_{RESTART_COUNT, MAX_RESTARTS, RUN_ID,
-// USE_AGENT_STORE, ERROR_FILE}, and what torchrun of options.torch_version
-// adds (agent/torch_version.h): TORCHELASTIC_SIGNALS_TO_HANDLE (>= 2.9) and
-// TORCH_NCCL_ASYNC_ERROR_HANDLING (>= 2.2) or NCCL_ASYNC_ERROR_HANDLING
-// (inherited, else "1"), never both; OMP_NUM_THREADS
-// (inherited, else "1" when nproc_per_node > 1) and, with
+// USE_AGENT_STORE, ERROR_FILE}, and what torchrun of `torch` (the
+// workers' torch version) adds (agent/torch_version.h):
+// TORCHELASTIC_SIGNALS_TO_HANDLE (>= 2.9) and TORCH_NCCL_ASYNC_ERROR_HANDLING
+// (>= 2.2) or NCCL_ASYNC_ERROR_HANDLING (inherited, else "1"), never both;
+// OMP_NUM_THREADS (inherited, else "1" when nproc_per_node > 1) and, with
 // --virtual_local_rank, LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES = the
 // local_rank-th entry of the parent's list (or the local rank when unset).
 // TORCHELASTIC_USE_AGENT_STORE is "False": ddprun's agent hosts no TCPStore,
@@ -31,14 +32,14 @@ using EnvMap = std::map<std::string, std::string>;
 // MASTER_ADDR, MASTER_PORT, CROSS_RANK (the node rank), CROSS_SIZE (nodes)
 // and LOCAL_SIZE (nproc_per_node); nothing else (the front end puts
 // CUDA_VISIBLE_DEVICES into `parent_env`).
-EnvMap BuildWorkerEnv(const LaunchOptions& options,
-                      const RendezvousResult& round, const std::string& run_id,
-                      int local_rank, const std::string& error_file,
-                      const EnvMap& parent_env);
+EnvMap BuildWorkerEnv(const LaunchOptions& options, const TorchVersion& torch,
+                      const rendezvous::RendezvousResult& round,
+                      const std::string& run_id, int local_rank,
+                      const std::string& error_file, const EnvMap& parent_env);
 
 // The worker command line: `$PYTHON_EXEC|python3 -u [-m] entrypoint`, or the
 // entrypoint itself with --no_python; legacy launch mode without --use_env
-// adds `--local-rank=N` (torch >= 2.0, or unknown) or `--local_rank=N`
+// adds `--local-rank=N` (`torch` >= 2.0, or unknown) or `--local_rank=N`
 // before the entrypoint's own arguments, as that torch's
 // torch.distributed.launch does.
 // ddprun addition: an entrypoint that is an ELF binary (e.g. a C++ trainer)
@@ -48,6 +49,7 @@ EnvMap BuildWorkerEnv(const LaunchOptions& options,
 // deepspeed_local_rank_arg is false), N = (rank_offset + local_rank) modulo
 // nproc_per_node, deepspeed's LOCAL_RANK.
 std::vector<std::string> BuildWorkerArgv(const LaunchOptions& options,
+                                         const TorchVersion& torch,
                                          int local_rank,
                                          const EnvMap& parent_env,
                                          int rank_offset = 0);

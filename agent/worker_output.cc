@@ -5,6 +5,8 @@
 
 #include <cerrno>
 
+#include "common/file_util.h"
+
 namespace ddprun::agent {
 WorkerOutput::WorkerOutput(Options options, Console* console)
     : options_(std::move(options)), console_(console) {}
@@ -22,7 +24,8 @@ Status WorkerOutput::Open() {
 }
 
 void WorkerOutput::OnChunk(std::string_view chunk) {
-  if (fd_ >= 0) WriteFully(fd_, chunk);
+  // A full disk must not stop the agent: the console still gets the line.
+  if (fd_ >= 0) (void)WriteFully(fd_, chunk);
   if (!options_.to_console) return;
   std::string lines = splitter_.Feed(chunk, options_.prefix);
   if (!lines.empty()) console_->Write(options_.stream, lines);

@@ -7,8 +7,8 @@
 #include <optional>
 #include <string>
 
-#include "agent/event_loop.h"
 #include "common/clock.h"
+#include "common/event_loop.h"
 
 namespace ddprun::agent {
 

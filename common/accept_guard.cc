@@ -10,10 +10,10 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <mutex>
 #include <string>
 
 #include "common/logging.h"
+#include "common/mutex.h"
 
 namespace ddprun {
 namespace {
@@ -23,14 +23,16 @@ using SteadyClock = std::chrono::steady_clock;
 struct Guard {
   std::atomic<bool> enabled{false};
   std::atomic<int> cap{0};
-  std::mutex mu;  // everything below
-  int limit = 0;
-  int reserve = -1;  // a spare descriptor, given up to accept on EMFILE
-  std::string what;
-  int64_t shed = 0;
-  int64_t shed_unreported = 0;
-  std::atomic<bool> shedding{false};  // since the last accepted connection
-  SteadyClock::time_point last_report{};
+  Mutex mu;
+  int limit GUARDED_BY(mu) = 0;
+  // A spare descriptor, given up to accept on EMFILE.
+  int reserve GUARDED_BY(mu) = -1;
+  std::string what GUARDED_BY(mu);
+  int64_t shed GUARDED_BY(mu) = 0;
+  int64_t shed_unreported GUARDED_BY(mu) = 0;
+  // Since the last accepted connection; read without mu on the fast path.
+  std::atomic<bool> shedding{false};
+  SteadyClock::time_point last_report GUARDED_BY(mu){};
 };
 
 Guard& TheGuard() {
@@ -53,7 +55,7 @@ int SoftFdLimit() {
 
 // One connection shed (under g.mu): counts it and says so at most every
 // 10 s, so that a flood costs a log line, not a log line per connection.
-void NoteShed(Guard& g, const char* why) {
+void NoteShed(Guard& g, const char* why) REQUIRES(g.mu) {
   ++g.shed;
   ++g.shed_unreported;
   const bool new_episode = !g.shedding.exchange(true);
@@ -72,7 +74,7 @@ void NoteShed(Guard& g, const char* why) {
 
 // Takes the pending connection of `fd` with the reserved descriptor and
 // closes it (the table is full). Returns false when there was none.
-bool ShedWithReserve(Guard& g, int fd) {
+bool ShedWithReserve(Guard& g, int fd) REQUIRES(g.mu) {
   if (g.reserve >= 0) {
     ::close(g.reserve);
     g.reserve = -1;
@@ -89,7 +91,7 @@ bool ShedWithReserve(Guard& g, int fd) {
 
 void EnableAcceptGuard(const char* what, int headroom) {
   Guard& g = TheGuard();
-  std::lock_guard<std::mutex> lock(g.mu);
+  MutexLock lock(&g.mu);
   g.limit = SoftFdLimit();
   if (headroom <= 0) headroom = std::max(32, g.limit / 8);
   g.cap = std::max(8, g.limit - headroom);
@@ -100,7 +102,7 @@ void EnableAcceptGuard(const char* what, int headroom) {
 
 AcceptGuardStats GetAcceptGuardStats() {
   Guard& g = TheGuard();
-  std::lock_guard<std::mutex> lock(g.mu);
+  MutexLock lock(&g.mu);
   return AcceptGuardStats{g.shed, g.limit, g.cap.load()};
 }
 
@@ -126,7 +128,7 @@ extern "C" int accept4(int fd, sockaddr* __restrict addr,
     if (!g.enabled.load(std::memory_order_relaxed)) return c;
     if (c >= 0 && c < g.cap.load(std::memory_order_relaxed)) {
       if (g.shedding) {
-        std::lock_guard<std::mutex> lock(g.mu);
+        ddprun::MutexLock lock(&g.mu);
         if (g.shedding) {
           g.shedding = false;
           DDP_LOG(INFO) << g.what << ": accepting connections again (" << g.shed
@@ -137,12 +139,12 @@ extern "C" int accept4(int fd, sockaddr* __restrict addr,
     }
     if (c >= 0) {
       ::close(c);
-      std::lock_guard<std::mutex> lock(g.mu);
+      ddprun::MutexLock lock(&g.mu);
       ddprun::NoteShed(g, "too many open connections");
       continue;  // drain the backlog: the next one may fit again
     }
     if (errno != EMFILE && errno != ENFILE) return c;
-    std::lock_guard<std::mutex> lock(g.mu);
+    ddprun::MutexLock lock(&g.mu);
     if (!ddprun::ShedWithReserve(g, fd)) return c;  // nothing pending
     ddprun::NoteShed(g, "out of file descriptors");
   }

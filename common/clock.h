@@ -1,7 +1,8 @@
 #pragma once
 
 #include <chrono>
-#include <mutex>
+
+#include "common/mutex.h"
 
 namespace ddprun {
 
@@ -28,21 +29,21 @@ class FakeClock : public Clock {
  public:
   FakeClock() = default;
   TimePoint Now() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return now_;
   }
   double WallSeconds() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return 1.7e9 + std::chrono::duration<double>(now_.time_since_epoch()).count();
   }
   void Advance(Duration d) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     now_ += d;
   }
 
  private:
-  mutable std::mutex mu_;
-  TimePoint now_{};
+  mutable Mutex mu_;
+  TimePoint now_ GUARDED_BY(mu_){};
 };
 
 }  // namespace ddprun

@@ -8,7 +8,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <mutex>
+
+#include "common/file_util.h"
+#include "common/mutex.h"
 
 namespace ddprun {
 namespace {
@@ -34,13 +36,14 @@ std::atomic<int>& LevelStorage() {
   return level;
 }
 
-std::mutex& TagMutex() {
-  static std::mutex mu;
-  return mu;
-}
-std::string& Tag() {
-  static std::string tag = "ddprun";
-  return tag;
+// The tag every line carries; set once at start, read by every line.
+struct LogTag {
+  Mutex mu;
+  std::string tag GUARDED_BY(mu) = "ddprun";
+};
+LogTag& TheTag() {
+  static LogTag* tag = new LogTag();  // never destroyed: logs may run late
+  return *tag;
 }
 
 char LevelLetter(LogLevel l) {
@@ -85,8 +88,9 @@ void SetMinLogLevel(LogLevel level) {
   LevelStorage().store(static_cast<int>(level));
 }
 void SetLogTag(const std::string& tag) {
-  std::lock_guard<std::mutex> lock(TagMutex());
-  Tag() = tag;
+  LogTag& t = TheTag();
+  MutexLock lock(&t.mu);
+  t.tag = tag;
 }
 
 LogMessage::LogMessage(LogLevel level, const char* file, int line)
@@ -102,8 +106,9 @@ LogMessage::LogMessage(LogLevel level, const char* file, int line)
   const char* base = std::strrchr(file, '/');
   std::string tag;
   {
-    std::lock_guard<std::mutex> lock(TagMutex());
-    tag = Tag();
+    LogTag& t = TheTag();
+    MutexLock lock(&t.mu);
+    tag = t.tag;
   }
   stream_ << '[' << tag << ' ' << LevelLetter(level_) << ' ' << when << ' '
           << (base ? base + 1 : file) << ':' << line << "] ";
@@ -111,14 +116,8 @@ LogMessage::LogMessage(LogLevel level, const char* file, int line)
 
 LogMessage::~LogMessage() {
   const std::string s = EscapeControlChars(stream_.str()) + '\n';
-  const char* p = s.data();
-  size_t left = s.size();
-  while (left > 0) {
-    ssize_t n = ::write(STDERR_FILENO, p, left);
-    if (n <= 0) break;  // stderr gone: nothing better to do with a log line
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
+  // stderr gone: nothing better to do with a log line.
+  (void)WriteFully(STDERR_FILENO, s);
 }
 
 }  // namespace ddprun

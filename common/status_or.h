@@ -38,6 +38,11 @@ class [[nodiscard]] StatusOr {
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
+  // The value, or `fallback` on an error.
+  template <typename U>
+  T value_or(U&& fallback) const& {
+    return ok() ? *value_ : static_cast<T>(std::forward<U>(fallback));
+  }
 
  private:
   Status status_;

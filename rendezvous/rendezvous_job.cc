@@ -27,11 +27,12 @@ RendezvousJob::RendezvousJob(std::string rdzv_id, const v1::JobConfig& config,
       heartbeat_timeout_(
           MsOr(config.heartbeat_timeout_ms(), defaults.heartbeat_timeout)),
       max_nodes_(defaults.max_nodes_per_job),
-      bad_host_window_(
-          MsOr(config.bad_host_window_ms(), defaults.bad_host_window)),
-      bad_host_cooldown_(
-          MsOr(config.bad_host_cooldown_ms(), defaults.bad_host_cooldown)),
       clock_(clock),
+      budget_(static_cast<int>(config.max_restarts())),
+      bad_hosts_(
+          id_, config.bad_host_failures(),
+          MsOr(config.bad_host_window_ms(), defaults.bad_host_window),
+          MsOr(config.bad_host_cooldown_ms(), defaults.bad_host_cooldown)),
       open_since_(clock->Now()) {}
 
 Status RendezvousJob::CheckConfig(const v1::JobConfig& c) const {
@@ -122,6 +123,14 @@ void RendezvousJob::ReplaceJoinWaiter(Node* node, WaiterId waiter,
 
 Status RendezvousJob::Join(const v1::JoinRequest& request, WaiterId waiter,
                            std::vector<Outcome>* out) {
+  Status joined = JoinNode(request, waiter, out);
+  if (joined.ok())
+    MarkHeard(request.node().node_id(), request.node().instance());
+  return joined;
+}
+
+Status RendezvousJob::JoinNode(const v1::JoinRequest& request, WaiterId waiter,
+                               std::vector<Outcome>* out) {
   const v1::NodeInfo& info = request.node();
   if (finished()) return AnswerFinished(info, waiter, out);
   DDP_RETURN_IF_ERROR(CheckInstance(info.node_id(), info.instance()));
@@ -154,8 +163,7 @@ Status RendezvousJob::Join(const v1::JoinRequest& request, WaiterId waiter,
   }
   if (phase_ == Phase::kOpen && seen >= round_) {
     round_ = seen + 1;
-    restart_count_ =
-        std::max(restart_count_, request.previous().restart_count());
+    budget_.RaiseTo(request.previous().restart_count());
   }
   if (phase_ == Phase::kOpen) {
     EnterOpenRound(request, waiter, excluded, out);
@@ -252,7 +260,7 @@ void RendezvousJob::JoinOpenRound(const v1::JoinRequest& request,
 void RendezvousJob::CompleteIfReady(std::vector<Outcome>* out) {
   if (phase_ != Phase::kOpen) return;
   // With the budget spent, no new round before the failure is settled.
-  if (pending_failure_ && !pending_failure_->charged) return;
+  if (budget_.Blocking()) return;
   const int joining = CountNodes(NodeState::kJoining);
   const int min = static_cast<int>(config_.min_nodes());
   const int max = static_cast<int>(config_.max_nodes());
@@ -318,7 +326,7 @@ void RendezvousJob::Complete(std::vector<Outcome>* out) {
     a.set_role_world_size(placed[i].role_world_size);
     a.set_master_addr(master->info.addr());
     a.set_master_port(static_cast<int>(master->info.master_port()));
-    a.set_restart_count(restart_count_);
+    a.set_restart_count(budget_.used());
     SetState(n, NodeState::kRunning);
     n->previous_rank = placed[i].group_rank;
     n->last_seen = now;
@@ -328,10 +336,11 @@ void RendezvousJob::Complete(std::vector<Outcome>* out) {
   // Nodes of the previous round that did not make it must re-join. One that
   // is merely slow keeps heartbeating; one that is dead may still turn out
   // to be the cause of a pending worker failure.
+  RestartBudget::Pending* pending = budget_.pending();
   for (auto it = nodes_.begin(); it != nodes_.end();) {
     if (it->second.state == NodeState::kExpected) {
-      if (pending_failure_ && pending_failure_->charged) {
-        pending_failure_->missing[it->first] = it->second.last_seen;
+      if (pending != nullptr && pending->charged) {
+        pending->missing[it->first] = it->second.last_seen;
       }
       it = EraseNode(it);
     } else {
@@ -340,9 +349,7 @@ void RendezvousJob::Complete(std::vector<Outcome>* out) {
   }
   // Every node of the failed round is back: the failure stands as a worker
   // failure.
-  if (pending_failure_ && pending_failure_->missing.empty()) {
-    pending_failure_.reset();
-  }
+  if (pending != nullptr && pending->missing.empty()) (void)budget_.Take();
   phase_ = Phase::kRunning;
   reformed_ = false;
   last_call_deadline_.reset();
@@ -358,6 +365,7 @@ void RendezvousJob::Invalidate(v1::HeartbeatResponse::Action action,
                                std::vector<Outcome>* out) {
   DDP_LOG(INFO) << "rendezvous '" << id_ << "' round " << round_
                 << " ends: " << reason;
+  Announce();
   ++round_;
   phase_ = Phase::kOpen;
   reformed_ = true;
@@ -389,12 +397,17 @@ void RendezvousJob::Invalidate(v1::HeartbeatResponse::Action action,
 
 void RendezvousJob::Fail(const std::string& reason, std::vector<Outcome>* out) {
   DDP_LOG(WARNING) << "rendezvous '" << id_ << "' failed: " << reason;
+  Announce();
   phase_ = Phase::kFailed;
   finished_at_ = clock_->Now();
   reason_ = reason;
-  if (pending_failure_) {
-    for (WaiterId w : pending_failure_->waiters) AnswerFailure(w, false, out);
-    pending_failure_.reset();
+  if (std::optional<RestartBudget::Pending> pending = budget_.Take()) {
+    for (WaiterId w : pending->waiters) AnswerFailure(w, false, out);
+    for (const std::string& id : pending->waiting_nodes) {
+      if (auto it = nodes_.find(id); it != nodes_.end()) {
+        it->second.heard = news_;
+      }
+    }
   }
   for (auto& [id, node] : nodes_) {
     for (WaiterId* w : {&node.join_waiter, &node.success_waiter}) {
@@ -409,6 +422,7 @@ void RendezvousJob::Fail(const std::string& reason, std::vector<Outcome>* out) {
 void RendezvousJob::Succeed(const std::string& reason,
                             std::vector<Outcome>* out) {
   DDP_LOG(INFO) << "rendezvous '" << id_ << "' succeeded: " << reason;
+  Announce();
   phase_ = Phase::kSucceeded;
   finished_at_ = clock_->Now();
   reason_ = reason;
@@ -435,62 +449,6 @@ void RendezvousJob::RemoveNode(std::map<std::string, Node>::iterator it,
   EraseNode(it);
 }
 
-StatusOr<v1::HeartbeatResponse> RendezvousJob::Heartbeat(
-    const v1::HeartbeatRequest& req, std::vector<Outcome>* out) {
-  const v1::NodeInfo& info = req.node();
-  DDP_RETURN_IF_ERROR(CheckInstance(info.node_id(), info.instance()));
-  v1::HeartbeatResponse reply;
-  reply.set_action(Action::ACTION_CONTINUE);
-  if (phase_ == Phase::kFailed || phase_ == Phase::kSucceeded) {
-    reply.set_action(phase_ == Phase::kFailed ? Action::ACTION_JOB_FAILED
-                                              : Action::ACTION_JOB_SUCCEEDED);
-    reply.set_reason(Closed());
-    reply.set_round(round_);
-    return reply;
-  }
-  const int64_t theirs = req.current().round();
-  Node* node = FindNode(info.node_id(), info.instance());
-  if (node == nullptr && theirs == round_ && phase_ == Phase::kRunning) {
-    // Rebuild after a server restart: the node re-registers its round.
-    bool rank_taken = false;
-    for (const auto& [id, other] : nodes_) {
-      rank_taken |= other.state == NodeState::kRunning &&
-                    other.assignment.group_rank() == req.current().group_rank();
-    }
-    if (!rank_taken) {
-      Node& n = InsertNode(info.node_id(), nullptr);
-      n.info = info;
-      SetState(&n, NodeState::kRunning);
-      n.assignment = req.current();
-      n.previous_rank = req.current().group_rank();
-      node = &n;
-      NoteReregistered(out);
-    }
-  }
-  if (node != nullptr) node->last_seen = clock_->Now();
-  if (node == nullptr && pending_failure_) {
-    auto missing = pending_failure_->missing.find(info.node_id());
-    if (missing != pending_failure_->missing.end()) {
-      missing->second = clock_->Now();  // alive: not the failure's cause
-    }
-  }
-  reply.set_round(round_);
-  reply.set_nodes_waiting(CountNodes(NodeState::kWaiting));
-  const bool in_round =
-      node != nullptr && (node->state == NodeState::kRunning ||
-                          node->state == NodeState::kSucceeded);
-  const bool joining = node != nullptr && (node->state == NodeState::kJoining ||
-                                           node->state == NodeState::kWaiting);
-  if (in_round || joining || theirs == 0) return reply;
-  // The node runs a round that is over (or was dropped from it).
-  reply.set_action(theirs == round_ - 1 ? last_action_ : Action::ACTION_REJOIN);
-  reply.set_reason(node == nullptr && theirs == round_
-                       ? "this node is not part of round " +
-                             std::to_string(round_)
-                       : reason_);
-  return reply;
-}
-
 Status RendezvousJob::ReportSuccess(const v1::ReportSuccessRequest& req,
                                     WaiterId waiter,
                                     std::vector<Outcome>* out) {
@@ -512,6 +470,7 @@ Status RendezvousJob::ReportSuccess(const v1::ReportSuccessRequest& req,
         (reason_.empty() ? "" : ", " + reason_) + ")");
   }
   SetState(node, NodeState::kSucceeded);
+  node->heard = news_;
   if (node->success_waiter != 0 && node->success_waiter != waiter) {
     out->push_back(
         Outcome::Of(node->success_waiter,

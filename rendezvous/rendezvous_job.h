@@ -10,12 +10,10 @@
 #include "common/status.h"
 #include "common/status_or.h"
 #include "ddprun/v1/rendezvous.pb.h"
+#include "rendezvous/bad_host_policy.h"
+#include "rendezvous/restart_budget.h"
 
 namespace ddprun::rendezvous {
-
-// Identifies a parked call (a Join long poll or an exit barrier) so that its
-// answer can be delivered later. Chosen by the caller; 0 means "none".
-using WaiterId = uint64_t;
 
 // The answer to a parked call: `status`, and for a Join the assignment (or
 // job_succeeded), for a ReportFailure its reply.
@@ -69,7 +67,8 @@ struct JobDefaults {
 };
 
 // The state machine of one rendezvous job: rounds, participants, wait list,
-// heartbeat table, job-global restart budget. See rendezvous.proto for the
+// heartbeat table; the restart budget (restart_budget.h) and the bad-host
+// policy (bad_host_policy.h) are its parts. See rendezvous.proto for the
 // semantics of each operation. Plain C++: no gRPC, no threads, no sleeping;
 // time comes from the injected clock and advances through Tick().
 //
@@ -98,6 +97,13 @@ class RendezvousJob {
   bool abandoned() const { return !finished() && nodes_.empty(); }
   // When the job finished; meaningful only if finished().
   Clock::TimePoint finished_at() const { return finished_at_; }
+  // True when every node the job knows has been told its latest news (the
+  // job finished or a round ended): it made a call since (a Heartbeat, a
+  // Join, a report), or a call it had parked was answered by the news. A
+  // hosting agent that ends serves until then (RendezvousServer::
+  // WaitUntilAllHeard), so that no other agent waits on a server that is
+  // gone.
+  bool AllHeard() const;
 
   // FAILED_PRECONDITION when `config` is not this job's (min, max, budget).
   Status CheckConfig(const v1::JobConfig& config) const;
@@ -164,14 +170,17 @@ class RendezvousJob {
     int previous_rank = -1;     // group rank in the node's last round
     v1::Assignment assignment;  // valid while kRunning / kSucceeded
     bool excluded = false;      // kWaiting for its host's cool-down
+    uint64_t heard = 0;         // the last news_ this node was told
   };
 
-  // A host's recent worker failures (bad-host policy).
-  struct HostRecord {
-    std::vector<Clock::TimePoint> failures;  // within the window, oldest first
-    std::optional<Clock::TimePoint> excluded_until;
-  };
-
+  // Join and Heartbeat, without marking the node as told (their callers
+  // do that once the answer is decided).
+  Status JoinNode(const v1::JoinRequest& request, WaiterId waiter,
+                  std::vector<Outcome>* out);
+  StatusOr<v1::HeartbeatResponse> HeartbeatNode(const v1::HeartbeatRequest& req,
+                                                std::vector<Outcome>* out);
+  Status ReportNodeFailure(const v1::ReportFailureRequest& request,
+                           WaiterId waiter, std::vector<Outcome>* out);
   // Join's answer for a finished job: a node that was parked in Join when
   // the job succeeded is told so again (retry of a lost answer); any other
   // gets FAILED_PRECONDITION.
@@ -187,14 +196,16 @@ class RendezvousJob {
   // new round nor joins one until then.
   void ParkWaiting(const v1::JoinRequest& request, WaiterId waiter,
                    bool excluded, std::vector<Outcome>* out);
-  // Bad-host policy (rendezvous_job_bad_hosts.cc). Records a worker
-  // failure of `host` now; true if that excludes the host.
-  bool RecordHostFailure(const std::string& host);
-  // Undoes RecordHostFailure (the failure turned out to be a node loss).
-  void ForgetHostFailure(const std::string& host, Clock::TimePoint at);
-  bool HostExcluded(const std::string& host) const;
+  bool HostExcluded(const std::string& host) const {
+    return bad_hosts_.Excluded(host, clock_->Now());
+  }
   // Ends cool-downs that are over and lets their parked nodes join.
   void ReleaseExcludedHosts(std::vector<Outcome>* out);
+  // The job has news for its nodes (a round ended, the job finished):
+  // nodes with a parked call count as told (it is answered, or goes on).
+  void Announce();
+  // `node_id` (with `instance`), if known, was just told the news.
+  void MarkHeard(const std::string& node_id, uint64_t instance);
   // One more node of the adopted round is back (rebuild_).
   void NoteReregistered(std::vector<Outcome>* out);
   // Closes the job as succeeded when every node of the running round has
@@ -212,8 +223,6 @@ class RendezvousJob {
                   std::vector<Outcome>* out);
   void Complete(std::vector<Outcome>* out);
   void Fail(const std::string& reason, std::vector<Outcome>* out);
-  // Fail()'s reason when a worker failure finds no restart budget left.
-  std::string BudgetExhausted(const std::string& failure) const;
   void Succeed(const std::string& reason, std::vector<Outcome>* out);
   void RemoveNode(std::map<std::string, Node>::iterator it, Status why,
                   std::vector<Outcome>* out);
@@ -239,13 +248,13 @@ class RendezvousJob {
   const Clock::Duration last_call_timeout_;
   const Clock::Duration heartbeat_timeout_;
   const size_t max_nodes_;
-  const Clock::Duration bad_host_window_;
-  const Clock::Duration bad_host_cooldown_;
   Clock* const clock_;
 
   Phase phase_ = Phase::kOpen;
   int64_t round_ = 1;
-  int restart_count_ = 0;
+  RestartBudget budget_;
+  BadHostPolicy bad_hosts_;
+  uint64_t news_ = 0;  // count of Announce()s
   // Action and reason handed to nodes of an invalidated round.
   v1::HeartbeatResponse::Action last_action_ =
       v1::HeartbeatResponse::ACTION_REJOIN;
@@ -268,28 +277,10 @@ class RendezvousJob {
     Clock::TimePoint deadline;
   };
   std::optional<Rebuild> rebuild_;
-  // A worker failure whose budget decision waits for a possible node loss.
-  struct PendingFailure {
-    int64_t round = 0;
-    Clock::TimePoint decide_at;
-    bool charged = false;  // the budget unit is already spent (refundable)
-    std::string reason;
-    std::vector<WaiterId> waiters;  // reports waiting for the decision
-    std::string host;               // reporter's addr (bad-host policy)
-    Clock::TimePoint reported_at;
-    // Nodes of the failed round left out of the next round before their
-    // heartbeats expired (last_call_timeout < heartbeat_timeout), by node id,
-    // with when they were last seen: if one goes silent for
-    // heartbeat_timeout before decide_at, the failure was its loss.
-    std::map<std::string, Clock::TimePoint> missing;
-  };
-  std::optional<PendingFailure> pending_failure_;
   uint64_t next_join_seq_ = 0;
   bool deadline_moved_ = true;
   std::map<std::string, Node> nodes_;
   int counts_[5] = {};  // nodes per NodeState
-  // Bad-host policy: hosts (NodeInfo.addr) with recent failures.
-  std::map<std::string, HostRecord> hosts_;
 };
 
 }  // namespace ddprun::rendezvous

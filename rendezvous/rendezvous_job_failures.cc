@@ -3,9 +3,9 @@
 #include "common/logging.h"
 #include "rendezvous/rendezvous_job.h"
 
-// RendezvousJob's worker-failure rules: the job-global restart budget, the
-// node-loss refund, and failures that are not retried. Split from
-// rendezvous_job.cc to keep files small.
+// RendezvousJob's worker-failure rules: the restart budget's decision
+// (restart_budget.h), the node-loss refund, the bad-host charge, and
+// failures that are not retried.
 namespace ddprun::rendezvous {
 namespace {
 
@@ -13,23 +13,26 @@ using Action = v1::HeartbeatResponse;
 
 }  // namespace
 
-std::string RendezvousJob::BudgetExhausted(const std::string& failure) const {
-  return "restart budget exhausted (max_restarts=" +
-         std::to_string(config_.max_restarts()) + "); " + failure;
-}
-
 void RendezvousJob::AnswerFailure(WaiterId waiter, bool will_restart,
                                   std::vector<Outcome>* out) {
   Outcome o;
   o.waiter = waiter;
   o.failure.set_will_restart(will_restart);
-  o.failure.set_restart_count(restart_count_);
+  o.failure.set_restart_count(budget_.used());
   out->push_back(std::move(o));
 }
 
 Status RendezvousJob::ReportFailure(const v1::ReportFailureRequest& req,
                                     WaiterId waiter,
                                     std::vector<Outcome>* out) {
+  Status reported = ReportNodeFailure(req, waiter, out);
+  if (reported.ok()) MarkHeard(req.node_id(), req.instance());
+  return reported;
+}
+
+Status RendezvousJob::ReportNodeFailure(const v1::ReportFailureRequest& req,
+                                        WaiterId waiter,
+                                        std::vector<Outcome>* out) {
   if (phase_ == Phase::kSucceeded) return FailedPreconditionError(Closed());
   if (phase_ == Phase::kFailed) {
     AnswerFailure(waiter, false, out);
@@ -51,9 +54,11 @@ Status RendezvousJob::ReportFailure(const v1::ReportFailureRequest& req,
   }
   if (req.round() < round_) {
     // That round already ended; no second budget unit for it.
-    if (pending_failure_ && pending_failure_->round == req.round() &&
-        !pending_failure_->charged) {
-      pending_failure_->waiters.push_back(waiter);
+    RestartBudget::Pending* pending = budget_.pending();
+    if (pending != nullptr && pending->round == req.round() &&
+        !pending->charged) {
+      pending->waiters.push_back(waiter);
+      pending->waiting_nodes.push_back(req.node_id());
     } else {
       AnswerFailure(waiter, true, out);
     }
@@ -68,45 +73,41 @@ Status RendezvousJob::ReportFailure(const v1::ReportFailureRequest& req,
                            "' reported a worker failure in round " +
                            std::to_string(round_) +
                            (req.reason().empty() ? "" : ": " + req.reason());
-  PendingFailure pending;
-  pending.round = round_;
-  pending.decide_at =
-      clock_->Now() + heartbeat_timeout_ + std::chrono::milliseconds(500);
-  pending.reason = what;
-  pending.charged = restart_count_ < static_cast<int>(config_.max_restarts());
+  const Clock::TimePoint now = clock_->Now();
+  RestartBudget::Pending& pending = budget_.Open(
+      round_, what, now + heartbeat_timeout_ + std::chrono::milliseconds(500));
   if (const Node* reporter = FindNode(req.node_id(), req.instance())) {
     pending.host = reporter->info.addr();
-    pending.reported_at = clock_->Now();
-    RecordHostFailure(pending.host);
+    pending.reported_at = now;
+    if (bad_hosts_.RecordFailure(pending.host, now)) deadline_moved_ = true;
   }
   if (pending.charged) {
-    ++restart_count_;
     AnswerFailure(waiter, true, out);
   } else {
     pending.waiters.push_back(waiter);
+    pending.waiting_nodes.push_back(req.node_id());
   }
   // Only the reporter ran this round: no node loss can turn up to explain
   // the failure, so an exhausted budget is final now, not after the wait.
   const bool decide_now = !pending.charged && RunningCount() <= 1;
-  pending_failure_ = std::move(pending);
   deadline_moved_ = true;
   Invalidate(Action::ACTION_RESTART, what, out);
-  if (decide_now) Fail(BudgetExhausted(what), out);
+  if (decide_now) Fail(budget_.Exhausted(what), out);
   return Status::Ok();
 }
 
 void RendezvousJob::OnNodeLost(int64_t round, const std::string& who,
                                std::vector<Outcome>* out) {
-  if (!pending_failure_ || pending_failure_->round != round) return;
+  std::optional<RestartBudget::Pending> settled = budget_.Refund(round);
+  if (!settled) return;
   DDP_LOG(INFO) << "rendezvous '" << id_ << "': the worker failure in round "
                 << round << " follows the loss of " << who
                 << ": no restart budget spent";
-  if (pending_failure_->charged) --restart_count_;
-  if (!pending_failure_->host.empty()) {
-    ForgetHostFailure(pending_failure_->host, pending_failure_->reported_at);
+  if (!settled->host.empty() &&
+      bad_hosts_.ForgetFailure(settled->host, settled->reported_at)) {
+    deadline_moved_ = true;  // its nodes are let in at the next Tick
   }
-  for (WaiterId w : pending_failure_->waiters) AnswerFailure(w, true, out);
-  pending_failure_.reset();
+  for (WaiterId w : settled->waiters) AnswerFailure(w, true, out);
   last_action_ = Action::ACTION_REJOIN;
 }
 

@@ -8,7 +8,7 @@ namespace ddprun::rendezvous {
 
 void RendezvousJob::AdoptRunningRound(const v1::Assignment& current) {
   round_ = current.round();
-  restart_count_ = current.restart_count();
+  budget_.Adopt(current.restart_count());
   phase_ = Phase::kRunning;
   rebuild_ = Rebuild{current.round(), current.group_world_size(), 0,
                      clock_->Now() + heartbeat_timeout_};

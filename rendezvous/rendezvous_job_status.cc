@@ -26,7 +26,7 @@ v1::JobStatus RendezvousJob::GetStatus() const {
   *s.mutable_config() = config_;
   s.set_state(kJobStates[static_cast<int>(phase_)]);
   s.set_round(round_);
-  s.set_restart_count(restart_count_);
+  s.set_restart_count(budget_.used());
   s.set_reason(reason_);
   const Clock::TimePoint now = clock_->Now();
   for (const auto& [id, node] : nodes_) {

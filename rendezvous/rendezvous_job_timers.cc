@@ -5,9 +5,9 @@
 
 #include "common/logging.h"
 
-// RendezvousJob's time-driven rules (heartbeat expiry, last call, join
-// timeout, rebuild and failure-decision deadlines). Split from
-// rendezvous_job.cc to keep files small.
+// RendezvousJob's time-driven rules: heartbeat expiry, last call, join
+// timeout, the rebuild deadline, the restart budget's decision and the end
+// of bad-host cool-downs.
 namespace ddprun::rendezvous {
 namespace {
 
@@ -69,27 +69,29 @@ void RendezvousJob::Tick(std::vector<Outcome>* out) {
     }
     OnNodeLost(r.round, missing, out);
   }
-  if (pending_failure_ && pending_failure_->charged) {
-    for (const auto& [id, seen] : pending_failure_->missing) {
+  if (const RestartBudget::Pending* pending = budget_.pending();
+      pending != nullptr && pending->charged) {
+    for (const auto& [id, seen] : pending->missing) {
       if (now - seen > heartbeat_timeout_) {
-        const std::string node_id = id;  // OnNodeLost resets the pending
+        const std::string node_id = id;  // OnNodeLost closes the decision
         DDP_LOG(WARNING) << "rendezvous '" << id_ << "': node '" << node_id
                          << "', left out of round " << round_
                          << ", lost: no heartbeat for " << Seconds(now - seen);
-        OnNodeLost(pending_failure_->round, "node '" + node_id + "'", out);
+        OnNodeLost(pending->round, "node '" + node_id + "'", out);
         break;
       }
     }
   }
-  if (pending_failure_ && now >= pending_failure_->decide_at) {
-    if (pending_failure_->charged) {
-      pending_failure_.reset();  // no node was lost: the charge stands
+  if (const RestartBudget::Pending* pending = budget_.pending();
+      pending != nullptr && now >= pending->decide_at) {
+    if (pending->charged) {
+      (void)budget_.Take();  // no node was lost: the charge stands
     } else {
-      Fail(BudgetExhausted(pending_failure_->reason), out);
+      Fail(budget_.Exhausted(pending->reason), out);
       return;
     }
   }
-  if (!hosts_.empty()) ReleaseExcludedHosts(out);
+  if (!bad_hosts_.empty()) ReleaseExcludedHosts(out);
   if (phase_ == Phase::kOpen) {
     CompleteIfReady(out);
     if (phase_ == Phase::kOpen && now - open_since_ >= join_timeout_) {
@@ -110,6 +112,31 @@ void RendezvousJob::Tick(std::vector<Outcome>* out) {
   }
 }
 
+void RendezvousJob::ReleaseExcludedHosts(std::vector<Outcome>* out) {
+  bad_hosts_.Expire(clock_->Now());
+  std::string released;
+  for (auto& [id, node] : nodes_) {
+    if (!node.excluded || HostExcluded(node.info.addr())) continue;
+    node.excluded = false;
+    released = id;
+    if (phase_ == Phase::kOpen) {
+      SetState(&node, NodeState::kJoining);
+      node.join_seq = next_join_seq_++;
+    }
+  }
+  if (released.empty()) return;
+  if (phase_ == Phase::kOpen) {
+    CompleteIfReady(out);
+  } else if (phase_ == Phase::kRunning &&
+             RunningCount() < static_cast<int>(config_.max_nodes())) {
+    Invalidate(v1::HeartbeatResponse::ACTION_REJOIN,
+               "node '" + released +
+                   "' is waiting to join (its host's "
+                   "bad-host cool-down ended)",
+               out);
+  }
+}
+
 std::optional<Clock::TimePoint> RendezvousJob::NextDeadline() const {
   if (finished()) return std::nullopt;
   std::optional<Clock::TimePoint> next;
@@ -121,20 +148,21 @@ std::optional<Clock::TimePoint> RendezvousJob::NextDeadline() const {
     if (last_call_deadline_) consider(*last_call_deadline_);
   }
   if (rebuild_) consider(rebuild_->deadline);
-  if (pending_failure_) {
-    consider(pending_failure_->decide_at);
-    for (const auto& [id, seen] : pending_failure_->missing) {
+  if (const RestartBudget::Pending* pending = budget_.pending()) {
+    consider(pending->decide_at);
+    for (const auto& [id, seen] : pending->missing) {
       consider(seen + heartbeat_timeout_ + std::chrono::milliseconds(1));
     }
   }
-  for (const auto& [host, record] : hosts_) {
-    if (record.excluded_until) {
-      consider(*record.excluded_until);
-    } else {
-      // Lifted by a node loss: release its nodes at the next Tick.
-      for (const auto& [id, node] : nodes_) {
-        if (node.excluded && node.info.addr() == host) consider(clock_->Now());
-      }
+  if (std::optional<Clock::TimePoint> t = bad_hosts_.NextDeadline()) {
+    consider(*t);
+  }
+  for (const auto& [id, node] : nodes_) {
+    // An exclusion lifted by a node loss: release its nodes at the next
+    // Tick.
+    if (node.excluded && bad_hosts_.Tracks(node.info.addr()) &&
+        !HostExcluded(node.info.addr())) {
+      consider(clock_->Now());
     }
   }
   for (const auto& [id, node] : nodes_) {

@@ -1,16 +1,10 @@
 #include "rendezvous/rendezvous_server.h"
 
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-
 #include <grpcpp/grpcpp.h>
 
 #include "common/accept_guard.h"
 #include "common/logging.h"
+#include "common/net.h"
 #include "rendezvous/rendezvous_service.h"
 
 namespace ddprun::rendezvous {
@@ -19,33 +13,16 @@ namespace {
 
 constexpr int kHandshakeTimeoutMs = 10000;
 
-// Binds host:port once without SO_REUSEPORT: a busy port gets our one-line
-// error instead of gRPC's multi-line one. (gRPC's own bind below still
-// decides; this is only the common case.)
+// A busy port gets our one-line error instead of gRPC's multi-line one.
+// (gRPC's own bind below still decides; this is only the common case, and
+// a host that does not resolve is left for gRPC to report.)
 Status CheckPortFree(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  const std::string service = std::to_string(port);
-  if (getaddrinfo(host.c_str(), service.c_str(), &hints, &res) != 0) {
-    return Status::Ok();  // let gRPC report unresolvable hosts
+  StatusOr<bool> in_use = PortInUse(host, port);
+  if (in_use.ok() && *in_use) {
+    return UnavailableError("cannot listen on " + host + ":" +
+                            std::to_string(port) + ": address already in use");
   }
-  Status status;
-  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
-    const int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    const int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 && errno == EADDRINUSE) {
-      status = UnavailableError("cannot listen on " + host + ":" + service +
-                                ": address already in use");
-    }
-    close(fd);
-    if (!status.ok()) break;
-  }
-  freeaddrinfo(res);
-  return status;
+  return Status::Ok();
 }
 
 }  // namespace
@@ -127,6 +104,11 @@ StatusOr<int> RendezvousServer::Start(const std::string& host, int port,
                         "--tls_key)";
   }
   return bound;
+}
+
+bool RendezvousServer::WaitUntilAllHeard(
+    std::chrono::steady_clock::time_point deadline) {
+  return !service_ || service_->WaitUntilAllHeard(deadline);
 }
 
 void RendezvousServer::Shutdown(Clock::Duration grace) {

@@ -40,15 +40,17 @@ struct ServerOptions {
   bool failover = false;
 };
 
+// True for addresses only this machine can reach: 127.0.0.0/8, ::1,
+// "localhost".
+bool IsLoopbackHost(const std::string& host);
+
 // The rendezvous gRPC server, embeddable: `ddprun-rendezvous` runs one, and
 // an agent that hosts the rendezvous (--standalone, is_host) runs one
 // in-process.
 //
-// Threading: Start/Shutdown from one thread; the server serves on gRPC's
-// own threads plus one timer thread.
-// True for addresses only this machine can reach: 127.0.0.0/8, ::1,
-// "localhost".
-bool IsLoopbackHost(const std::string& host);
+// Threading: Start/Shutdown from one thread (WaitUntilAllHeard from that
+// thread too, between them); the server serves on gRPC's own threads plus
+// one timer thread.
 
 class RendezvousServer {
  public:
@@ -64,6 +66,12 @@ class RendezvousServer {
   // TLS protects the server (anyone who reaches it can join or close jobs).
   StatusOr<int> Start(const std::string& host, int port,
                       const ServerOptions& options);
+
+  // Waits until every node of every job has been told its job's latest
+  // news (a round ended, the job finished) or `deadline` passes: a hosting
+  // agent that ends keeps serving until then, so that the other agents
+  // learn the news instead of losing their server. True when they all were.
+  bool WaitUntilAllHeard(std::chrono::steady_clock::time_point deadline);
 
   // Answers parked Joins/barriers with UNAVAILABLE (agents retry against the
   // next server), then stops, cancelling calls still running after `grace`.

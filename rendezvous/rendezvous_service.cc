@@ -74,17 +74,29 @@ RendezvousService::~RendezvousService() { StopTimer(); }
 
 void RendezvousService::StopTimer() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_timer_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (timer_.joinable()) timer_.join();
+}
+
+bool RendezvousService::WaitUntilAllHeard(
+    std::chrono::steady_clock::time_point deadline) {
+  MutexLock lock(&mu_);
+  while (!state_.AllHeard()) {
+    if (!heard_cv_.WaitUntil(&mu_, deadline) &&
+        std::chrono::steady_clock::now() >= deadline) {
+      return state_.AllHeard();
+    }
+  }
+  return true;
 }
 
 void RendezvousService::FinishAll() {
   std::vector<ParkedCall*> calls;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     shutting_down_ = true;
     for (auto& [id, call] : parked_) calls.push_back(call);
     parked_.clear();
@@ -104,7 +116,7 @@ grpc::Status RendezvousService::Admit(grpc::CallbackServerContext* ctx) const {
                           "missing or wrong rendezvous token (x-ddprun-token)");
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (shutting_down_) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         "rendezvous server shutting down");
@@ -122,8 +134,9 @@ std::vector<RendezvousService::Delivery> RendezvousService::CollectLocked() {
   }
   if (state_.TakeDeadlineChanged()) {
     wake_timer_ = true;
-    cv_.notify_one();
+    cv_.NotifyOne();
   }
+  heard_cv_.NotifyAll();
   return out;
 }
 
@@ -134,7 +147,7 @@ void RendezvousService::Deliver(std::vector<Delivery> deliveries) {
 void RendezvousService::OnParkedCancelled(WaiterId id, ParkedCall* call) {
   std::vector<Delivery> deliveries;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (parked_.erase(id) == 0) return;  // already answered
     state_.CancelWaiter(id);
     deliveries = CollectLocked();
@@ -156,10 +169,10 @@ grpc::ServerUnaryReactor* RendezvousService::Park(
   ParkedCall* call;
   ::ddprun::Status status;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     call = new ParkedCall(this, next_waiter_++, replies);
     parked_[call->id()] = call;
-    status = fn(call->id());
+    status = fn(state_, call->id());
     if (!status.ok()) parked_.erase(call->id());
     deliveries = CollectLocked();
   }
@@ -172,14 +185,17 @@ grpc::ServerUnaryReactor* RendezvousService::Join(
     grpc::CallbackServerContext* ctx, const v1::JoinRequest* request,
     v1::JoinResponse* response) {
   return Park(ctx, Replies{response, nullptr},
-              [&](WaiterId id) { return state_.Join(*request, id); });
+              [&](RendezvousState& state, WaiterId id) {
+                return state.Join(*request, id);
+              });
 }
 
 grpc::ServerUnaryReactor* RendezvousService::ReportSuccess(
     grpc::CallbackServerContext* ctx, const v1::ReportSuccessRequest* request,
     v1::ReportSuccessResponse* response) {
-  return Park(ctx, Replies{},
-              [&](WaiterId id) { return state_.ReportSuccess(*request, id); });
+  return Park(ctx, Replies{}, [&](RendezvousState& state, WaiterId id) {
+    return state.ReportSuccess(*request, id);
+  });
 }
 
 template <typename Fn>
@@ -194,8 +210,8 @@ grpc::ServerUnaryReactor* RendezvousService::Unary(
   std::vector<Delivery> deliveries;
   ::ddprun::Status status;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    status = fn();
+    MutexLock lock(&mu_);
+    status = fn(state_);
     deliveries = CollectLocked();
   }
   reactor->Finish(ToGrpcStatus(status));
@@ -206,8 +222,8 @@ grpc::ServerUnaryReactor* RendezvousService::Unary(
 grpc::ServerUnaryReactor* RendezvousService::Heartbeat(
     grpc::CallbackServerContext* ctx, const v1::HeartbeatRequest* request,
     v1::HeartbeatResponse* response) {
-  return Unary(ctx, [&]() -> ::ddprun::Status {
-    DDP_ASSIGN_OR_RETURN(*response, state_.Heartbeat(*request));
+  return Unary(ctx, [&](RendezvousState& state) -> ::ddprun::Status {
+    DDP_ASSIGN_OR_RETURN(*response, state.Heartbeat(*request));
     response->set_failover(failover_);
     return ::ddprun::Status::Ok();
   });
@@ -217,40 +233,44 @@ grpc::ServerUnaryReactor* RendezvousService::ReportFailure(
     grpc::CallbackServerContext* ctx, const v1::ReportFailureRequest* request,
     v1::ReportFailureResponse* response) {
   return Park(ctx, Replies{nullptr, response},
-              [&](WaiterId id) { return state_.ReportFailure(*request, id); });
+              [&](RendezvousState& state, WaiterId id) {
+                return state.ReportFailure(*request, id);
+              });
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Leave(
     grpc::CallbackServerContext* ctx, const v1::LeaveRequest* request,
     v1::LeaveResponse* response) {
-  return Unary(ctx, [&] { return state_.Leave(*request); });
+  return Unary(ctx,
+               [&](RendezvousState& state) { return state.Leave(*request); });
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Close(
     grpc::CallbackServerContext* ctx, const v1::CloseRequest* request,
     v1::CloseResponse* response) {
-  return Unary(ctx, [&] { return state_.Close(*request); });
+  return Unary(ctx,
+               [&](RendezvousState& state) { return state.Close(*request); });
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Status(
     grpc::CallbackServerContext* ctx, const v1::StatusRequest* request,
     v1::StatusResponse* response) {
-  return Unary(ctx, [&]() -> ::ddprun::Status {
-    DDP_ASSIGN_OR_RETURN(*response, state_.GetStatus(request->rdzv_id()));
+  return Unary(ctx, [&](RendezvousState& state) -> ::ddprun::Status {
+    DDP_ASSIGN_OR_RETURN(*response, state.GetStatus(request->rdzv_id()));
     return ::ddprun::Status::Ok();
   });
 }
 
 void RendezvousService::TimerLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  mu_.Lock();
   while (!stop_timer_) {
     state_.Tick();
     std::vector<Delivery> deliveries = CollectLocked();
     wake_timer_ = false;
     if (!deliveries.empty()) {
-      lock.unlock();
+      mu_.Unlock();
       Deliver(std::move(deliveries));
-      lock.lock();
+      mu_.Lock();
       continue;
     }
     // Sleep until the next deadline, at most 1 s (the real clock can be
@@ -261,9 +281,11 @@ void RendezvousService::TimerLoop() {
       until = *next;
     }
     if (until <= now) continue;
-    cv_.wait_for(lock, until - now,
-                 [this] { return stop_timer_ || wake_timer_; });
+    const auto real_until = std::chrono::steady_clock::now() + (until - now);
+    while (!stop_timer_ && !wake_timer_ && cv_.WaitUntil(&mu_, real_until)) {
+    }
   }
+  mu_.Unlock();
 }
 
 }  // namespace ddprun::rendezvous

@@ -1,9 +1,7 @@
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -12,6 +10,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include "common/clock.h"
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/rendezvous_state.h"
 
@@ -41,6 +41,11 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   void FinishAll();
   // Stops and joins the timer thread. Idempotent.
   void StopTimer();
+  // Waits until every node of every job has been told its job's latest
+  // news (RendezvousState::AllHeard) or the real clock reaches `deadline`.
+  // Returns whether they all were.
+  bool WaitUntilAllHeard(std::chrono::steady_clock::time_point deadline)
+      EXCLUDES(mu_);
 
   // Where a parked call's answer goes (null: not that kind of call).
   struct Replies {
@@ -75,35 +80,38 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   using Delivery = std::pair<ParkedCall*, Outcome>;
 
   // Ok, or UNAUTHENTICATED / UNAVAILABLE (shutting down).
-  grpc::Status Admit(grpc::CallbackServerContext* ctx) const;
-  // A non-parking rpc: admits, runs `fn` (returns ddprun::Status) under
-  // mu_, finishes.
+  grpc::Status Admit(grpc::CallbackServerContext* ctx) const EXCLUDES(mu_);
+  // A non-parking rpc: admits, runs `fn(state_)` (returns ddprun::Status)
+  // under mu_, finishes.
   template <typename Fn>
-  grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, Fn&& fn);
-  // A parking rpc: runs `fn(waiter_id)` under mu_; the reactor finishes
-  // when the state delivers that waiter's Outcome (or at once on error).
+  grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, Fn&& fn)
+      EXCLUDES(mu_);
+  // A parking rpc: runs `fn(state_, waiter_id)` under mu_; the reactor
+  // finishes when the state delivers that waiter's Outcome (or at once on
+  // error).
   template <typename Fn>
   grpc::ServerUnaryReactor* Park(grpc::CallbackServerContext* ctx,
-                                 Replies replies, Fn&& fn);
+                                 Replies replies, Fn&& fn) EXCLUDES(mu_);
   // Under mu_: pairs the state's outcomes with their parked reactors and
   // wakes the timer if needed. Deliver() then finishes them outside mu_.
-  std::vector<Delivery> CollectLocked();
+  std::vector<Delivery> CollectLocked() REQUIRES(mu_);
   static void Deliver(std::vector<Delivery> deliveries);
-  void OnParkedCancelled(WaiterId id, ParkedCall* call);
-  void TimerLoop();
+  void OnParkedCancelled(WaiterId id, ParkedCall* call) EXCLUDES(mu_);
+  void TimerLoop() EXCLUDES(mu_);
 
   Clock* const clock_;
   const std::string token_;
   const bool failover_;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  RendezvousState state_;
-  std::unordered_map<WaiterId, ParkedCall*> parked_;
-  WaiterId next_waiter_ = 1;
-  bool shutting_down_ = false;
-  bool stop_timer_ = false;
-  bool wake_timer_ = false;
+  mutable Mutex mu_;
+  CondVar cv_;        // wakes the timer thread
+  CondVar heard_cv_;  // the state changed: WaitUntilAllHeard re-checks
+  RendezvousState state_ GUARDED_BY(mu_);
+  std::unordered_map<WaiterId, ParkedCall*> parked_ GUARDED_BY(mu_);
+  WaiterId next_waiter_ GUARDED_BY(mu_) = 1;
+  bool shutting_down_ GUARDED_BY(mu_) = false;
+  bool stop_timer_ GUARDED_BY(mu_) = false;
+  bool wake_timer_ GUARDED_BY(mu_) = false;
   std::thread timer_;
 };
 

@@ -355,4 +355,11 @@ std::vector<Outcome> RendezvousState::TakeOutcomes() {
   return out;
 }
 
+bool RendezvousState::AllHeard() const {
+  for (const auto& [id, job] : jobs_) {
+    if (!job->AllHeard()) return false;
+  }
+  return true;
+}
+
 }  // namespace ddprun::rendezvous

@@ -72,6 +72,9 @@ class RendezvousState {
   std::vector<Outcome> TakeOutcomes();
 
   size_t job_count() const { return jobs_.size(); }
+  // True when the nodes of every job were told their job's latest news
+  // (RendezvousJob::AllHeard).
+  bool AllHeard() const;
 
  private:
   StatusOr<RendezvousJob*> FindJob(const std::string& rdzv_id) const;

@@ -9,6 +9,7 @@
 
 #include <stdlib.h>
 
+#include <chrono>
 #include <fstream>
 
 #include "agent/accelerate_cli.h"
@@ -243,7 +244,7 @@ TEST_CASE("accelerate: several machines, as prepare_multi_gpu_env",
   // torchrun's static rule: the endpoint is the master.
   CHECK(o.master_addr == "10.0.0.1");
   CHECK(o.master_port == 29555);
-  CHECK(o.rdzv_conf.at("join_timeout") == "30");
+  CHECK(o.rendezvous.join_timeout == std::chrono::seconds(30));
   AcceleratePlan same =
       Plan({"--multi_gpu", "--num_processes=4", "--num_machines=2",
             "--machine_rank=1", "--main_process_ip=10.0.0.1", "--same_network",

@@ -1,13 +1,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ddprun_catch.h"
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
+#include "ddprun_catch.h"
 
 #include "agent/cli_parser.h"
 #include "agent/cli_values.h"
@@ -90,7 +92,9 @@ TEST_CASE("CliParser: defaults are torchrun's", "[cli]") {
   CHECK(o.rdzv_backend == "static");
   CHECK(o.rdzv_endpoint.empty());
   CHECK(o.rdzv_id == "none");
-  CHECK(o.rdzv_conf.empty());
+  CHECK(o.rendezvous.join_timeout == std::chrono::seconds(600));
+  CHECK_FALSE(o.rendezvous.is_host.has_value());
+  CHECK(o.rendezvous.token.empty());
   CHECK_FALSE(o.standalone);
   CHECK(o.max_restarts == 0);
   CHECK(o.monitor_interval_s == Approx(0.1));
@@ -157,7 +161,9 @@ TEST_CASE("CliParser: every value flag in both spellings and = form", "[cli]") {
     if (flag == "--rdzv_backend") CHECK(o.rdzv_backend == "grpc");
     if (flag == "--rdzv_endpoint") CHECK(o.rdzv_endpoint == "host1:29400");
     if (flag == "--rdzv_id") CHECK(o.rdzv_id == "job7");
-    if (flag == "--rdzv_conf") CHECK(o.rdzv_conf.at("join_timeout") == "10");
+    if (flag == "--rdzv_conf") {
+      CHECK(o.rendezvous.join_timeout == std::chrono::seconds(10));
+    }
     if (flag == "--max_restarts") CHECK(o.max_restarts == 2);
     if (flag == "--monitor_interval") CHECK(o.monitor_interval_s == 0.5);
     if (flag == "--start_method") CHECK(o.start_method == "fork");
@@ -290,8 +296,8 @@ TEST_CASE("CliParser: PET_* environment provides defaults", "[cli]") {
   CHECK(o.rdzv_backend == "grpc");
   CHECK(o.rdzv_endpoint == "[::1]:29400");
   CHECK(o.rdzv_id == "k8s-job");
-  CHECK(o.rdzv_conf == std::map<std::string, std::string>{
-                           {"join_timeout", "1"}, {"last_call_timeout", "2"}});
+  CHECK(o.rendezvous.join_timeout == std::chrono::seconds(1));
+  CHECK(o.rendezvous.last_call_timeout == std::chrono::seconds(2));
   CHECK(o.max_restarts == 3);
   CHECK(o.role == "r");
   CHECK(o.tee.ForRank(1) == StdStreams::kAll);
@@ -418,8 +424,9 @@ TEST_CASE("CliParser: rendezvous endpoints and conf", "[cli]") {
                  "'b' is not"));
   CHECK(Contains(ParseErr(With({"--rdzv_conf", "=1"})), "empty key"));
   CHECK(Contains(ParseErr(With({"--rdzv_conf", "a="})), "has no value"));
+  // timeout: a torchrun key without effect here (a warning, not an error).
   CHECK(ParseOk(With({"--rdzv_conf", "timeout=900,is_host=true"}))
-            .rdzv_conf.size() == 2);
+            .rendezvous.is_host == std::optional<bool>(true));
 }
 
 TEST_CASE("CliParser: --nnodes validation", "[cli]") {
@@ -822,7 +829,19 @@ TEST_CASE("CliParser: --rdzv_conf keys are checked on every backend", "[cli]") {
       {}, false);
   INFO(cl.status().ToString());
   REQUIRE(cl.ok());
-  CHECK(cl->options.rdzv_conf.size() == 13);
+  using std::chrono::milliseconds;
+  using std::chrono::seconds;
+  const rendezvous::RendezvousOptions& r = cl->options.rendezvous;
+  CHECK(r.join_timeout == milliseconds(1500));
+  CHECK(r.last_call_timeout == seconds(2));
+  CHECK(r.heartbeat_interval == milliseconds(500));
+  CHECK(r.heartbeat_timeout == seconds(3));
+  CHECK(r.connection_lost_timeout == seconds(9));
+  CHECK(r.bad_host_failures == 0);
+  CHECK(r.bad_host_window == seconds(60));
+  CHECK(r.bad_host_cooldown == seconds(30));
+  CHECK(r.is_host == std::optional<bool>(false));
+  CHECK_FALSE(r.token.empty());  // token_file's content wins over token=
   REQUIRE(cl->warnings.size() == 2);
   CHECK(cl->warnings[0] ==
         "--rdzv_conf close_timeout=30 is accepted for torchrun compatibility "

@@ -19,18 +19,21 @@
 
 #include "agent/console.h"
 #include "agent/elastic_agent.h"
-#include "agent/event_loop.h"
 #include "agent/process_launcher.h"
-#include "agent/rendezvous_client.h"
+#include "common/event_loop.h"
+#include "rendezvous/client/rendezvous_client.h"
 #include "tests/agent/fake_worker_probe.h"
-#include "tests/agent/manual_event_loop.h"
+#include "tests/common/manual_event_loop.h"
 
 namespace ddprun::agent {
 namespace {
 
 using namespace std::chrono_literals;
+using ddprun::testing::ManualEventLoop;
+using rendezvous::JoinRequest;
+using rendezvous::RendezvousEventType;
+using rendezvous::RendezvousResult;
 using testing::FakeWorkerProbe;
-using testing::ManualEventLoop;
 
 // A launched fake worker. Signals in `dies_on` make it exit by that signal
 // (posted, as a real SIGCHLD would arrive later).
@@ -108,13 +111,85 @@ class FakeLauncher : public ProcessLauncher {
   EventLoop* loop_;
 };
 
-class FakeRendezvous : public RendezvousClient {
+// Answers on the loop, as the real clients do. With `hold_join`,
+// `hold_barrier` or `hold_failure` set, that call stays in flight until
+// Leave() (which cancels it) or Release().
+class FakeRendezvous : public rendezvous::RendezvousClient {
  public:
+  explicit FakeRendezvous(EventLoop* loop) : loop_(loop) {}
+
   std::string Backend() const override { return "fake"; }
-  StatusOr<RendezvousResult> Join(const JoinRequest& request,
-                                  Clock::TimePoint deadline) override {
+  void Join(const JoinRequest& request, Clock::TimePoint deadline,
+            JoinDone done) override {
     ++joins;
     last_request = request;
+    StatusOr<RendezvousResult> answer = Answer(request);
+    if (hold_join) {
+      held_ = [done, answer] { done(answer); };
+      cancel_ = [done] { done(CancelledError("left")); };
+      return;
+    }
+    loop_->Post([done, answer] { done(answer); });
+  }
+  void SetEventHandler(EventHandler h) override { handler = std::move(h); }
+  void ReportFailure(int64_t r, const std::string& reason, bool retry,
+                     FailureDone done) override {
+    failure_reasons.push_back(reason);
+    if (!retry) ++no_retry_reports;
+    bool again = retry && restarts_used < max_restarts;
+    if (again) ++restarts_used;
+    if (hold_failure) {
+      held_ = [done, again] { done(again); };
+      cancel_ = [done] { done(CancelledError("left")); };
+      return;
+    }
+    loop_->Post([done, again] { done(again); });
+  }
+  void ReportSuccess(int64_t r, Clock::Duration, Done done) override {
+    ++successes;
+    if (hold_barrier) {
+      held_ = [done] { done(Status::Ok()); };
+      cancel_ = [done] { done(CancelledError("left")); };
+      return;
+    }
+    loop_->Post([done] { done(Status::Ok()); });
+  }
+  void Leave(std::function<void()> done) override {
+    ++leaves;
+    if (cancel_) loop_->Post(std::move(cancel_));
+    held_ = nullptr;
+    cancel_ = nullptr;
+    loop_->Post(std::move(done));
+  }
+
+  // Answers the held call.
+  void Release() {
+    REQUIRE(held_);
+    loop_->Post(std::move(held_));
+    held_ = nullptr;
+    cancel_ = nullptr;
+  }
+  bool holding() const { return static_cast<bool>(held_); }
+
+  EventHandler handler;
+  int max_restarts = 0;
+  int restarts_used = 0;
+  int64_t round = 0;
+  int group_rank = 0;
+  int joins = 0;
+  int successes = 0;
+  int no_retry_reports = 0;
+  int leaves = 0;
+  bool fail_join = false;
+  bool job_succeeded = false;  // Join answers "the job ended without you"
+  bool hold_join = false;
+  bool hold_barrier = false;
+  bool hold_failure = false;
+  JoinRequest last_request;
+  std::vector<std::string> failure_reasons;
+
+ private:
+  StatusOr<RendezvousResult> Answer(const JoinRequest& request) {
     if (fail_join) return DeadlineExceededError("rendezvous timed out");
     RendezvousResult r;
     if (job_succeeded) {
@@ -130,34 +205,10 @@ class FakeRendezvous : public RendezvousClient {
     r.restart_count = restarts_used;
     return r;
   }
-  void SetEventHandler(EventHandler h) override { handler = std::move(h); }
-  StatusOr<bool> ReportFailure(int64_t r, const std::string& reason,
-                               bool retry) override {
-    failure_reasons.push_back(reason);
-    if (!retry) ++no_retry_reports;
-    if (!retry || restarts_used >= max_restarts) return false;
-    ++restarts_used;
-    return true;
-  }
-  Status ReportSuccess(int64_t r, Clock::Duration) override {
-    ++successes;
-    return Status::Ok();
-  }
-  void Leave() override { ++leaves; }
 
-  EventHandler handler;
-  int max_restarts = 0;
-  int restarts_used = 0;
-  int64_t round = 0;
-  int group_rank = 0;
-  int joins = 0;
-  int successes = 0;
-  int no_retry_reports = 0;
-  int leaves = 0;
-  bool fail_join = false;
-  bool job_succeeded = false;  // Join answers "the job ended without you"
-  JoinRequest last_request;
-  std::vector<std::string> failure_reasons;
+  EventLoop* loop_;
+  std::function<void()> held_;
+  std::function<void()> cancel_;
 };
 
 class CaptureConsole : public Console {
@@ -171,31 +222,32 @@ class CaptureConsole : public Console {
 
 // One agent with its fakes; `nproc` workers, the given restart budget.
 struct Harness {
-  explicit Harness(int nproc, int max_restarts = 0) : launcher(&loop) {
+  explicit Harness(int nproc, int max_restarts = 0)
+      : launcher(&loop), rendezvous(&loop) {
     char tmpl[] = "/tmp/ddprun_agent_test_XXXXXX";
     log_dir = mkdtemp(tmpl);
-    config.options.nproc_per_node = nproc;
-    config.options.max_restarts = max_restarts;
-    config.options.no_python = true;
-    config.options.entrypoint = "worker_bin";
-    config.options.shutdown_timeout_s = 30;
-    config.run_id = "job1";
-    config.run_log_dir = log_dir;
-    config.hostname = "host-a";
-    config.parent_env = {{"PATH", "/usr/bin"}};
+    options.launch.nproc_per_node = nproc;
+    options.launch.max_restarts = max_restarts;
+    options.launch.no_python = true;
+    options.launch.entrypoint = "worker_bin";
+    options.launch.shutdown_timeout_s = 30;
+    options.run_id = "job1";
+    options.run_log_dir = log_dir;
+    options.hostname = "host-a";
+    options.parent_env = {{"PATH", "/usr/bin"}};
     rendezvous.max_restarts = max_restarts;
   }
   ~Harness() { (void)!system(("rm -rf " + log_dir).c_str()); }
 
   // --watchdog_timeout=`seconds`, reading workers through `probe`.
   void StartWithWatchdog(double seconds, WorkerProbe* probe) {
-    config.options.watchdog_timeout_s = seconds;
-    config.watchdog_probe = probe;
+    options.launch.watchdog_timeout_s = seconds;
+    options.watchdog_probe = probe;
     Start();
   }
 
   void Start() {
-    agent = std::make_unique<ElasticAgent>(config, &loop, &launcher,
+    agent = std::make_unique<ElasticAgent>(options, &loop, &launcher,
                                            &rendezvous, &console);
     agent->Start([this](int code) { exit_code = code; });
     loop.RunUntilIdle();
@@ -205,7 +257,7 @@ struct Harness {
   FakeLauncher launcher;
   FakeRendezvous rendezvous;
   CaptureConsole console;
-  AgentConfig config;
+  AgentOptions options;
   std::string log_dir;
   std::unique_ptr<ElasticAgent> agent;
   std::optional<int> exit_code;
@@ -296,7 +348,7 @@ TEST_CASE(
   }
   {
     Harness h(1, /*max_restarts=*/1);
-    h.config.options.retry_usage_errors = true;
+    h.options.launch.retry_usage_errors = true;
     h.Start();
     h.launcher.Exit(0, 2);
     h.loop.RunUntilIdle();
@@ -373,7 +425,7 @@ TEST_CASE("ElasticAgent: restart requested and job failed events", "[agent]") {
 
 TEST_CASE("ElasticAgent: SIGKILL once the shutdown timeout passes", "[agent]") {
   Harness h(2, /*max_restarts=*/1);
-  h.config.options.shutdown_timeout_s = 30;
+  h.options.launch.shutdown_timeout_s = 30;
   h.launcher.default_dies_on = {SIGKILL};  // workers ignore SIGTERM
   h.Start();
   h.launcher.Exit(0, 1);
@@ -448,9 +500,9 @@ TEST_CASE("ElasticAgent: a spare whose job succeeded ends with 0, no workers",
 TEST_CASE("ElasticAgent: static mode needs group rank == --node_rank",
           "[agent]") {
   Harness h(2);
-  h.config.node_rank_exact = true;
-  h.config.options.node_rank = 1;
-  h.config.options.node_rank_given = true;
+  h.options.node_rank_exact = true;
+  h.options.launch.node_rank = 1;
+  h.options.node_rank_hint = 1;
   SECTION("another node holds the rank: leave, exit 1, no workers") {
     h.rendezvous.group_rank = 2;
     h.Start();
@@ -469,9 +521,9 @@ TEST_CASE("ElasticAgent: static mode needs group rank == --node_rank",
 
 TEST_CASE("ElasticAgent: local_ranks_filter and tee prefixes", "[agent]") {
   Harness h(2);
-  h.config.options.local_ranks_filter = std::set<int>{1};
-  h.config.options.tee.all = StdStreams::kOut;
-  h.config.options.role = "trainer";
+  h.options.launch.local_ranks_filter = std::set<int>{1};
+  h.options.launch.tee.all = StdStreams::kOut;
+  h.options.launch.role = "trainer";
   h.Start();
   h.launcher.Exit(0, 0, "zero\n");
   h.launcher.Exit(1, 0, "one\npartial");
@@ -483,8 +535,8 @@ TEST_CASE("ElasticAgent: local_ranks_filter and tee prefixes", "[agent]") {
 TEST_CASE("ElasticAgent: per-rank redirect map writes the attempt layout",
           "[agent]") {
   Harness h(2);
-  h.config.options.redirects.is_map = true;
-  h.config.options.redirects.per_rank = {{0, StdStreams::kOut}};
+  h.options.launch.redirects.is_map = true;
+  h.options.launch.redirects.per_rank = {{0, StdStreams::kOut}};
   h.Start();
   h.launcher.Exit(0, 0, "to file\n");
   h.launcher.Exit(1, 0, "to console\n");
@@ -562,6 +614,104 @@ TEST_CASE("ElasticAgent: a silent heartbeat with no budget fails the job",
                            "without a heartbeat for 1.") != std::string::npos);
   CHECK(h.console.err.find("(--watchdog_timeout=1.5)") != std::string::npos);
   CHECK(h.loop.pending_timers() == 0);
+}
+
+// A signal reaches the agent while a rendezvous call is in flight (the
+// loop is never blocked by one): the call is cancelled by leaving the job.
+
+TEST_CASE("ElasticAgent: a signal during a Join leaves the job, exit 128+N",
+          "[agent][signal]") {
+  Harness h(2);
+  h.rendezvous.hold_join = true;
+  h.Start();
+  REQUIRE(h.rendezvous.holding());
+  CHECK_FALSE(h.exit_code.has_value());
+  h.agent->OnSignal(SIGTERM);
+  h.loop.RunUntilIdle();
+  CHECK(h.exit_code == 128 + SIGTERM);
+  CHECK(h.rendezvous.leaves == 1);
+  CHECK(h.rendezvous.joins == 1);
+  CHECK(h.launcher.workers.empty());  // the cancelled Join started nothing
+}
+
+TEST_CASE("ElasticAgent: a signal in the exit barrier leaves, exit 128+N",
+          "[agent][signal]") {
+  Harness h(2);
+  h.rendezvous.hold_barrier = true;
+  h.Start();
+  h.launcher.Exit(0, 0);
+  h.launcher.Exit(1, 0);
+  h.loop.RunUntilIdle();
+  REQUIRE(h.rendezvous.successes == 1);
+  CHECK_FALSE(h.exit_code.has_value());  // waiting for the other nodes
+  h.agent->OnSignal(SIGINT);
+  h.loop.RunUntilIdle();
+  CHECK(h.exit_code == 128 + SIGINT);
+  CHECK(h.rendezvous.leaves == 1);
+}
+
+TEST_CASE("ElasticAgent: the exit barrier's answer ends the job with 0",
+          "[agent][signal]") {
+  Harness h(1);
+  h.rendezvous.hold_barrier = true;
+  h.Start();
+  h.launcher.Exit(0, 0);
+  h.loop.RunUntilIdle();
+  CHECK_FALSE(h.exit_code.has_value());
+  h.rendezvous.Release();
+  h.loop.RunUntilIdle();
+  CHECK(h.exit_code == 0);
+  CHECK(h.rendezvous.leaves == 0);
+}
+
+TEST_CASE(
+    "ElasticAgent: a signal during a failure report turns the restart into "
+    "the exit",
+    "[agent][signal]") {
+  Harness h(2, /*max_restarts=*/1);
+  h.rendezvous.hold_failure = true;
+  h.Start();
+  h.launcher.Exit(0, 1);
+  h.loop.RunUntilIdle();
+  REQUIRE(h.rendezvous.failure_reasons.size() == 1);
+  REQUIRE(h.rendezvous.holding());
+  h.agent->OnSignal(SIGTERM);
+  h.loop.RunUntilIdle();
+  CHECK_FALSE(h.exit_code.has_value());  // the report decides first
+  h.rendezvous.Release();                // the job would restart
+  h.loop.RunUntilIdle();
+  CHECK(h.exit_code == 128 + SIGTERM);
+  CHECK(h.rendezvous.joins == 1);  // no new round joined
+  CHECK(h.rendezvous.leaves == 1);
+  CHECK(h.launcher.workers.size() == 2);
+}
+
+TEST_CASE(
+    "ElasticAgent: a signal during the report of a failed job keeps exit 1",
+    "[agent][signal]") {
+  Harness h(1, /*max_restarts=*/0);
+  h.rendezvous.hold_failure = true;
+  h.Start();
+  h.launcher.Exit(0, 3);
+  h.loop.RunUntilIdle();
+  h.agent->OnSignal(SIGTERM);
+  h.rendezvous.Release();
+  h.loop.RunUntilIdle();
+  CHECK(h.exit_code == 1);
+  CHECK(h.console.err.find("worker_bin FAILED") != std::string::npos);
+}
+
+TEST_CASE("ElasticAgent: a signal before the first rendezvous joins nothing",
+          "[agent][signal]") {
+  Harness h(2);
+  h.agent = std::make_unique<ElasticAgent>(h.options, &h.loop, &h.launcher,
+                                           &h.rendezvous, &h.console);
+  h.agent->Start([&h](int code) { h.exit_code = code; });
+  h.agent->OnSignal(SIGHUP);
+  h.loop.RunUntilIdle();
+  CHECK(h.exit_code == 128 + SIGHUP);
+  CHECK(h.rendezvous.joins == 0);
+  CHECK(h.launcher.workers.empty());
 }
 
 }  // namespace ddprun::agent

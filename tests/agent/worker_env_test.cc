@@ -10,7 +10,8 @@ using ddprun::agent::EntrypointName;
 using ddprun::agent::EnvMap;
 using ddprun::agent::LaunchOptions;
 using ddprun::agent::NeedsOmpDefault;
-using ddprun::agent::RendezvousResult;
+using ddprun::agent::TorchVersion;
+using ddprun::rendezvous::RendezvousResult;
 
 namespace {
 
@@ -43,7 +44,7 @@ LaunchOptions Options() {
 
 TEST_CASE("BuildWorkerEnv: sets every torchrun variable", "[agent]") {
   EnvMap parent = {{"PATH", "/usr/bin"}, {"HOME", "/root"}};
-  EnvMap env = BuildWorkerEnv(Options(), Round(), "job7", 2,
+  EnvMap env = BuildWorkerEnv(Options(), TorchVersion(), Round(), "job7", 2,
                               "/logs/attempt_2/2/error.json", parent);
   CHECK(env.at("RANK") == "6");
   CHECK(env.at("LOCAL_RANK") == "2");
@@ -92,7 +93,7 @@ TEST_CASE("BuildWorkerEnv: only what torchrun of the workers' torch sets",
     INFO("torch " << c.torch);
     LaunchOptions o = Options();
     o.torch_version = *ddprun::agent::ParseTorchVersion("test", c.torch);
-    EnvMap env = BuildWorkerEnv(o, Round(), "j", 0, "e", {});
+    EnvMap env = BuildWorkerEnv(o, o.torch_version, Round(), "j", 0, "e", {});
     const std::string other =
         std::string(c.nccl_var) == "NCCL_ASYNC_ERROR_HANDLING"
             ? "TORCH_NCCL_ASYNC_ERROR_HANDLING"
@@ -101,8 +102,8 @@ TEST_CASE("BuildWorkerEnv: only what torchrun of the workers' torch sets",
     CHECK(env.count(other) == 0);
     CHECK(env.count("TORCHELASTIC_SIGNALS_TO_HANDLE") == (c.signals ? 1u : 0u));
     // An inherited old name stays (the parent set it), and is not added.
-    EnvMap inherited =
-        BuildWorkerEnv(o, Round(), "j", 0, "e", {{c.nccl_var, "0"}});
+    EnvMap inherited = BuildWorkerEnv(o, o.torch_version, Round(), "j", 0, "e",
+                                      {{c.nccl_var, "0"}});
     CHECK(inherited.at(c.nccl_var) == "0");
   }
 }
@@ -114,7 +115,8 @@ TEST_CASE("BuildWorkerEnv: inherited values win over defaults", "[agent]") {
                    {"RANK", "99"}};
   LaunchOptions o = Options();
   o.signals_to_handle = {SIGUSR1, SIGTERM};
-  EnvMap env = BuildWorkerEnv(o, Round(), "job7", 0, "e.json", parent);
+  EnvMap env =
+      BuildWorkerEnv(o, o.torch_version, Round(), "job7", 0, "e.json", parent);
   CHECK(env.at("OMP_NUM_THREADS") == "8");
   CHECK(env.at("NCCL_ASYNC_ERROR_HANDLING") == "0");
   CHECK(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "3");
@@ -126,7 +128,7 @@ TEST_CASE("BuildWorkerEnv: OMP_NUM_THREADS only defaulted for nproc > 1",
           "[agent]") {
   LaunchOptions o = Options();
   o.nproc_per_node = 1;
-  EnvMap env = BuildWorkerEnv(o, Round(), "j", 0, "e", {});
+  EnvMap env = BuildWorkerEnv(o, o.torch_version, Round(), "j", 0, "e", {});
   CHECK(env.count("OMP_NUM_THREADS") == 0);
   CHECK_FALSE(NeedsOmpDefault(o, {}));
   o.nproc_per_node = 2;
@@ -137,35 +139,37 @@ TEST_CASE("BuildWorkerEnv: OMP_NUM_THREADS only defaulted for nproc > 1",
 TEST_CASE("BuildWorkerEnv: virtual local rank pins one device", "[agent]") {
   LaunchOptions o = Options();
   o.virtual_local_rank = true;
-  EnvMap env = BuildWorkerEnv(o, Round(), "j", 2, "e",
+  EnvMap env = BuildWorkerEnv(o, o.torch_version, Round(), "j", 2, "e",
                               {{"CUDA_VISIBLE_DEVICES", "4,5,6,7"}});
   CHECK(env.at("LOCAL_RANK") == "0");
   CHECK(env.at("RANK") == "6");
   CHECK(env.at("CUDA_VISIBLE_DEVICES") == "6");
-  EnvMap no_list = BuildWorkerEnv(o, Round(), "j", 3, "e", {});
+  EnvMap no_list = BuildWorkerEnv(o, o.torch_version, Round(), "j", 3, "e", {});
   CHECK(no_list.at("CUDA_VISIBLE_DEVICES") == "3");
 }
 
 TEST_CASE("BuildWorkerArgv: python script, module, no_python", "[agent]") {
   LaunchOptions o = Options();
   using V = std::vector<std::string>;
-  CHECK(BuildWorkerArgv(o, 1, {}) ==
+  CHECK(BuildWorkerArgv(o, o.torch_version, 1, {}) ==
         V{"python3", "-u", "train.py", "--lr", "1e-4"});
-  CHECK(BuildWorkerArgv(o, 1, {{"PYTHON_EXEC", "/usr/bin/python3"}}) ==
+  CHECK(BuildWorkerArgv(o, o.torch_version, 1,
+                        {{"PYTHON_EXEC", "/usr/bin/python3"}}) ==
         V{"/usr/bin/python3", "-u", "train.py", "--lr", "1e-4"});
   o.module = true;
   o.entrypoint = "pkg.mod";
-  CHECK(BuildWorkerArgv(o, 0, {}) ==
+  CHECK(BuildWorkerArgv(o, o.torch_version, 0, {}) ==
         V{"python3", "-u", "-m", "pkg.mod", "--lr", "1e-4"});
   o.module = false;
   o.no_python = true;
   o.entrypoint = "/bin/true";
-  CHECK(BuildWorkerArgv(o, 0, {}) == V{"/bin/true", "--lr", "1e-4"});
+  CHECK(BuildWorkerArgv(o, o.torch_version, 0, {}) ==
+        V{"/bin/true", "--lr", "1e-4"});
   CHECK(EntrypointName(o) == "/bin/true");
   o.no_python = false;
   o.run_path = true;
   o.entrypoint = "/abs/x.py";
-  CHECK(BuildWorkerArgv(o, 0, {}) ==
+  CHECK(BuildWorkerArgv(o, o.torch_version, 0, {}) ==
         V{"python3", "-u", "/abs/x.py", "--lr", "1e-4"});
 }
 
@@ -175,15 +179,15 @@ TEST_CASE("BuildWorkerArgv: legacy launch appends --local-rank or --local_rank",
   o.legacy_launch = true;
   using V = std::vector<std::string>;
   // torch.distributed.launch of torch >= 2.0 (and an unknown torch).
-  CHECK(BuildWorkerArgv(o, 3, {}) ==
+  CHECK(BuildWorkerArgv(o, o.torch_version, 3, {}) ==
         V{"python3", "-u", "train.py", "--local-rank=3", "--lr", "1e-4"});
   o.torch_version = *ddprun::agent::ParseTorchVersion("test", "2.0.1");
-  CHECK(BuildWorkerArgv(o, 3, {})[3] == "--local-rank=3");
+  CHECK(BuildWorkerArgv(o, o.torch_version, 3, {})[3] == "--local-rank=3");
   o.torch_version = *ddprun::agent::ParseTorchVersion("test", "1.13.0a0");
-  CHECK(BuildWorkerArgv(o, 3, {}) ==
+  CHECK(BuildWorkerArgv(o, o.torch_version, 3, {}) ==
         V{"python3", "-u", "train.py", "--local_rank=3", "--lr", "1e-4"});
   o.use_env = true;
-  CHECK(BuildWorkerArgv(o, 3, {}) ==
+  CHECK(BuildWorkerArgv(o, o.torch_version, 3, {}) ==
         V{"python3", "-u", "train.py", "--lr", "1e-4"});
 }
 
@@ -191,7 +195,9 @@ TEST_CASE("BuildWorkerArgv: an ELF entrypoint runs without Python", "[agent]") {
   LaunchOptions o = Options();
   o.entrypoint = "/bin/true";  // an ELF binary, no --no_python
   using V = std::vector<std::string>;
-  CHECK(BuildWorkerArgv(o, 0, {}) == V{"/bin/true", "--lr", "1e-4"});
+  CHECK(BuildWorkerArgv(o, o.torch_version, 0, {}) ==
+        V{"/bin/true", "--lr", "1e-4"});
   o.entrypoint = DDPRUN_SOURCE_DIR "/tests/agent/data/env_dump.sh";
-  CHECK(BuildWorkerArgv(o, 0, {})[0] == "python3");  // not ELF: Python
+  CHECK(BuildWorkerArgv(o, o.torch_version, 0, {})[0] ==
+        "python3");  // not ELF: Python
 }

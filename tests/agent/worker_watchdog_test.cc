@@ -17,14 +17,14 @@
 
 #include "agent/worker_watchdog.h"
 #include "tests/agent/fake_worker_probe.h"
-#include "tests/agent/manual_event_loop.h"
+#include "tests/common/manual_event_loop.h"
 
 namespace ddprun::agent {
 namespace {
 
 using namespace std::chrono_literals;
+using ddprun::testing::ManualEventLoop;
 using testing::FakeWorkerProbe;
-using testing::ManualEventLoop;
 
 struct WatchdogHarness {
   explicit WatchdogHarness(Clock::Duration timeout = 2s)

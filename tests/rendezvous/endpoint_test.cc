@@ -2,7 +2,7 @@
 
 #include <unistd.h>
 
-#include "rendezvous/endpoint.h"
+#include "rendezvous/client/endpoint.h"
 
 namespace ddprun::rendezvous {
 namespace {

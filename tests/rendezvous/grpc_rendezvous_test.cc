@@ -1,5 +1,6 @@
 // The real thing on loopback: RendezvousServer on 127.0.0.1:0 and
-// GrpcRendezvousClient agents as threads.
+// GrpcRendezvousClient agents, each on a loop thread of its own, called
+// through SyncClient (tests/rendezvous/sync_client.h) from test threads.
 #include "ddprun_catch.h"
 
 #include <unistd.h>
@@ -16,32 +17,29 @@
 #include <unistd.h>
 
 #include "ddprun/v1/rendezvous.grpc.pb.h"
-#include "rendezvous/grpc_rendezvous_client.h"
+#include "rendezvous/client/rendezvous_options.h"
 #include "rendezvous/rendezvous_server.h"
+#include "tests/rendezvous/sync_client.h"
 
 namespace ddprun::rendezvous {
 namespace {
 
-using agent::JoinRequest;
-using agent::RendezvousClient;
-using agent::RendezvousEvent;
-using agent::RendezvousEventType;
-using agent::RendezvousResult;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
+using testing::SyncClient;
 using Steady = std::chrono::steady_clock;
 
-std::unique_ptr<RendezvousClient> MakeClient(int port,
-                                             const std::string& token = "") {
+std::unique_ptr<SyncClient> MakeClient(int port,
+                                       const std::string& token = "") {
   GrpcClientOptions o;
   o.endpoint = "127.0.0.1:" + std::to_string(port);
-  o.token = token;
-  o.heartbeat_interval = milliseconds(200);
+  o.rendezvous.token = token;
+  o.rendezvous.heartbeat_interval = milliseconds(200);
   // 2 s, not 1 s: a loaded 2-core CI box must not drop a healthy agent.
-  o.heartbeat_timeout = milliseconds(2000);
-  o.last_call_timeout = milliseconds(500);
-  o.join_timeout = seconds(20);
-  auto c = CreateGrpcRendezvousClient(o);
+  o.rendezvous.heartbeat_timeout = milliseconds(2000);
+  o.rendezvous.last_call_timeout = milliseconds(500);
+  o.rendezvous.join_timeout = seconds(20);
+  auto c = SyncClient::Grpc(o);
   REQUIRE(c.ok());
   return std::move(c).value();
 }
@@ -59,7 +57,7 @@ JoinRequest Request(const std::string& node, int min, int max, int nproc = 2,
   return r;
 }
 
-// Records events from a client's heartbeat thread.
+// Records events from a client (delivered on its loop thread).
 class EventLog {
  public:
   RendezvousClient::EventHandler Handler() {
@@ -92,7 +90,7 @@ Clock::TimePoint In(Clock::Duration d) { return Steady::now() + d; }
 
 // Joins `clients` concurrently (one thread each) and returns the results.
 std::vector<StatusOr<RendezvousResult>> JoinAll(
-    std::vector<std::unique_ptr<RendezvousClient>>& clients, int min, int max,
+    std::vector<std::unique_ptr<SyncClient>>& clients, int min, int max,
     std::vector<int> nprocs = {}, int max_restarts = 1) {
   std::vector<std::future<StatusOr<RendezvousResult>>> futures;
   for (size_t i = 0; i < clients.size(); ++i) {
@@ -126,7 +124,7 @@ TEST_CASE("GrpcRendezvous: four agents complete a round with consistent ranks",
   auto port = server.Start("127.0.0.1", 0, ServerOptions());
   REQUIRE(port.ok());
   REQUIRE(*port > 0);
-  std::vector<std::unique_ptr<RendezvousClient>> clients;
+  std::vector<std::unique_ptr<SyncClient>> clients;
   for (int i = 0; i < 4; ++i) clients.push_back(MakeClient(*port));
   auto results = JoinAll(clients, 4, 4, {1, 2, 3, 4});
   std::set<int> group_ranks;
@@ -173,7 +171,7 @@ TEST_CASE("GrpcRendezvous: a silent agent is dropped and the others re-join",
   RendezvousServer server;
   auto port = server.Start("127.0.0.1", 0, ServerOptions());
   REQUIRE(port.ok());
-  std::vector<std::unique_ptr<RendezvousClient>> clients;
+  std::vector<std::unique_ptr<SyncClient>> clients;
   for (int i = 0; i < 3; ++i) clients.push_back(MakeClient(*port));
   EventLog survivor0, survivor1;
   clients[0]->SetEventHandler(survivor0.Handler());
@@ -210,7 +208,7 @@ TEST_CASE("GrpcRendezvous: a third agent joining 1:3 scales the job up",
   RendezvousServer server;
   auto port = server.Start("127.0.0.1", 0, ServerOptions());
   REQUIRE(port.ok());
-  std::vector<std::unique_ptr<RendezvousClient>> clients;
+  std::vector<std::unique_ptr<SyncClient>> clients;
   for (int i = 0; i < 2; ++i) clients.push_back(MakeClient(*port));
   EventLog events0, events1;
   clients[0]->SetEventHandler(events0.Handler());
@@ -279,7 +277,7 @@ TEST_CASE(
   RendezvousServer server;
   auto port = server.Start("127.0.0.1", 0, ServerOptions());
   REQUIRE(port.ok());
-  std::vector<std::unique_ptr<RendezvousClient>> clients;
+  std::vector<std::unique_ptr<SyncClient>> clients;
   for (int i = 0; i < 3; ++i) clients.push_back(MakeClient(*port));
   // max_restarts 0: any spent restart would fail the job.
   auto first = JoinAll(clients, 2, 3, {}, /*max_restarts=*/0);
@@ -305,7 +303,7 @@ TEST_CASE(
   RendezvousServer server;
   auto port = server.Start("127.0.0.1", 0, ServerOptions());
   REQUIRE(port.ok());
-  std::vector<std::unique_ptr<RendezvousClient>> clients;
+  std::vector<std::unique_ptr<SyncClient>> clients;
   for (int i = 0; i < 2; ++i) clients.push_back(MakeClient(*port));
   EventLog other;
   clients[1]->SetEventHandler(other.Handler());
@@ -337,7 +335,7 @@ TEST_CASE("GrpcRendezvous: exit barrier waits for all and times out",
   RendezvousServer server;
   auto port = server.Start("127.0.0.1", 0, ServerOptions());
   REQUIRE(port.ok());
-  std::vector<std::unique_ptr<RendezvousClient>> clients;
+  std::vector<std::unique_ptr<SyncClient>> clients;
   for (int i = 0; i < 2; ++i) clients.push_back(MakeClient(*port));
   auto results = JoinAll(clients, 2, 2);
   REQUIRE(results[0].ok());
@@ -365,8 +363,8 @@ TEST_CASE("GrpcRendezvous: join_timeout fails the job with a clear error",
   REQUIRE(port.ok());
   GrpcClientOptions o;
   o.endpoint = "127.0.0.1:" + std::to_string(*port);
-  o.join_timeout = milliseconds(700);
-  auto client = CreateGrpcRendezvousClient(o);
+  o.rendezvous.join_timeout = milliseconds(700);
+  auto client = SyncClient::Grpc(o);
   REQUIRE(client.ok());
   auto r = (*client)->Join(Request("lonely", 2, 2), In(seconds(10)));
   REQUIRE_FALSE(r.ok());
@@ -380,7 +378,7 @@ TEST_CASE("GrpcRendezvous: a restarted server keeps a healthy job running",
   auto server = std::make_unique<RendezvousServer>();
   auto port = server->Start("127.0.0.1", 0, ServerOptions());
   REQUIRE(port.ok());
-  std::vector<std::unique_ptr<RendezvousClient>> clients;
+  std::vector<std::unique_ptr<SyncClient>> clients;
   for (int i = 0; i < 2; ++i) clients.push_back(MakeClient(*port));
   EventLog events0, events1;
   clients[0]->SetEventHandler(events0.Handler());
@@ -487,7 +485,7 @@ TEST_CASE("GrpcRendezvous: ddprun-rendezvous --status prints the live job",
   RendezvousServer server;
   auto port = server.Start("127.0.0.1", 0, ServerOptions());
   REQUIRE(port.ok());
-  std::vector<std::unique_ptr<RendezvousClient>> clients;
+  std::vector<std::unique_ptr<SyncClient>> clients;
   for (int i = 0; i < 2; ++i) clients.push_back(MakeClient(*port));
   for (auto& r : JoinAll(clients, 2, 2)) REQUIRE(r.ok());
 
@@ -526,18 +524,22 @@ TEST_CASE("GrpcRendezvous: ddprun-rendezvous --status prints the live job",
 namespace ddprun::rendezvous {
 namespace {
 
-TEST_CASE("ApplyRdzvConf: timeouts in seconds, token file, bad values",
+// --rdzv_conf as the agent reads it, once (RendezvousOptions).
+StatusOr<RendezvousOptions> Parse(const RdzvConf& conf) {
+  return ParseRendezvousOptions("rdzv_conf", conf, std::nullopt, nullptr);
+}
+
+TEST_CASE("ParseRendezvousOptions: timeouts in seconds, token file, bad values",
           "[rendezvous]") {
-  GrpcClientOptions o;
-  REQUIRE(ApplyRdzvConf({{"heartbeat_timeout", "1.5"},
-                         {"join_timeout", "30"},
-                         {"is_host", "true"}},
-                        &o)
-              .ok());
-  CHECK(o.heartbeat_timeout == std::chrono::milliseconds(1500));
-  CHECK(o.join_timeout == std::chrono::seconds(30));
-  CHECK(o.heartbeat_interval == std::chrono::seconds(1));  // untouched
-  Status bad = ApplyRdzvConf({{"last_call_timeout", "soon"}}, &o);
+  StatusOr<RendezvousOptions> o = Parse({{"heartbeat_timeout", "1.5"},
+                                         {"join_timeout", "30"},
+                                         {"is_host", "true"}});
+  REQUIRE(o.ok());
+  CHECK(o->heartbeat_timeout == std::chrono::milliseconds(1500));
+  CHECK(o->join_timeout == std::chrono::seconds(30));
+  CHECK(o->heartbeat_interval == std::chrono::seconds(1));  // untouched
+  CHECK(o->is_host == true);
+  Status bad = Parse({{"last_call_timeout", "soon"}}).status();
   CHECK(bad.code() == StatusCode::kInvalidArgument);
   CHECK_THAT(bad.message(), Catch::Contains("last_call_timeout=soon"));
   const std::string path = "/tmp/ddprun_token_" + std::to_string(getpid());
@@ -547,45 +549,76 @@ TEST_CASE("ApplyRdzvConf: timeouts in seconds, token file, bad values",
     fputs("abc\n", f);
     fclose(f);
   }
-  REQUIRE(ApplyRdzvConf({{"token_file", path}}, &o).ok());
-  CHECK(o.token == "abc");
+  StatusOr<RendezvousOptions> with_file = Parse({{"token_file", path}});
+  REQUIRE(with_file.ok());
+  CHECK(with_file->token == "abc");
   std::remove(path.c_str());
-  Status unreadable = ApplyRdzvConf({{"tls_ca", path}}, &o);
+  Status unreadable = Parse({{"tls_ca", path}}).status();
   CHECK(unreadable.code() == StatusCode::kInvalidArgument);
   CHECK_THAT(unreadable.message(), Catch::Contains("tls_ca=" + path));
-  Status unknown = ApplyRdzvConf({{"join_timout", "5"}}, &o);
+  Status unknown = Parse({{"join_timout", "5"}}).status();
   CHECK(unknown.code() == StatusCode::kInvalidArgument);
   CHECK_THAT(unknown.message(), Catch::Contains("unknown key 'join_timout'"));
 }
 
-TEST_CASE("ApplyRdzvConf: bad-host keys reach the server's job config",
+TEST_CASE("ParseRendezvousOptions: bad-host keys reach the server's job config",
           "[rendezvous][grpc]") {
-  GrpcClientOptions o;
-  REQUIRE(ApplyRdzvConf({{"bad_host_failures", "3"},
-                         {"bad_host_window", "120"},
-                         {"bad_host_cooldown", "30.5"}},
-                        &o)
-              .ok());
-  CHECK(o.bad_host_failures == 3);
-  CHECK(o.bad_host_window == seconds(120));
-  CHECK(o.bad_host_cooldown == milliseconds(30500));
-  Status bad = ApplyRdzvConf({{"bad_host_failures", "-1"}}, &o);
+  StatusOr<RendezvousOptions> parsed = Parse({{"bad_host_failures", "3"},
+                                              {"bad_host_window", "120"},
+                                              {"bad_host_cooldown", "30.5"}});
+  REQUIRE(parsed.ok());
+  CHECK(parsed->bad_host_failures == 3);
+  CHECK(parsed->bad_host_window == seconds(120));
+  CHECK(parsed->bad_host_cooldown == milliseconds(30500));
+  Status bad = Parse({{"bad_host_failures", "-1"}}).status();
   CHECK(bad.code() == StatusCode::kInvalidArgument);
   CHECK_THAT(bad.message(), Catch::Contains("bad_host_failures=-1"));
-  CHECK(ApplyRdzvConf({{"bad_host_cooldown", "0"}}, &o).code() ==
+  CHECK(Parse({{"bad_host_cooldown", "0"}}).status().code() ==
         StatusCode::kInvalidArgument);
 
   RendezvousServer server;
   auto port = server.Start("127.0.0.1", 0, ServerOptions());
   REQUIRE(port.ok());
+  GrpcClientOptions o;
+  o.rendezvous = *parsed;
   o.endpoint = "127.0.0.1:" + std::to_string(*port);
-  auto client = CreateGrpcRendezvousClient(o);
+  auto client = SyncClient::Grpc(o);
   REQUIRE(client.ok());
   REQUIRE((*client)->Join(Request("a", 1, 1), In(seconds(5))).ok());
   const v1::JobConfig config = ServerStatus(*port).jobs(0).config();
   CHECK(config.bad_host_failures() == 3);
   CHECK(config.bad_host_window_ms() == 120000);
   CHECK(config.bad_host_cooldown_ms() == 30500);
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
+
+namespace ddprun::rendezvous {
+namespace {
+
+TEST_CASE("ParseRendezvousOptions: DDPRUN_RDZV_TOKEN when rdzv_conf has none",
+          "[rendezvous]") {
+  StatusOr<RendezvousOptions> env =
+      ParseRendezvousOptions("--rdzv_conf", {}, std::string("t0k"), nullptr);
+  REQUIRE(env.ok());
+  CHECK(env->token == "t0k");
+  StatusOr<RendezvousOptions> conf = ParseRendezvousOptions(
+      "--rdzv_conf", {{"token", "mine"}}, std::string("t0k"), nullptr);
+  REQUIRE(conf.ok());
+  CHECK(conf->token == "mine");
+  Status empty =
+      ParseRendezvousOptions("--rdzv_conf", {}, std::string(), nullptr)
+          .status();
+  CHECK(empty.code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(empty.message(),
+             Catch::Contains("DDPRUN_RDZV_TOKEN is set but empty"));
+  std::vector<std::string> warnings;
+  StatusOr<RendezvousOptions> no_effect = ParseRendezvousOptions(
+      "PET_RDZV_CONF", {{"timeout", "900"}}, std::nullopt, &warnings);
+  REQUIRE(no_effect.ok());
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Catch::Contains("PET_RDZV_CONF timeout=900"));
 }
 
 }  // namespace

@@ -6,14 +6,13 @@
 //   stdout: "JOINED round=R group_rank=G group_world_size=N"
 //           "EVENT <type> <reason>"
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 
-#include "rendezvous/grpc_rendezvous_client.h"
+#include "common/mutex.h"
+#include "tests/rendezvous/sync_client.h"
 
-using ddprun::agent::RendezvousEvent;
+using ddprun::rendezvous::RendezvousEvent;
 
 int main(int argc, char** argv) {
   if (argc != 5) {
@@ -22,22 +21,22 @@ int main(int argc, char** argv) {
   }
   ddprun::rendezvous::GrpcClientOptions options;
   options.endpoint = argv[1];  // default heartbeat: 1 s, timeout 3 s
-  auto client = ddprun::rendezvous::CreateGrpcRendezvousClient(options);
+  auto client = ddprun::rendezvous::testing::SyncClient::Grpc(options);
   if (!client.ok()) {
     fprintf(stderr, "%s\n", client.status().ToString().c_str());
     return 1;
   }
-  std::mutex mu;
-  std::condition_variable cv;
+  ddprun::Mutex mu;
+  ddprun::CondVar cv;
   bool rejoin = false;
   (*client)->SetEventHandler([&](const RendezvousEvent& e) {
     printf("EVENT %d %s\n", static_cast<int>(e.type), e.reason.c_str());
     fflush(stdout);
-    std::lock_guard<std::mutex> lock(mu);
+    ddprun::MutexLock lock(&mu);
     rejoin = true;
-    cv.notify_all();
+    cv.NotifyAll();
   });
-  ddprun::agent::JoinRequest request;
+  ddprun::rendezvous::JoinRequest request;
   request.run_id = "proc";
   request.node_id = argv[2];
   request.local_addr = "127.0.0.1";
@@ -54,8 +53,8 @@ int main(int argc, char** argv) {
            static_cast<long long>(r->round), r->group_rank,
            r->group_world_size);
     fflush(stdout);
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return rejoin; });  // "workers run" until an event
+    ddprun::MutexLock lock(&mu);
+    while (!rejoin) cv.Wait(&mu);  // "workers run" until an event
     rejoin = false;
   }
 }

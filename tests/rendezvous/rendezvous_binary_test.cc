@@ -18,9 +18,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include "ddprun/v1/rendezvous.grpc.pb.h"
-#include "rendezvous/grpc_rendezvous_client.h"
 #include "rendezvous/rendezvous_server.h"
 #include "tests/rendezvous/server_process.h"
+#include "tests/rendezvous/sync_client.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -29,8 +29,8 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 using Steady = std::chrono::steady_clock;
 
-agent::JoinRequest Solo(const std::string& node) {
-  agent::JoinRequest r;
+JoinRequest Solo(const std::string& node) {
+  JoinRequest r;
   r.run_id = "solo";
   r.node_id = node;
   r.local_addr = "127.0.0.1";
@@ -53,8 +53,9 @@ TEST_CASE("ddprun-rendezvous: serves on the port it logs, stops on SIGTERM",
 
   GrpcClientOptions o;
   o.endpoint = "127.0.0.1:" + port;
-  o.token = "tok3n";  // the file's trailing newline is not part of it
-  auto client = CreateGrpcRendezvousClient(o);
+  o.rendezvous.token =
+      "tok3n";  // the file's trailing newline is not part of it
+  auto client = testing::SyncClient::Grpc(o);
   REQUIRE(client.ok());
   auto r = (*client)->Join(Solo("n0"), Steady::now() + seconds(10));
   REQUIRE(r.ok());
@@ -103,15 +104,15 @@ TEST_CASE("RendezvousServer: TLS with a CA-verified server certificate",
 
   GrpcClientOptions o;
   o.endpoint = "127.0.0.1:" + std::to_string(*port);
-  o.tls_ca_pem = options.tls_cert_pem;  // self-signed: its own CA
-  auto client = CreateGrpcRendezvousClient(o);
+  o.rendezvous.tls_ca_pem = options.tls_cert_pem;  // self-signed: its own CA
+  auto client = testing::SyncClient::Grpc(o);
   REQUIRE(client.ok());
   auto r = (*client)->Join(Solo("tls"), Steady::now() + seconds(10));
   REQUIRE(r.ok());
 
   GrpcClientOptions plain;
   plain.endpoint = o.endpoint;
-  auto insecure = CreateGrpcRendezvousClient(plain);
+  auto insecure = testing::SyncClient::Grpc(plain);
   REQUIRE(insecure.ok());
   auto refused = (*insecure)->Join(Solo("plain"), Steady::now() + seconds(2));
   CHECK_FALSE(refused.ok());
@@ -265,20 +266,20 @@ TEST_CASE("RendezvousServer: mutual TLS needs a client cert signed by the CA",
 
   GrpcClientOptions o;
   o.endpoint = "127.0.0.1:" + std::to_string(*port);
-  o.tls_ca_pem = options.tls_ca_pem;
+  o.rendezvous.tls_ca_pem = options.tls_ca_pem;
   auto join = [&](const GrpcClientOptions& opts, const std::string& node) {
-    auto client = CreateGrpcRendezvousClient(opts);
+    auto client = testing::SyncClient::Grpc(opts);
     REQUIRE(client.ok());
     return (*client)->Join(Solo(node), Steady::now() + seconds(2)).ok();
   };
   CHECK_FALSE(join(o, "no-cert"));
   GrpcClientOptions rogue = o;
-  rogue.tls_cert_pem = ReadAll(d + "/rogue.pem");
-  rogue.tls_key_pem = ReadAll(d + "/rogue.key");
+  rogue.rendezvous.tls_cert_pem = ReadAll(d + "/rogue.pem");
+  rogue.rendezvous.tls_key_pem = ReadAll(d + "/rogue.key");
   CHECK_FALSE(join(rogue, "rogue"));
   GrpcClientOptions agent = o;
-  agent.tls_cert_pem = ReadAll(d + "/client.pem");
-  agent.tls_key_pem = ReadAll(d + "/client.key");
+  agent.rendezvous.tls_cert_pem = ReadAll(d + "/client.pem");
+  agent.rendezvous.tls_key_pem = ReadAll(d + "/client.key");
   CHECK(join(agent, "agent"));
   std::system(("rm -rf " + d).c_str());
 }
@@ -293,14 +294,14 @@ TEST_CASE("GrpcRendezvous: a rate-limited Join is retried after a backoff",
   REQUIRE(port.ok());
   GrpcClientOptions o;
   o.endpoint = "127.0.0.1:" + std::to_string(*port);
-  auto client = CreateGrpcRendezvousClient(o);
+  auto client = testing::SyncClient::Grpc(o);
   REQUIRE(client.ok());
   auto first = (*client)->Join(Solo("n0"), Steady::now() + seconds(10));
   REQUIRE(first.ok());
   // At once again (a new round): refused by the server's limit, retried by
   // the client, admitted once the bucket refilled.
   const auto start = Steady::now();
-  agent::JoinRequest again = Solo("n0");
+  JoinRequest again = Solo("n0");
   auto second = (*client)->Join(again, Steady::now() + seconds(10));
   REQUIRE(second.ok());
   CHECK(second->round > first->round);

@@ -20,6 +20,7 @@
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/archive.h>
 
+#include "common/file_util.h"
 #include "common/logging.h"
 #include "ddprun/worker/errors.h"
 #include "ddprun/worker/sharded_adam.h"
@@ -79,32 +80,6 @@ int64_t StepOf(const std::string& name) {
   if (name.size() != std::strlen("ckpt-000000000000.pt")) return -1;
   if (std::sscanf(name.c_str(), "ckpt-%12lld.%2s", &step, tail) != 2) return -1;
   return std::string(tail) == "pt" ? step : -1;
-}
-
-void ThrowErrno(const std::string& what) {
-  throw WorkerError("checkpoint: " + what + ": " + std::strerror(errno));
-}
-
-void WriteAll(int fd, const char* data, size_t n, const std::string& path) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, data, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      ThrowErrno("write " + path);
-    }
-    data += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
-void FsyncDir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) ThrowErrno("open dir " + dir);
-  if (::fsync(fd) != 0) {
-    ::close(fd);
-    ThrowErrno("fsync dir " + dir);
-  }
-  ::close(fd);
 }
 
 // Reads `path` and returns the payload if the trailer and hash match.
@@ -271,30 +246,13 @@ std::string Checkpointer::Write(const std::string& file_name,
     std::memcpy(trailer, kMagic, 8);
     std::memcpy(trailer + 8, &len, 8);
     std::memcpy(trailer + 16, &hash, 8);
-    const std::string tmp = final_path + ".tmp." + std::to_string(::getpid());
-    int fd =
-        ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) ThrowErrno("create " + tmp);
-    try {
-      WriteAll(fd, data.data(), data.size(), tmp);
-      WriteAll(fd, trailer, kTrailerSize, tmp);
-      if (::fsync(fd) != 0) ThrowErrno("fsync " + tmp);
-      const int closed = ::close(fd);
-      fd = -1;
-      // NFS and some FUSE filesystems report write errors only at close.
-      if (closed != 0) ThrowErrno("close " + tmp);
-      if (BeforeRenameHook()) BeforeRenameHook()(tmp);
-      if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
-        ThrowErrno("rename " + tmp);
-      }
-    } catch (...) {
-      // A full disk must not also lose the space of the partial file: the
-      // previous checkpoint stays the newest complete one.
-      if (fd >= 0) ::close(fd);
-      ::unlink(tmp.c_str());
-      throw;
-    }
-    FsyncDir(options_.dir);
+    // A full disk costs the partial file too: the previous checkpoint
+    // stays the newest complete one.
+    AtomicWriteOptions atomic;
+    atomic.before_rename = BeforeRenameHook();
+    Status written = WriteFileAtomically(
+        final_path, {data, std::string_view(trailer, kTrailerSize)}, atomic);
+    if (!written.ok()) throw WorkerError("checkpoint: " + written.message());
     // Retention and leftovers of crashed writers (named files are outside
     // the rotation; their leftovers go with the next periodic save).
     if (rotate) {

@@ -14,6 +14,8 @@
 
 #include <c10/util/Exception.h>
 
+#include "common/file_util.h"
+
 namespace ddprun::worker {
 namespace {
 
@@ -138,28 +140,11 @@ bool WriteErrorFile(const std::string& path, const ErrorReport& report) {
                       std::chrono::system_clock::now().time_since_epoch())
                       .count();
   std::string text = ErrorFileJson(report, now);
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    std::perror(("cannot write error file " + tmp).c_str());
-    return false;
-  }
-  size_t off = 0;
-  while (off < text.size()) {
-    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-    if (n <= 0) {
-      std::perror(("cannot write error file " + tmp).c_str());
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return false;
-    }
-    off += static_cast<size_t>(n);
-  }
-  ::fsync(fd);
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::perror(("cannot rename error file to " + path).c_str());
-    ::unlink(tmp.c_str());
+  Status written = WriteFileAtomically(path, {text});
+  if (!written.ok()) {
+    const std::string line =
+        "cannot write error file " + path + ": " + written.message() + "\n";
+    (void)WriteFully(2, line);
     return false;
   }
   return true;
@@ -173,8 +158,7 @@ int RunMain(const std::function<int()>& fn) {
     const char* rank = std::getenv("RANK");
     std::string line = "[rank " + std::string(rank ? rank : "0") + "] " +
                        report.type + ": " + report.message + "\n";
-    ssize_t ignored = ::write(2, line.data(), line.size());
-    (void)ignored;
+    (void)WriteFully(2, line);
     const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
     if (path != nullptr && *path != '\0') WriteErrorFile(path, report);
     return report.exit_code;

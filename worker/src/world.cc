@@ -1,10 +1,5 @@
 #include "ddprun/worker/world.h"
 
-#include <netdb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -17,6 +12,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
+#include "common/net.h"
 #include "ddprun/worker/errors.h"
 #include "ddprun/worker/host_allocator.h"
 #include "torch_compat.h"
@@ -84,35 +80,6 @@ int EnvSeconds(const char* name, int fallback) {
   return static_cast<int>(x);
 }
 
-// The local address the kernel picks to reach host:port ("" if none): a
-// connected UDP socket sends nothing but has a source address.
-std::string SourceAddressTowards(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) !=
-      0) {
-    return "";
-  }
-  std::string found;
-  for (addrinfo* ai = res; ai != nullptr && found.empty(); ai = ai->ai_next) {
-    const int fd = ::socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    sockaddr_storage local{};
-    socklen_t len = sizeof(local);
-    char text[INET6_ADDRSTRLEN] = {0};
-    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
-        ::getnameinfo(reinterpret_cast<sockaddr*>(&local), len, text,
-                      sizeof(text), nullptr, 0, NI_NUMERICHOST) == 0) {
-      found = text;
-    }
-    ::close(fd);
-  }
-  ::freeaddrinfo(res);
-  return found;
-}
-
 std::shared_ptr<::gloo::transport::Device> GlooDevice(const WorkerEnv& env) {
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
     if (*ifname != '\0') {
@@ -127,7 +94,8 @@ std::shared_ptr<::gloo::transport::Device> GlooDevice(const WorkerEnv& env) {
   // 127.0.1.1 or an address on the wrong network (torchrun's "Gloo
   // connectFullMesh failed" reports). The address this host uses to reach
   // MASTER_ADDR is one the other ranks can reach it at, too.
-  const std::string source = SourceAddressTowards(a, env.master_port);
+  const std::string source =
+      SourceAddressTowards(a, env.master_port).value_or("");
   if (!source.empty()) {
     return c10d::ProcessGroupGloo::createDeviceForHostname(source);
   }

@@ -1,0 +1,116 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "common/status_or.h"
+
+namespace ddprun::rendezvous {
+
+// What one agent says when it joins a rendezvous round.
+struct JoinRequest {
+  std::string run_id;   // --rdzv_id
+  std::string node_id;  // unique per agent process (host:pid:random)
+  std::string role = "default";
+  int local_world_size = 1;  // this node's nproc_per_node
+  int node_rank_hint = -1;   // --node_rank if given, else -1
+  std::string local_addr;    // address other nodes reach this node at
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int max_restarts = 0;
+};
+
+// A completed round, as the agent needs it to start workers.
+struct RendezvousResult {
+  int64_t round = 0;
+  int group_rank = 0;        // GROUP_RANK: this node's rank in the round
+  int group_world_size = 1;  // GROUP_WORLD_SIZE: nodes in the round
+  int rank_offset = 0;       // RANK of local rank 0 (prefix sum)
+  int world_size = 1;        // WORLD_SIZE: sum of local world sizes
+  int role_rank_offset = 0;  // ROLE_RANK of local rank 0
+  int role_world_size = 1;   // ROLE_WORLD_SIZE
+  std::string master_addr;   // MASTER_ADDR for the workers
+  int master_port = 0;       // MASTER_PORT, verified free by its owner
+  int restart_count = 0;     // TORCHELASTIC_RESTART_COUNT (job-global)
+  // No round: the job succeeded while this node waited to join (a spare
+  // beyond max_nodes). The other fields are unset; the agent ends with
+  // success without starting workers.
+  bool job_succeeded = false;
+};
+
+// Asynchronous news from the rendezvous while workers run.
+enum class RendezvousEventType {
+  kMembershipChanged,  // a node waits to join or was lost: restart the
+                       // group without spending the restart budget
+  kRestartRequested,   // another node's workers failed: restart (the
+                       // budget was spent by the reporter)
+  kJobFailed,          // the job ended in failure elsewhere: stop, exit != 0
+  kConnectionLost,     // the rendezvous is unreachable beyond its deadline
+};
+
+struct RendezvousEvent {
+  RendezvousEventType type;
+  std::string reason;  // one human-readable line
+};
+
+// The agent's view of a rendezvous backend (local, gRPC).
+//
+// Asynchronous: every call returns at once and never blocks on the
+// network. Its `done` runs exactly once, later (never inside the call), on
+// the EventLoop the implementation was created with; a client destroyed
+// first runs no more callbacks. Calls, SetEventHandler and destruction
+// belong to that loop's thread (destruction may also follow the loop's
+// end). At most one Join, ReportFailure or ReportSuccess is in flight.
+class RendezvousClient {
+ public:
+  using EventHandler = std::function<void(const RendezvousEvent&)>;
+  using JoinDone = std::function<void(StatusOr<RendezvousResult>)>;
+  // true: the job restarts (the budget had room; one unit is spent).
+  using FailureDone = std::function<void(StatusOr<bool> will_restart)>;
+  using Done = std::function<void(Status)>;
+
+  virtual ~RendezvousClient() = default;
+
+  // "standalone", "static", "grpc" ... for logs.
+  virtual std::string Backend() const = 0;
+
+  // Joins the next round. `done` gets the round once it completes, a
+  // result with job_succeeded when the job succeeded without this node,
+  // kDeadlineExceeded when `deadline` passes, kCancelled after Leave(), or
+  // kFailedPrecondition / kAborted with a clear message when the job is
+  // closed or failed. A backend whose server decides the join timeout may
+  // answer a little past `deadline` with the server's verdict, so that
+  // every node reports the same reason.
+  virtual void Join(const JoinRequest& request, Clock::TimePoint deadline,
+                    JoinDone done) = 0;
+
+  // Installs the handler for events that arrive while workers run; it runs
+  // on the loop. Null: none.
+  virtual void SetEventHandler(EventHandler handler) = 0;
+
+  // This node's workers failed in `round`. `done` gets true when the job
+  // will restart (the job-global restart budget had room; it is now spent
+  // by one), false when the budget is exhausted and the job has failed.
+  // `retry` false: the failure is deterministic (a usage error), the job
+  // fails now without spending the budget (false). Bounded by the
+  // backend's RPC timeout.
+  virtual void ReportFailure(int64_t round, const std::string& reason,
+                             bool retry, FailureDone done) = 0;
+
+  // This node's workers all succeeded in `round`. `done` runs once every
+  // node of the round has succeeded (exit barrier), or with
+  // kDeadlineExceeded once `barrier_timeout` passes (the local result still
+  // stands), or with kCancelled after Leave().
+  virtual void ReportSuccess(int64_t round, Clock::Duration barrier_timeout,
+                             Done done) = 0;
+
+  // Leaves the job (the agent stops on a signal): cancels the call in
+  // flight (its `done` gets kCancelled), stops heartbeats and tells the
+  // server, best effort; `done` runs when that is over (at most ~2 s).
+  virtual void Leave(std::function<void()> done) = 0;
+};
+
+}  // namespace ddprun::rendezvous

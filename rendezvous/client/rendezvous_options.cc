@@ -1,0 +1,76 @@
+#include "rendezvous/client/rendezvous_options.h"
+
+#include <fstream>
+#include <sstream>
+
+namespace ddprun::rendezvous {
+
+StatusOr<RendezvousOptions> ParseRendezvousOptions(
+    const std::string& source, const RdzvConf& conf,
+    const std::optional<std::string>& env_token,
+    std::vector<std::string>* warnings) {
+  DDP_RETURN_IF_ERROR(ValidateRdzvConf(source, conf, warnings));
+  RendezvousOptions options;
+  const std::pair<const char*, std::chrono::milliseconds*> timeouts[] = {
+      {"join_timeout", &options.join_timeout},
+      {"last_call_timeout", &options.last_call_timeout},
+      {"heartbeat_interval", &options.heartbeat_interval},
+      {"heartbeat_timeout", &options.heartbeat_timeout},
+      {"connection_lost_timeout", &options.connection_lost_timeout},
+      {"bad_host_window", &options.bad_host_window},
+      {"bad_host_cooldown", &options.bad_host_cooldown},
+  };
+  for (const auto& [key, field] : timeouts) {
+    DDP_ASSIGN_OR_RETURN(std::optional<std::chrono::milliseconds> value,
+                         RdzvConfSeconds(conf, key));
+    if (value.has_value()) *field = *value;
+  }
+  DDP_ASSIGN_OR_RETURN(std::optional<long> failures,
+                       RdzvConfCount(conf, "bad_host_failures"));
+  if (failures.has_value()) {
+    options.bad_host_failures = static_cast<uint32_t>(*failures);
+  }
+  DDP_ASSIGN_OR_RETURN(options.is_host, RdzvConfBool(conf, "is_host"));
+  if (auto it = conf.find("token"); it != conf.end()) {
+    options.token = it->second;
+  }
+  const std::pair<const char*, std::string*> files[] = {
+      {"token_file", &options.token},
+      {"tls_ca", &options.tls_ca_pem},
+      {"tls_cert", &options.tls_cert_pem},
+      {"tls_key", &options.tls_key_pem},
+  };
+  for (const auto& [key, field] : files) {
+    auto it = conf.find(key);
+    if (it == conf.end()) continue;
+    std::ifstream in(it->second);
+    if (!in) {
+      return NotFoundError("rdzv_conf " + std::string(key) + "=" + it->second +
+                           ": cannot read the file");
+    }
+    std::ostringstream text;
+    text << in.rdbuf();
+    *field = text.str();
+  }
+  // A token file usually ends with a newline that is not part of the token.
+  std::string& token = options.token;
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) {
+    token.pop_back();
+  }
+  if (token.empty() && conf.count("token_file") != 0) {
+    return InvalidArgumentError(
+        "rdzv_conf token_file=" + conf.at("token_file") +
+        ": the file is empty; an empty token would turn authentication off");
+  }
+  if (token.empty() && env_token.has_value()) {
+    if (env_token->empty()) {
+      return InvalidArgumentError(
+          "DDPRUN_RDZV_TOKEN is set but empty, which would turn "
+          "authentication off; give a token, or unset it to run without one");
+    }
+    token = *env_token;
+  }
+  return options;
+}
+
+}  // namespace ddprun::rendezvous
