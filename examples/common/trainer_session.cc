@@ -41,6 +41,13 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> TrainerSession::Split(
     int64_t n, double val_fraction, const std::string& source,
     size_t debug_train, size_t debug_val) {
   auto [train, val] = SplitTrainVal(n, val_fraction, common_.seed);
+  return Split(std::move(train), std::move(val), source, debug_train,
+               debug_val);
+}
+
+std::pair<std::vector<int64_t>, std::vector<int64_t>> TrainerSession::Split(
+    std::vector<int64_t> train, std::vector<int64_t> val,
+    const std::string& source, size_t debug_train, size_t debug_val) {
   if (common_.debug) {
     train.resize(std::min(train.size(), debug_train));
     val.resize(std::min(val.size(), debug_val));
