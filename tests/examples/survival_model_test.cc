@@ -260,12 +260,28 @@ TEST_CASE("survival CSV: the guide's columns and its Fold_1 split",
             ":1: missing column 'image' (or the guide's 'NIFTI path') "
             "(header has: path,time,event)");
 
+  // A data root in the guide's layout resolves to its dataset.csv; without
+  // it, reading the directory is one error naming the layout.
   const std::string dir = std::filesystem::path(csv).parent_path().string();
+  const StatusOr<std::string> root = ResolveSurvivalCsv(dir);
+  REQUIRE(root.ok());
+  CHECK(*root == csv);
+  const StatusOr<std::string> file = ResolveSurvivalCsv(bad);
+  REQUIRE(file.ok());
+  CHECK(*file == bad);
+  std::filesystem::remove(csv);
+  const StatusOr<std::string> no_root = ResolveSurvivalCsv(dir);
+  REQUIRE(!no_root.ok());
+  CHECK(no_root.status().message().find(
+            dir +
+            " is a directory without dataset.csv (the guide's layout: "
+            "<data>/dataset.csv with columns NIFTI path,time,event,"
+            "Fold_1); --csv_path takes that directory or the CSV file "
+            "that lists the volumes, e.g. " +
+            bad) == 0);
   StatusOr<SurvivalTable> directory = ReadSurvivalCsv(dir, "Fold_1");
   REQUIRE(!directory.ok());
-  CHECK(directory.status().message().find(
-            dir + " is a directory; --csv_path takes the CSV file that lists "
-                  "the volumes, e.g. ") == 0);
+  CHECK(directory.status().message() == no_root.status().message());
   std::filesystem::remove_all(dir);
 }
 
