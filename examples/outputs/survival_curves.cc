@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 
@@ -76,6 +77,26 @@ void DrawCurve(Canvas* canvas, const AxisBox& box, const SurvivalCurve& c,
   cairo_stroke(cr);
 }
 
+// Pixel columns in [x, x + w) where a curve's level lies in [y, y + h)
+// (counted per curve), a curve ending at its last event or censoring.
+int64_t CurvePixelsIn(const AxisBox& box,
+                      const std::vector<SurvivalCurve>& curves, double x,
+                      double y, double w, double h) {
+  int64_t n = 0;
+  for (const SurvivalCurve& c : curves) {
+    double last = c.times.empty() ? 0 : c.times.back();
+    for (double t : c.censored) last = std::max(last, t);
+    for (double px = x; px < x + w; px += 1) {
+      const double t = box.x_min + (px - box.left) / (box.right - box.left) *
+                                       (box.x_max - box.x_min);
+      if (t > last) break;
+      const double py = box.Y(SurvivalAt(c, t));
+      if (py >= y - 3 && py < y + h + 3) ++n;
+    }
+  }
+  return n;
+}
+
 void DrawLegend(Canvas* canvas, const AxisBox& box,
                 const std::vector<SurvivalCurve>& curves,
                 const std::vector<Rgb>& colors) {
@@ -86,7 +107,21 @@ void DrawLegend(Canvas* canvas, const AxisBox& box,
   }
   const double w = kPad * 3 + kSwatch + widest;
   const double h = kPad * 2 + kRow * curves.size() - 4;
-  const double x = box.left + 10, y = box.bottom - h - 10;
+  // The corner the curves cross least: bottom left (usually empty: curves
+  // start at 1), then bottom right, then top right.
+  double x = box.left + 10, y = box.bottom - h - 10;
+  int64_t least = -1;
+  for (const auto& [cx, cy] :
+       {std::pair<double, double>{box.left + 10, box.bottom - h - 10},
+        {box.right - w - 10, box.bottom - h - 10},
+        {box.right - w - 10, box.top + 10}}) {
+    const int64_t crossed = CurvePixelsIn(box, curves, cx, cy, w, h);
+    if (least < 0 || crossed < least) {
+      least = crossed;
+      x = cx;
+      y = cy;
+    }
+  }
   cairo_t* cr = canvas->cr();
   canvas->SetColor({1, 1, 1}, 0.9);
   cairo_rectangle(cr, x, y, w, h);

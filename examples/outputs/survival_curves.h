@@ -25,8 +25,8 @@ inline constexpr int kSurvivalPlotHeight = 520;
 // The curves as steps in the palette's colours (curve i: PaletteColor of
 // colors[i], or i without `colors`) over x = time from 0 to the last time of
 // any curve (its events and censorings), y = survival probability 0..1;
-// `title` on top, a legend of the labels in the bottom left corner, where
-// survival curves, which start at 1, rarely are. INVALID_ARGUMENT naming
+// `title` on top, a legend of the labels in the corner the curves cross
+// least (bottom left, bottom right, top right, in that order on a tie). INVALID_ARGUMENT naming
 // the curve for: no curves, times and survival of different lengths, a
 // negative, non-finite or decreasing time, a survival value outside
 // [0, 1], a censoring time that is negative or not finite, or `colors` of

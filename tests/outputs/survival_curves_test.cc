@@ -83,6 +83,31 @@ TEST_CASE("survival curves: each group's steps where its data puts them",
                 end + 3, static_cast<int>(tick_top) + 1) > 0);
 }
 
+// Dark (legend text) pixels inside the plot area's corner boxes, away from
+// the frame.
+int64_t LegendText(const Decoded& d, bool top, bool right) {
+  const int x0 = right ? kRight - 300 : kLeft + 4;
+  const int y0 = top ? kTop + 4 : kBottom - 70;
+  return d.Count(25, 25, 25, 40, x0, y0, right ? kRight - 4 : kLeft + 300,
+                 top ? kTop + 70 : kBottom - 4);
+}
+
+TEST_CASE("survival curves: the legend goes where the curves are not",
+          "[outputs]") {
+  const std::string a = "low risk (n=16, 8 events)";
+  const std::string b = "high risk (n=16, 15 events)";
+  const Decoded usual = Decode(*PlotSurvivalCurves(
+      "t", {{a, {1, 2}, {0.9, 0.8}, {10}}, {b, {3}, {0.7}, {10}}}));
+  CHECK(LegendText(usual, false, false) > 50);
+  CHECK(LegendText(usual, true, true) == 0);
+  // Most die early: the bottom is crossed, the top right is empty.
+  const Decoded early = Decode(*PlotSurvivalCurves(
+      "t", {{a, {0.5}, {0.1}, {10}}, {b, {0.3, 0.6}, {0.5, 0.15}, {10}}}));
+  CHECK(LegendText(early, false, false) == 0);
+  CHECK(LegendText(early, false, true) == 0);
+  CHECK(LegendText(early, true, true) > 50);
+}
+
 TEST_CASE("survival curves: bad input gives one clear error", "[outputs]") {
   CHECK(PlotSurvivalCurves("t", {}).status().message() == "no survival curves");
   SurvivalCurve c{"a", {1, 2}, {0.5}, {}};
