@@ -95,8 +95,8 @@ class TrainerSession {
   std::pair<std::vector<int64_t>, std::vector<int64_t>> Split(
       int64_t n, double val_fraction, const std::string& source,
       size_t debug_train, size_t debug_val);
-  // The same for a split the data already has (e.g. a split column): the
-  // --debug cut and the error when `train` is empty.
+  // The same for a split the data defines (e.g. a fold column): --debug
+  // and the "nothing to train on" error apply to `train` and `val` as given.
   std::pair<std::vector<int64_t>, std::vector<int64_t>> Split(
       std::vector<int64_t> train, std::vector<int64_t> val,
       const std::string& source, size_t debug_train, size_t debug_val);

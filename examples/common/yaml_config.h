@@ -24,7 +24,13 @@ struct ConfigEntry {
 
 // Reads a YAML file (JSON is YAML) of option values: a mapping whose values
 // are scalars, lists of scalars or nested mappings (any depth). Entries come
-// in file order. Errors (INVALID_ARGUMENT / NOT_FOUND, one line naming the
+// in file order. A file whose first line with content is "name = value"
+// (or an INI "[section]") is read as assignments instead, as the guides'
+// Python snippets, INI and flat TOML write them: '#' / ';' comments,
+// "[section]" prefixes the keys below it like a YAML mapping, values are
+// numbers, words, quoted strings, True/False (true/false), None (no value)
+// or [a, b] / (a, b) lists; anything else (an expression) is an error
+// naming the line. Errors (INVALID_ARGUMENT / NOT_FOUND, one line naming the
 // file and, where known, the line): unreadable file, YAML syntax error, a
 // top level that is not a mapping, a list holding mappings or lists.
 StatusOr<std::vector<ConfigEntry>> ReadConfigFile(const std::string& path);

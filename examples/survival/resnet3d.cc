@@ -66,21 +66,26 @@ std::vector<int64_t> BlocksPerStage(const std::string& depth) {
   if (depth == "resnet10") return {1, 1, 1, 1};
   if (depth == "resnet18") return {2, 2, 2, 2};
   if (depth == "resnet34" || depth == "resnet50") return {3, 4, 6, 3};
-  throw std::invalid_argument("unknown --resnet '" + depth +
-                              "' (resnet10, resnet18, resnet34, resnet50)");
+  if (depth == "resnet101") return {3, 4, 23, 3};
+  if (depth == "resnet152") return {3, 8, 36, 3};
+  throw std::invalid_argument(
+      "unknown --resnet '" + depth +
+      "' (resnet10, resnet18, resnet34, resnet50, resnet101, resnet152)");
 }
 
 }  // namespace
 
 const std::vector<std::string>& ResNet3dDepths() {
-  static const std::vector<std::string> kDepths{"resnet10", "resnet18",
-                                                "resnet34", "resnet50"};
+  static const std::vector<std::string> kDepths{
+      "resnet10", "resnet18", "resnet34", "resnet50", "resnet101", "resnet152"};
   return kDepths;
 }
 
 ResNet3dImpl::ResNet3dImpl(const ResNet3dOptions& options) {
   const std::vector<int64_t> blocks = BlocksPerStage(options.depth);
-  const bool bottleneck = options.depth == "resnet50";
+  const bool bottleneck = options.depth != "resnet10" &&
+                          options.depth != "resnet18" &&
+                          options.depth != "resnet34";
   const int64_t w = options.width;
   stem_ = register_module(
       "stem",
@@ -103,10 +108,24 @@ ResNet3dImpl::ResNet3dImpl(const ResNet3dOptions& options) {
   }
   register_module("stages", stages_);
   head_ = register_module("head", nn::Linear(in, options.num_outputs));
+  checkpointing_ = options.gradient_checkpointing;
+  recompute_scope_ = options.recompute_scope;
 }
 
 torch::Tensor ResNet3dImpl::forward(torch::Tensor x) {
-  x = stages_->forward(stem_->forward(x));
+  if (checkpointing_ && is_training()) {
+    x = CheckpointedForward(
+        *stem_, [this](const torch::Tensor& t) { return stem_->forward(t); }, x,
+        recompute_scope_);
+    for (auto& block : *stages_) {
+      auto& b = block.get<ResidualBlockImpl>();
+      x = CheckpointedForward(
+          b, [&b](const torch::Tensor& t) { return b.forward(t); }, x,
+          recompute_scope_);
+    }
+  } else {
+    x = stages_->forward(stem_->forward(x));
+  }
   x = torch::adaptive_avg_pool3d(x, {1, 1, 1}).flatten(1);
   return head_->forward(x);
 }

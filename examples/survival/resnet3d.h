@@ -5,17 +5,25 @@
 
 #include <torch/torch.h>
 
+#include "examples/common/activation_checkpoint.h"
+
 namespace ddprun::examples {
 
 struct ResNet3dOptions {
-  // "resnet10", "resnet18", "resnet34" (basic blocks) or "resnet50"
-  // (bottlenecks), as MONAI's resnet family.
+  // "resnet10", "resnet18", "resnet34" (basic blocks) or "resnet50",
+  // "resnet101", "resnet152" (bottlenecks), as MONAI's resnet family.
   std::string depth = "resnet10";
   // Channels of the stem; stages use width, 2w, 4w, 8w (64 in the paper;
   // small widths keep CPU runs fast).
   int64_t width = 8;
   int64_t in_channels = 1;
   int64_t num_outputs = 1;
+  // Activation checkpointing (CheckpointedForward): in training, the stem
+  // and each residual block keep only their input and recompute the rest
+  // in backward, inside `recompute_scope` (the trainer's autocast). Same
+  // outputs and gradients; the parameters and checkpoints are unchanged.
+  bool gradient_checkpointing = false;
+  RecomputeScope recompute_scope;
 };
 
 // 3D ResNet: 7^3 stride-2 stem, max-pool, four stages (the last three
@@ -31,6 +39,8 @@ class ResNet3dImpl : public torch::nn::Module {
   torch::nn::Sequential stem_{nullptr};
   torch::nn::Sequential stages_{nullptr};
   torch::nn::Linear head_{nullptr};
+  bool checkpointing_ = false;
+  RecomputeScope recompute_scope_;
 };
 TORCH_MODULE(ResNet3d);
 

@@ -2,7 +2,9 @@
 // 3D ResNet and the Cox partial likelihood, data parallel over ranks.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
+#include <tuple>
 
 #include <torch/torch.h>
 
@@ -12,6 +14,7 @@
 #include "examples/common/trainer_session.h"
 #include "examples/survival/cox_loss.h"
 #include "examples/survival/resnet3d.h"
+#include "examples/survival/risk_groups.h"
 #include "examples/survival/smart_cache.h"
 #include "examples/survival/survival_data.h"
 
@@ -33,7 +36,31 @@ struct SurvivalOptions {
   double cache_rate = 0.5;
   double replace_rate = 0.25;
   int64_t synthetic_size = 32;
+  bool gradient_checkpointing = false;
+  double clip_grad = 0;
+  // The guide's split (finetune_survival_distributed.py): a fold column.
+  std::string fold_column = "Fold_1";
+  std::string train_fold = "train";
+  std::string val_fold = "val";
 };
+
+// The guide's names (survival-mace-monai.md and the scripts it runs) where
+// ours differ; the common ones (--lr, --log_dir, ...) are in guide_flags.cc.
+std::vector<FlagAlias> SurvivalAliases() {
+  return {
+      {"max_grad_norm", "clip_grad", ""},
+      {"activation_checkpointing", "gradient_checkpointing", ""},
+  };
+}
+
+std::vector<ForeignFlag> SurvivalForeignFlags() {
+  return {
+      {"output", ForeignFlag::Arity::kOne,
+       "no separate .pth: the final model is the last checkpoint "
+       "<checkpoint_dir>/ckpt-<step>.pt and the best by validation C-index "
+       "is best.pt beside it (LibTorch archives; --resume_from takes both)"},
+  };
+}
 
 struct Batch {
   torch::Tensor images;  // [B, 1, D, H, W]
@@ -91,13 +118,17 @@ int Train(int argc, char** argv) {
   SurvivalOptions opt;
   TrainerCli cli(
       "survival_trainer: 3D ResNet + Cox partial likelihood on NIfTI volumes "
-      "listed in a CSV (image,time,event). Runs alone or under "
+      "listed in a CSV (image,time,event or the guide's NIFTI "
+      "path,time,event,Fold_1). Runs alone or under "
       "ddprun/torchrun (one process per rank).",
       {"runs/survival", /*epochs=*/4, /*synthetic_n=*/160});
   CLI::App& app = cli.app();
   CommonOptions& common = cli.common();
   cli.AddDataOptions("--csv_path", &opt.csv_path,
-                     "CSV with columns image,time,event", &opt.val_fraction);
+                     "CSV listing the volumes: columns image (or the guide's "
+                     "'NIFTI path'), time, event and optionally the fold "
+                     "column; or a data root holding the guide's dataset.csv",
+                     &opt.val_fraction);
   app.add_option("--resnet", opt.resnet, "Backbone depth")
       ->check(CLI::IsMember(ResNet3dDepths()));
   app.add_option("--width", opt.width, "Stem channels (stages: w, 2w, 4w, 8w)")
@@ -121,6 +152,23 @@ int Train(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--synthetic_size", opt.synthetic_size,
                  "Edge of the volumes written by --make_synthetic");
+  app.add_flag("--gradient_checkpointing", opt.gradient_checkpointing,
+               "Activation checkpointing: keep only the input of the stem and "
+               "of each residual block, recompute the rest in backward (less "
+               "memory, ~1/3 more compute, same gradients)");
+  app.add_option("--clip_grad", opt.clip_grad,
+                 "Clip the global gradient norm to this value (0: off)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--fold_column", opt.fold_column,
+                 "CSV column with each row's fold (the guide's Fold_1): rows "
+                 "with --train_fold train, rows with --val_fold validate; "
+                 "without the column, --val_fraction splits");
+  app.add_option("--train_fold", opt.train_fold,
+                 "Value of --fold_column for training rows");
+  app.add_option("--val_fold", opt.val_fold,
+                 "Value of --fold_column for validation rows");
+  cli.AddAliases(SurvivalAliases());
+  cli.AddForeignFlags(SurvivalForeignFlags());
   if (auto code = cli.Parse(argc, argv)) return *code;
   if (cli.MakeSynthetic(
           [&] {
@@ -128,10 +176,14 @@ int Train(int argc, char** argv) {
                                           common.synthetic_n,
                                           opt.synthetic_size, common.seed);
           },
-          "subjects", "survival.csv")) {
+          "subjects",
+          "survival.csv and " + common.make_synthetic +
+              "/dataset.csv (the guide's columns: NIFTI path, time, event, "
+              "Fold_1)")) {
     return 0;
   }
   TrainerCli::Require("--csv_path", opt.csv_path);
+  opt.csv_path = ValueOrThrow(ResolveSurvivalCsv(opt.csv_path));
 
   TrainerSession session(cli);
   const dw::World& world = session.world();
@@ -143,10 +195,27 @@ int Train(int argc, char** argv) {
   }
   const int64_t per_rank = opt.batch_size / world.world_size();
   const int64_t accum = common.gradient_accumulation_steps;
-  const std::vector<SurvivalRecord> records =
-      ValueOrThrow(ReadSurvivalCsv(opt.csv_path));
-  auto [train, val] =
-      session.Split(records.size(), opt.val_fraction, opt.csv_path, 16, 8);
+  const SurvivalTable table = ValueOrThrow(
+      ReadSurvivalCsv(opt.csv_path, opt.fold_column, cli.IsSet("fold_column")));
+  const std::vector<SurvivalRecord>& records = table.records;
+  std::vector<int64_t> train, val;
+  if (table.has_fold) {
+    FoldSplit folds = ValueOrThrow(SplitByFold(
+        table, opt.csv_path, opt.fold_column, opt.train_fold, opt.val_fold));
+    session.LogMain(
+        "split by column " + opt.fold_column + ": " +
+        std::to_string(folds.train.size()) + " rows '" + opt.train_fold +
+        "', " + std::to_string(folds.val.size()) + " rows '" + opt.val_fold +
+        "'" +
+        (folds.unused ? ", " + std::to_string(folds.unused) + " others unused"
+                      : "") +
+        (cli.IsSet("val_fraction") ? " (--val_fraction is not used)" : ""));
+    std::tie(train, val) = session.Split(
+        std::move(folds.train), std::move(folds.val), opt.csv_path, 16, 8);
+  } else {
+    std::tie(train, val) =
+        session.Split(records.size(), opt.val_fraction, opt.csv_path, 16, 8);
+  }
   session.LogMain(
       "survival: " + std::to_string(train.size()) + " train / " +
       std::to_string(val.size()) + " val subjects, world " +
@@ -155,17 +224,26 @@ int Train(int argc, char** argv) {
       " per rank)" +
       (accum > 1 ? " x accumulation " + std::to_string(accum) : "") + ", " +
       std::to_string(session.num_workers()) + " loader threads, " +
-      session.precision().description);
+      session.precision().description +
+      (opt.gradient_checkpointing ? ", activation checkpointing" : ""));
 
   ResNet3dOptions model_options;
   model_options.depth = opt.resnet;
   model_options.width = opt.width;
+  model_options.gradient_checkpointing = opt.gradient_checkpointing;
+  // Backward recomputes under the forward's autocast.
+  model_options.recompute_scope = [&session](const std::function<void()>& run) {
+    auto autocast = session.Autocast();
+    run();
+  };
   ResNet3d model(model_options);
   session.PlaceOnDevice(*model);
   torch::optim::Adam optimizer(model->parameters(),
                                torch::optim::AdamOptions(opt.learning_rate)
                                    .weight_decay(opt.weight_decay));
-  session.Prepare({model.ptr(), &optimizer});
+  TrainingSetup setup{model.ptr(), &optimizer};
+  setup.clip_grad_norm = opt.clip_grad;
+  session.Prepare(setup);
 
   auto load_volume = [&](int64_t item) {
     return AtRow(records[item].where,
@@ -231,7 +309,7 @@ int Train(int argc, char** argv) {
       return CoxPartialLikelihoodLoss(risk, b.time, b.event);
     });
   };
-  auto validate = [&](int64_t) -> nlohmann::json {
+  auto validate = [&](int64_t epoch) -> nlohmann::json {
     const torch::Tensor gathered =
         PredictValidation(session, model, records, RankShare(world, val),
                           opt.image_size, per_rank)
@@ -246,9 +324,20 @@ int Train(int argc, char** argv) {
         CoxPartialLikelihoodLoss(gathered.select(1, 0), gathered.select(1, 1),
                                  gathered.select(1, 2))
             .item<double>();
+    if (world.is_main()) {
+      StatusOr<torch::Tensor> picture = RiskGroupsPicture(
+          risk, time, event, "epoch " + std::to_string(epoch + 1));
+      if (picture.ok()) {
+        session.EmitImage("val/risk_groups", *picture);
+      } else {
+        session.LogMain("warning: no risk-group picture: " +
+                        picture.status().message());
+      }
+    }
+    // The count is not a val_ key: those become validation curves.
     return {{"val_loss", val_loss},
             {"val_cindex", ConcordanceIndex(risk, time, event)},
-            {"val_subjects", gathered.size(0)}};
+            {"validation_subjects", gathered.size(0)}};
   };
   session.Run<Batch>(loop, {begin_epoch, load_batch, train_step, validate});
   session.Done("val C-index " +

@@ -37,7 +37,7 @@ TEST_CASE("survival_trainer: a short run alone beats chance (C-index > 0.62)",
   REQUIRE(metrics.size() == 3);
   // Chance is 0.5; the generator's true risk scores about 0.75.
   CHECK(metrics.back()["val_cindex"].get<double>() > 0.62);
-  CHECK(metrics.back()["val_subjects"].get<int>() == 32);
+  CHECK(metrics.back()["validation_subjects"].get<int>() == 32);
   CHECK(!std::filesystem::is_empty(out + "/checkpoints"));
   // What people look at: TensorBoard events (read back by an independent
   // reader that checks every CRC) and the curves plot.
@@ -223,7 +223,7 @@ TEST_CASE(
   CHECK(metrics[2]["step"] == 18);
   for (const auto& m : metrics)
     CHECK(std::isfinite(m["train_loss"].get<double>()));
-  CHECK(metrics.back()["val_subjects"] == 32);  // validation is not cached
+  CHECK(metrics.back()["validation_subjects"] == 32);  // validation is not cached
   CHECK(metrics.back()["val_cindex"].get<double>() > 0.55);
 }
 
@@ -250,7 +250,7 @@ TEST_CASE("survival_trainer: --amp trains with bf16 autocast on CPU",
       CHECK(std::isfinite(m["train_loss"].get<double>()));
       CHECK(std::isfinite(m["val_loss"].get<double>()));
     }
-    CHECK(metrics.back()["val_subjects"] == 32);
+    CHECK(metrics.back()["validation_subjects"] == 32);
     CHECK(metrics.back()["val_cindex"].get<double>() > 0.62);
   }
   CHECK(loss[1] != loss[0]);
@@ -384,7 +384,7 @@ TEST_CASE(
   auto metrics = ReadMetrics(out);
   REQUIRE(metrics.size() == 3);
   CHECK(metrics.back()["world_size"] == 2);
-  CHECK(metrics.back()["val_subjects"] == 32);  // gathered from both ranks
+  CHECK(metrics.back()["validation_subjects"] == 32);  // gathered from both ranks
   CHECK(metrics.back()["val_cindex"].get<double>() > 0.62);
 
   // The progress line comes from rank 0 only: ddprun prefixes local rank

@@ -61,4 +61,14 @@ Decoded DecodePngFile(const std::string& path) {
                                     std::istreambuf_iterator<char>()));
 }
 
+Decoded DecodeRaster(const RasterImage& image) {
+  auto png = EncodePng(image);
+  if (!png.ok()) {
+    Decoded d;
+    d.error = png.status().message();
+    return d;
+  }
+  return DecodePngBytes(*png);
+}
+
 }  // namespace ddprun::examples::outputs::testing

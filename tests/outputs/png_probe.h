@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "examples/outputs/raster_image.h"
+
 namespace ddprun::examples::outputs::testing {
 
 // A PNG decoded by stb_image (independently of the encoder), as RGB.
@@ -29,5 +31,7 @@ struct Decoded {
 
 Decoded DecodePngFile(const std::string& path);
 Decoded DecodePngBytes(const std::string& bytes);
+// EncodePng(image) decoded (!ok with the encoder's error when it fails).
+Decoded DecodeRaster(const RasterImage& image);
 
 }  // namespace ddprun::examples::outputs::testing
