@@ -1,6 +1,8 @@
 #include "ddprun/worker/sharded_adam.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <torch/serialize/archive.h>
@@ -86,23 +88,20 @@ void ShardedAdam::Step() {
   const int n = world_.world_size();
   const int r = world_.rank();
   at::Tensor grad;
-  at::Tensor flat_grad = FlatGrads();
-  if (options_.reduce_gradients && n > 1) {
-    // Each rank receives only the sum of its own shard (Gloo: ring over
-    // send/recv, see World::ReduceScatter).
-    grad = world_.ReduceScatter(flat_grad);
-    grad = grad / n;
-  } else {
-    grad = flat_grad.narrow(0, shard_size_ * r, shard_size_);
+  {
+    // The full flat gradient is a temporary: only this rank's shard is kept.
+    at::Tensor flat_grad = FlatGrads();
+    if (options_.reduce_gradients && n > 1) {
+      // Each rank receives only the sum of its own shard (Gloo: ring over
+      // send/recv, see World::ReduceScatter).
+      grad = world_.ReduceScatter(flat_grad) / n;
+    } else {
+      grad = flat_grad.narrow(0, shard_size_ * r, shard_size_).clone();
+    }
   }
 
-  // This rank's shard of the parameters as one flat vector.
-  std::vector<at::Tensor> flat_parts;
-  for (auto& p : params_) flat_parts.push_back(p.detach().flatten());
-  int64_t pad = shard_size_ * n - numel_;
-  if (pad > 0) flat_parts.push_back(Padding(pad));
-  at::Tensor flat = at::cat(flat_parts);
-  at::Tensor shard = flat.narrow(0, shard_size_ * r, shard_size_).clone();
+  // This rank's shard of the parameters as one flat vector (a copy).
+  at::Tensor shard = ParamShard();
   if (options_.offload_to_cpu) {
     // The update runs where the state is (blocking copies: the CPU reads
     // them next).
@@ -129,10 +128,43 @@ void ShardedAdam::Step() {
   if (options_.offload_to_cpu) shard = shard.to(world_.device());
 
   // Every rank gets every shard back.
-  at::Tensor updated = n > 1 ? GatherFull(shard) : shard.narrow(0, 0, numel_);
+  CopyToParams(n > 1 ? world_.AllGather(shard)
+                     : std::vector<at::Tensor>{shard});
+}
+
+at::Tensor ShardedAdam::ParamShard() const {
+  const int64_t begin = shard_size_ * world_.rank();
+  const int64_t end = begin + shard_size_;
+  std::vector<at::Tensor> parts;
+  int64_t off = 0, have = 0;
+  for (auto& p : params_) {
+    const int64_t lo = std::max(begin, off);
+    const int64_t hi = std::min(end, off + p.numel());
+    if (lo < hi) {
+      parts.push_back(p.detach().flatten().narrow(0, lo - off, hi - lo));
+      have += hi - lo;
+    }
+    off += p.numel();
+  }
+  if (have < shard_size_) parts.push_back(Padding(shard_size_ - have));
+  return at::cat(parts);
+}
+
+void ShardedAdam::CopyToParams(const std::vector<at::Tensor>& shards) {
   int64_t off = 0;
   for (auto& p : params_) {
-    p.detach().copy_(updated.narrow(0, off, p.numel()).view_as(p));
+    std::vector<at::Tensor> pieces;
+    for (int64_t done = 0; done < p.numel();) {
+      const int64_t s = (off + done) / shard_size_;
+      const int64_t in = (off + done) % shard_size_;
+      const int64_t len = std::min(p.numel() - done, shard_size_ - in);
+      pieces.push_back(shards[s].narrow(0, in, len));
+      done += len;
+    }
+    if (!pieces.empty()) {
+      p.detach().copy_(
+          (pieces.size() == 1 ? pieces[0] : at::cat(pieces)).view_as(p));
+    }
     off += p.numel();
   }
 }

@@ -95,6 +95,12 @@ class ShardedAdam {
   c10::Device StateDevice() const;
   // Padding of the flat vectors: float32 on the parameters' device.
   at::Tensor Padding(int64_t n) const;
+  // This rank's shard of the flat parameter vector, copied piece by piece
+  // (no full-size flat copy: Step's transient memory stays ~1 gradient and
+  // 1 gathered parameter vector).
+  at::Tensor ParamShard() const;
+  // Copies the all-gathered shards (rank order) into the parameters.
+  void CopyToParams(const std::vector<at::Tensor>& shards);
 
   World world_;
   std::vector<at::Tensor> params_;
