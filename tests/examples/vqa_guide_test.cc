@@ -358,7 +358,7 @@ TEST_CASE(
 // named in one note line.
 TEST_CASE(
     "vqa_trainer: a DeepSpeed JSON's micro-batch, accumulation, bf16 and "
-    "stage set the run; --use_wandb is one note",
+    "stage set the run, --use_wandb is one note",
     "[vqa][guide]") {
   const std::string root = MimicRoot();
   const std::string dir = FreshDir("vqa_guide_ds_keys");
