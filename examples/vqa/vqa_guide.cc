@@ -116,6 +116,35 @@ void ApplyDeepSpeed(TrainerSession& session, const TrainerCli& cli,
 
 }  // namespace
 
+std::vector<std::string> SplitDeepSpeedJson(int argc, char** argv) {
+  static const char* const kBooleans[] = {
+      "true", "false", "True", "False", "yes", "no", "on", "off", "1", "0"};
+  auto is_file = [](const std::string& v) {
+    if (v.empty() || v[0] == '-') return false;
+    for (const char* b : kBooleans) {
+      if (v == b) return false;
+    }
+    return true;
+  };
+  std::vector<std::string> args(argv, argv + argc);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (i > 0 && a.rfind("--deepspeed=", 0) == 0 && is_file(a.substr(12))) {
+      out.push_back("--deepspeed");
+      out.push_back("--deepspeed_config=" + a.substr(12));
+    } else if (i > 0 && a == "--deepspeed" && i + 1 < args.size() &&
+               is_file(args[i + 1])) {
+      out.push_back(a);
+      out.push_back("--deepspeed_config");
+      out.push_back(args[++i]);
+    } else {
+      out.push_back(a);
+    }
+  }
+  return out;
+}
+
 void AddVqaGuideNames(TrainerCli& cli) {
   cli.AddAliases({
       // mimic-cxr-vqa.md: its batch is per GPU like ours.
@@ -155,7 +184,8 @@ void AddVqaGuideNames(TrainerCli& cli) {
       "no DeepSpeed library here; its ZeRO-2 runs on our sharded Adam: "
       "--zero 2 and, on a GPU, --offload_optimizer cpu and fp16 loss "
       "scaling (the guide's DeepSpeed config), for those not set by a flag "
-      "or config; a DeepSpeed JSON is read with --deepspeed_config FILE";
+      "or config; a DeepSpeed JSON is read with --deepspeed FILE or "
+      "--deepspeed_config FILE";
   const std::string checkpointing =
       "no activation checkpointing in vqa: its 64x64 encoder keeps a few MB "
       "of activations per batch of 16; trade memory with a smaller "

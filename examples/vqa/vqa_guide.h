@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "examples/common/trainer_cli.h"
 #include "examples/common/trainer_session.h"
@@ -27,6 +28,13 @@ struct VqaGuideSettings {
 // gradient_checkpointing, activation_checkpointing, train_batch_size,
 // zero_optimization.offload_optimizer.pin_memory).
 void AddVqaGuideNames(TrainerCli& cli);
+
+// DeepSpeed's and the HF Trainer's `--deepspeed ds_config.json` (also
+// `--deepspeed=FILE`): the command line with such a value, any value but a
+// boolean word, split into `--deepspeed --deepspeed_config FILE`, so that the
+// JSON is read as by --deepspeed_config. Other arguments are unchanged;
+// argv[0] is kept.
+std::vector<std::string> SplitDeepSpeedJson(int argc, char** argv);
 
 // After TrainerSession: applies, to the settings no flag or config set,
 //  1. --auto_optimize: batch, accumulation, threads and precision from the

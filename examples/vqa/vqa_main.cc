@@ -160,7 +160,11 @@ int Train(int argc, char** argv) {
                  "or mimic (the guide's MIMIC-CXR data root)")
       ->check(CLI::IsMember({"jsonl", "mimic"}));
   AddVqaGuideNames(cli);
-  if (auto code = cli.Parse(argc, argv)) return *code;
+  std::vector<std::string> args = SplitDeepSpeedJson(argc, argv);
+  std::vector<char*> arg_ptrs;
+  for (std::string& a : args) arg_ptrs.push_back(a.data());
+  if (auto code = cli.Parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data()))
+    return *code;
   const NormKind norm = ParseNormKind(opt.norm, opt.sync_batchnorm);
   const bool mimic = opt.synthetic_layout == "mimic";
   if (cli.MakeSynthetic(

@@ -352,13 +352,14 @@ TEST_CASE(
   CHECK(Has(offload0.output, "--offload_optimizer cpu needs --zero 1 or 2"));
 }
 
-// A DeepSpeed JSON of the usual shape beyond the guide's (micro-batch,
+// `--deepspeed ds.json` (HF Trainer's spelling) with a DeepSpeed JSON of
+// the usual shape beyond the guide's (micro-batch,
 // accumulation, bf16, optimizer, ZeRO-1 with offload), with the guide's
 // --use_wandb on the command line: every key lands on its flag, the rest is
 // named in one note line.
 TEST_CASE(
-    "vqa_trainer: a DeepSpeed JSON's micro-batch, accumulation, bf16 and "
-    "stage set the run, --use_wandb is one note",
+    "vqa_trainer: --deepspeed FILE, a DeepSpeed JSON's micro-batch, "
+    "accumulation, bf16 and stage set the run, --use_wandb is one note",
     "[vqa][guide]") {
   const std::string root = MimicRoot();
   const std::string dir = FreshDir("vqa_guide_ds_keys");
@@ -375,7 +376,7 @@ TEST_CASE(
             "  \"steps_per_print\": 10\n"
             "}\n");
   CommandResult r =
-      RunCommand(Vqa() + " --data_path " + root + " --deepspeed_config " + ds +
+      RunCommand(Vqa() + " --data_path " + root + " --deepspeed " + ds +
                      " --use_wandb --epochs 1 --output_dir " + dir + "/out",
                  240);
   INFO(r.output);
@@ -385,6 +386,9 @@ TEST_CASE(
             "CPU offload,"));
   CHECK(Has(r.output, "bf16 autocast"));
   CHECK(Has(r.output, "0.00 MB per rank beside the parameters"));
+  // HF Trainer's --deepspeed FILE: the JSON is read (and one note).
+  CHECK(LinesWith(r.output, "note: --deepspeed: no DeepSpeed library").size() ==
+        1);
   CHECK(LinesWith(r.output, "note: --use_wandb: no Weights & Biases here")
             .size() == 1);
   const auto unknown = LinesWith(
