@@ -1,5 +1,6 @@
 #include "examples/vqa/vqa_guide.h"
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -124,7 +125,8 @@ std::vector<std::string> SplitDeepSpeedJson(int argc, char** argv) {
     for (const char* b : kBooleans) {
       if (v == b) return false;
     }
-    return true;
+    std::error_code ec;
+    return std::filesystem::is_regular_file(v, ec);
   };
   std::vector<std::string> args(argv, argv + argc);
   std::vector<std::string> out;

@@ -30,10 +30,11 @@ struct VqaGuideSettings {
 void AddVqaGuideNames(TrainerCli& cli);
 
 // DeepSpeed's and the HF Trainer's `--deepspeed ds_config.json` (also
-// `--deepspeed=FILE`): the command line with such a value, any value but a
-// boolean word, split into `--deepspeed --deepspeed_config FILE`, so that the
-// JSON is read as by --deepspeed_config. Other arguments are unchanged;
-// argv[0] is kept.
+// `--deepspeed=FILE`): the command line with such a value, an existing
+// file, split into `--deepspeed --deepspeed_config FILE`, so that the JSON
+// is read as by --deepspeed_config. A value that is no file stays the
+// foreign flag's value (its note line names it, as for every trainer).
+// Other arguments are unchanged; argv[0] is kept.
 std::vector<std::string> SplitDeepSpeedJson(int argc, char** argv);
 
 // After TrainerSession: applies, to the settings no flag or config set,
