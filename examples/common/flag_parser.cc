@@ -72,15 +72,26 @@ void FlagParser::AddOptionalValue(const OptionalValue& option) {
 }
 
 void FlagParser::AddConfigOption() {
-  app_->add_option(
-      "--config", config_path_,
+  ConfigFileOption o;
+  o.help =
       "YAML or JSON file of option values: keys are option names (or the "
       "guides' names), nested sections such as training: are read by their "
-      "keys; flags on the command line override it");
+      "keys; flags on the command line override it";
+  AddConfigOption(o);
+}
+
+void FlagParser::AddConfigOption(const ConfigFileOption& option) {
+  config_options_.push_back(option);
+  config_paths_.emplace_back();
+  app_->add_option("--" + option.name, config_paths_.back(), option.help);
 }
 
 const ForeignFlag* FlagParser::FindForeign(const std::string& key) const {
-  // Any part of a dotted key: "training.multi_gpu", "deepspeed.stage".
+  // The whole key first ("deepspeed.enabled"), then any part of a dotted
+  // key: "training.multi_gpu", "deepspeed.stage".
+  for (const ForeignFlag& f : foreign_) {
+    if (f.name == key) return &f;
+  }
   size_t begin = 0;
   while (begin <= key.size()) {
     size_t end = key.find('.', begin);
@@ -94,10 +105,15 @@ const ForeignFlag* FlagParser::FindForeign(const std::string& key) const {
   return nullptr;
 }
 
-const FlagAlias* FlagParser::FindAlias(const std::string& key) const {
+const FlagAlias* FlagParser::FindExactAlias(const std::string& key) const {
   for (const FlagAlias& a : aliases_) {
     if (a.alias == key) return &a;
   }
+  return nullptr;
+}
+
+const FlagAlias* FlagParser::FindAlias(const std::string& key) const {
+  if (const FlagAlias* exact = FindExactAlias(key)) return exact;
   for (const FlagAlias& a : aliases_) {
     if (a.alias.find('.') == std::string::npos && a.alias == Leaf(key))
       return &a;
@@ -114,6 +130,17 @@ const OptionalValue* FlagParser::FindOptional(const std::string& name) const {
 
 void FlagParser::Note(const std::string& name, const std::string& line) {
   if (noted_.insert(name).second) notes_.push_back(line);
+}
+
+void FlagParser::Seen(const std::string& name, const std::string& value) {
+  foreign_seen_.emplace(name, value);
+}
+
+std::optional<std::string> FlagParser::ForeignValue(
+    const std::string& name) const {
+  auto it = foreign_seen_.find(name);
+  if (it == foreign_seen_.end()) return std::nullopt;
+  return it->second;
 }
 
 StatusOr<std::vector<std::string>> FlagParser::Rewrite(
@@ -138,7 +165,8 @@ StatusOr<std::vector<std::string>> FlagParser::Rewrite(
     const bool next_is_value =
         i + 1 < args.size() && (args[i + 1].empty() || args[i + 1][0] != '-');
 
-    if (const ForeignFlag* f = FindForeign(name); f && f->name == name) {
+    const ForeignFlag* f = FindForeign(name);
+    if (f && f->name == name && !app_->get_option_no_throw("--" + name)) {
       if (!has_value && f->arity == ForeignFlag::Arity::kOne) {
         if (i + 1 >= args.size())
           return InvalidArgumentError("--" + name + " needs a value");
@@ -151,6 +179,7 @@ StatusOr<std::vector<std::string>> FlagParser::Rewrite(
       }
       Note(name, "--" + name + (has_value ? " " + value : "") + ": " +
                      f->explanation);
+      Seen(name, value);
       continue;
     }
     const std::string spelling = "--" + name;
@@ -233,22 +262,47 @@ StatusOr<bool> FlagParser::Parse(const std::vector<std::string>& args) {
     return InvalidArgumentError(e.what());
   }
   DDP_RETURN_IF_ERROR(CheckRemaining());
-  if (!config_path_.empty()) DDP_RETURN_IF_ERROR(ApplyConfig(config_path_));
+  for (size_t i = 0; i < config_options_.size(); ++i) {
+    if (config_paths_[i].empty()) continue;
+    DDP_RETURN_IF_ERROR(ApplyConfig(config_paths_[i], config_options_[i]));
+  }
   return true;
 }
 
-Status FlagParser::ApplyConfig(const std::string& path) {
+Status FlagParser::ApplyConfig(const std::string& path,
+                               const ConfigFileOption& option) {
   DDP_ASSIGN_OR_RETURN(std::vector<ConfigEntry> entries, ReadConfigFile(path));
+  std::string unknown;
   for (const ConfigEntry& entry : entries) {
-    DDP_RETURN_IF_ERROR(ApplyEntry(path, entry));
+    bool is_unknown = false;
+    DDP_RETURN_IF_ERROR(ApplyEntry(path, option, entry, &is_unknown));
+    if (is_unknown) unknown += (unknown.empty() ? "" : ", ") + entry.key;
+  }
+  if (!unknown.empty()) {
+    Note("--" + option.name + " " + path,
+         path + ": " + option.unknown_note + ": " + unknown);
   }
   return Status::Ok();
 }
 
-Status FlagParser::ApplyEntry(const std::string& path, const ConfigEntry& e) {
+namespace {
+
+std::string Join(const std::vector<std::string>& values) {
+  std::string text;
+  for (const std::string& v : values) text += (text.empty() ? "" : ",") + v;
+  return text;
+}
+
+}  // namespace
+
+Status FlagParser::ApplyEntry(const std::string& path,
+                              const ConfigFileOption& file,
+                              const ConfigEntry& e, bool* unknown) {
   const std::string at = path + ":" + std::to_string(e.line) + ": ";
-  if (const ForeignFlag* f = FindForeign(e.key)) {
+  const ForeignFlag* f = FindExactAlias(e.key) ? nullptr : FindForeign(e.key);
+  if (f != nullptr) {
     Note(f->name, at + e.key + ": " + f->explanation);
+    Seen(f->name, Join(e.values));
     return Status::Ok();
   }
   std::string target;
@@ -261,7 +315,14 @@ Status FlagParser::ApplyEntry(const std::string& path, const ConfigEntry& e) {
   }
   CLI::Option* option =
       target.empty() ? nullptr : app_->get_option_no_throw("--" + target);
-  if (option == nullptr || target == "config" || target == "help") {
+  bool is_file_option = false;
+  for (const ConfigFileOption& c : config_options_)
+    is_file_option = is_file_option || c.name == target;
+  if (option == nullptr || is_file_option || target == "help") {
+    if (file.note_unknown_keys) {
+      *unknown = true;
+      return Status::Ok();
+    }
     const std::string hint = Closest(Leaf(e.key));
     return InvalidArgumentError(at + "unknown key '" + e.key + "'" +
                                 (hint.empty()
@@ -271,15 +332,9 @@ Status FlagParser::ApplyEntry(const std::string& path, const ConfigEntry& e) {
   if (e.is_null) {
     return InvalidArgumentError(at + "key '" + e.key + "' has no value");
   }
-  const std::string me = "'" + e.key + "' at line " + std::to_string(e.line);
-  auto [it, fresh] = from_config_.emplace(target, me);
-  if (!fresh) {
-    return InvalidArgumentError(at + "key '" + e.key + "' sets --" + target +
-                                " again (already set by " + it->second + ")");
-  }
-  if (option->count() > 0) return Status::Ok();  // the command line wins
   std::vector<std::string> values = e.values;
   if (!fixed.empty()) {
+    // A switch turned off ("fp16: false") sets nothing.
     if (values.size() == 1 && IsFalse(values[0])) return Status::Ok();
     values = {fixed};
   } else if (const OptionalValue* o = FindOptional(target);
@@ -287,6 +342,25 @@ Status FlagParser::ApplyEntry(const std::string& path, const ConfigEntry& e) {
     if (IsTrue(values[0])) values = {o->implicit};
     if (IsFalse(values[0])) values = {o->off};
   }
+  const std::string me = "'" + e.key + "' at line " + std::to_string(e.line);
+  auto [it, fresh] =
+      from_config_.emplace(target, ConfigSetting{path, me, values});
+  if (!fresh) {
+    const ConfigSetting& first = it->second;
+    if (first.path == path) {
+      return InvalidArgumentError(at + "key '" + e.key + "' sets --" + target +
+                                  " again (already set by " + first.where +
+                                  ")");
+    }
+    if (first.values != values) {
+      return InvalidArgumentError(
+          at + "key '" + e.key + "' sets --" + target + " to " + Join(values) +
+          ", but " + first.path + " set it to " + Join(first.values) + " (" +
+          first.where + "); make them agree");
+    }
+    return Status::Ok();  // the same value twice: already applied
+  }
+  if (option->count() > 0) return Status::Ok();  // the command line wins
   try {
     option->add_result(values);
     option->run_callback();
@@ -321,6 +395,10 @@ std::string FlagParser::DescribeAccepted() const {
         "instead:";
     const char* sep = " ";
     for (const ForeignFlag& f : foreign_) {
+      // Config-only keys, and names the trainer made options of its own.
+      if (f.name.find('.') != std::string::npos ||
+          app_->get_option_no_throw("--" + f.name) != nullptr)
+        continue;
       text += sep + ("--" + f.name);
       sep = ", ";
     }

@@ -77,6 +77,25 @@ class WarmStartSyncBatchNorm : public worker::SyncBatchNormImpl {
   }
 };
 
+// Group norm in its parameters' dtype: under autocast the conv before it
+// hands it bfloat16/float16 activations while its weight stays float32, and
+// LibTorch 1.13's CPU group norm refuses mixed dtypes ("expected scalar type
+// BFloat16 but found Float"; its CPU autocast has no policy for group_norm).
+// Normalising in float32 is what torch's CUDA autocast does for group_norm
+// (its fp32 list), and is also the numerically safe choice: the statistics
+// of low-precision activations are computed in float32. The output stays
+// float32; the next conv casts it back under autocast.
+class Fp32GroupNorm : public nn::GroupNormImpl {
+ public:
+  using GroupNormImpl::GroupNormImpl;
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    if (weight.defined() && x.scalar_type() != weight.scalar_type())
+      return GroupNormImpl::forward(x.to(weight.scalar_type()));
+    return GroupNormImpl::forward(x);
+  }
+};
+
 }  // namespace
 
 NormKind ParseNormKind(const std::string& norm, bool sync_batchnorm) {
@@ -110,7 +129,7 @@ nn::AnyModule MakeNorm(NormKind kind, int64_t channels, int spatial_dims,
                        int64_t groups, const worker::World& world) {
   switch (kind) {
     case NormKind::kGroup:
-      return nn::AnyModule(nn::GroupNorm(
+      return nn::AnyModule(std::make_shared<Fp32GroupNorm>(
           nn::GroupNormOptions(std::gcd(groups, channels), channels)));
     case NormKind::kBatch:
       if (spatial_dims == 2) {

@@ -124,6 +124,10 @@ void TrainerCli::AddForeignFlags(const std::vector<ForeignFlag>& flags) {
   parser_.AddForeignFlags(flags);
 }
 
+void TrainerCli::AddConfigFile(const ConfigFileOption& option) {
+  parser_.AddConfigOption(option);
+}
+
 std::optional<int> TrainerCli::Parse(int argc, char** argv) {
   // CLI11 shows no default for flags; say it so --help documents every
   // option's default.

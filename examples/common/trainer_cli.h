@@ -55,6 +55,9 @@ class TrainerCli {
   // replaces).
   void AddAliases(const std::vector<FlagAlias>& aliases);
   void AddForeignFlags(const std::vector<ForeignFlag>& flags);
+  // Another config file beside --config (vqa: --deepspeed_config FILE, a
+  // DeepSpeed JSON read through the trainer's dotted aliases).
+  void AddConfigFile(const ConfigFileOption& option);
 
   // Parses argv (call once). Returns 0 after printing --help, nullopt to
   // continue. Throws worker::ConfigError (exit code 2) for an unknown or bad
@@ -66,6 +69,12 @@ class TrainerCli {
   // True when the command line or the config file gave option `name`
   // (without dashes).
   bool IsSet(const std::string& name) const { return parser_.IsSet(name); }
+  // The value a foreign flag (or config section) was given with, nullopt
+  // when it was not (FlagParser::ForeignValue): lets a trainer act on a
+  // guide's switch that it also explains, e.g. vqa on --use_deepspeed.
+  std::optional<std::string> ForeignValue(const std::string& name) const {
+    return parser_.ForeignValue(name);
+  }
 
   // With --make_synthetic DIR: runs `write` (throws ConfigError on its
   // error), prints "wrote <n> <noun> to DIR/<file>" and returns true.

@@ -262,6 +262,113 @@ TEST_CASE("Flag --amp alone means bf16, a value or a config boolean sets it",
   for (auto* p : {&on, &off}) std::remove(p->c_str());
 }
 
+// vqa's use: DeepSpeed's JSON as a second config file beside the guide's
+// YAML, read through dotted aliases; its other keys noted in one line.
+struct DeepSpeedCli : Cli {
+  int zero = 0;
+  std::string offload = "none";
+  int accumulation = 1;
+  DeepSpeedCli() {
+    app.add_option("--zero", zero)->check(CLI::Range(0, 2));
+    app.add_option("--gradient_accumulation_steps", accumulation);
+    app.add_option("--offload_optimizer", offload);
+    ConfigFileOption ds;
+    ds.name = "deepspeed_config";
+    ds.note_unknown_keys = true;
+    ds.unknown_note = "no counterpart here, ignored";
+    parser.AddConfigOption(ds);
+    parser.AddAliases({{"deepspeed.stage", "zero", ""},
+                       {"zero_optimization.stage", "zero", ""},
+                       {"zero_optimization.offload_optimizer.device",
+                        "offload_optimizer", ""},
+                       {"fp16.enabled", "mixed_precision", "fp16"},
+                       {"bf16.enabled", "mixed_precision", "bf16"},
+                       {"train_micro_batch_size_per_gpu", "batch_size", ""}});
+    parser.AddForeignFlags(
+        {{"deepspeed.enabled", ForeignFlag::Arity::kNone, "ZeRO here"},
+         {"use_deepspeed", ForeignFlag::Arity::kNone, "ZeRO-2 here"}});
+  }
+};
+
+TEST_CASE(
+    "A second config file: dotted aliases, agreeing values, unknown keys "
+    "noted in one line",
+    "[config]") {
+  const std::string yaml = TempFile("ds_guide.yaml",
+                                    "training:\n"
+                                    "  batch_size_per_gpu: 16\n"
+                                    "  gradient_accumulation_steps: 4\n"
+                                    "  fp16: true\n"
+                                    "deepspeed:\n"
+                                    "  enabled: true\n"
+                                    "  stage: 2\n");
+  const std::string json =
+      TempFile("ds.json",
+               "{\n"
+               "  \"train_micro_batch_size_per_gpu\": 16,\n"
+               "  \"zero_optimization\": {\"stage\": 2,\n"
+               "    \"offload_optimizer\": {\"device\": \"cpu\"}},\n"
+               "  \"fp16\": {\"enabled\": true, \"loss_scale\": 0},\n"
+               "  \"bf16\": {\"enabled\": false},\n"
+               "  \"steps_per_print\": 10\n"
+               "}\n");
+  DeepSpeedCli f;
+  f.parser.AddAliases({{"batch_size_per_gpu", "batch_size", ""}});
+  REQUIRE(f.Error({"--config", yaml, "--deepspeed_config", json,
+                   "--use_deepspeed"}) == "");
+  CHECK(f.zero == 2);  // deepspeed.stage: before the deepspeed: section
+  CHECK(f.accumulation == 4);
+  CHECK(f.offload == "cpu");
+  CHECK(f.batch_size == 16);           // both files, the same value
+  CHECK(f.mixed_precision == "fp16");  // bf16: false sets nothing
+  CHECK(f.parser.ForeignValue("use_deepspeed") == std::string());
+  CHECK(f.parser.ForeignValue("deepspeed.enabled") == std::string("true"));
+  CHECK_FALSE(f.parser.ForeignValue("multi_gpu").has_value());
+  const auto& notes = f.parser.notes();
+  REQUIRE(notes.size() == 3);
+  CHECK(notes[0] == "--use_deepspeed: ZeRO-2 here");
+  CHECK(notes[1] == yaml + ":6: deepspeed.enabled: ZeRO here");
+  CHECK(notes[2] == json +
+                        ": no counterpart here, ignored: fp16.loss_scale, "
+                        "steps_per_print");
+
+  // The files disagree: an error naming both.
+  const std::string other =
+      TempFile("ds8.json", "{\"train_micro_batch_size_per_gpu\": 8}\n");
+  DeepSpeedCli g;
+  g.parser.AddAliases({{"batch_size_per_gpu", "batch_size", ""}});
+  CHECK(g.Error({"--config", yaml, "--deepspeed_config", other}) ==
+        other +
+            ":1: key 'train_micro_batch_size_per_gpu' sets --batch_size to "
+            "8, but " +
+            yaml +
+            " set it to 16 ('training.batch_size_per_gpu' at line 2); "
+            "make them agree");
+  // The command line still wins over both.
+  DeepSpeedCli h;
+  h.parser.AddAliases({{"batch_size_per_gpu", "batch_size", ""}});
+  REQUIRE(*h.Parse(
+      {"--config", yaml, "--deepspeed_config", json, "--batch_size", "2"}));
+  CHECK(h.batch_size == 2);
+  // --config itself still rejects an unknown key.
+  DeepSpeedCli i;
+  CHECK(i.Error({"--config", json})
+            .rfind(json + ":5: unknown key 'fp16.loss_scale'", 0) == 0);
+  for (auto* p : {&yaml, &json, &other}) std::remove(p->c_str());
+}
+
+TEST_CASE("An option of the trainer's own beats a foreign flag of its name",
+          "[flags]") {
+  Cli f;
+  std::string ds;
+  f.app.add_option("--deepspeed_config", ds);
+  REQUIRE(*f.Parse({"--deepspeed_config", "ds.json"}));
+  CHECK(ds == "ds.json");
+  CHECK(f.parser.notes().empty());
+  CHECK(f.parser.DescribeAccepted().find("--deepspeed_config") ==
+        std::string::npos);
+}
+
 TEST_CASE("ParseConfigText: dotted keys, lists and lines", "[config]") {
   auto entries = ParseConfigText(
       "a: 1\nsection:\n  b: [x, y]\n  deeper:\n    c: ~\n", "t.yaml");

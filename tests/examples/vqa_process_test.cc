@@ -422,8 +422,10 @@ TEST_CASE(
   CHECK(r.output.find("auto_optimize: ") == std::string::npos);
   CHECK(r.output.find("question words, batch 4 x accumulation 1") !=
         std::string::npos);
-  CHECK(r.output.find("note: --use_deepspeed: no DeepSpeed here: --zero 1") !=
-        std::string::npos);
+  // --use_deepspeed applies the guide's DeepSpeed config: ZeRO-2.
+  CHECK(r.output.find("note: --use_deepspeed: no DeepSpeed library here; its "
+                      "ZeRO-2 runs on our sharded Adam") != std::string::npos);
+  CHECK(r.output.find("= effective 4, zero 2,") != std::string::npos);
 }
 
 }  // namespace

@@ -6,7 +6,7 @@
 //   rank_helper sampler N SEED EPOCH SHUFFLE DROP_LAST
 //   rank_helper throw KIND            (RunMain error file)
 //   rank_helper train CKPT_DIR STEPS EVERY LOG   (checkpoint/resume)
-//   rank_helper zero OUT STEPS sharded|plain
+//   rank_helper zero OUT STEPS BATCH sharded|offload|plain
 //   rank_helper syncbn OUT DIMS
 #include <unistd.h>
 
@@ -255,9 +255,12 @@ int Train(const std::string& dir, int total, int every, const std::string& log,
   return 0;
 }
 
-// ShardedAdam (no DDP, gradients reduced by the optimizer) on N ranks x
-// batch B vs torch::optim::AdamW on one process x batch N*B.
-int Zero(const std::string& out, int steps, int batch, bool sharded) {
+// ShardedAdam (no DDP, gradients reduced by the optimizer; `mode`
+// "sharded", or "offload": state and update on the CPU) on N ranks x batch B
+// vs torch::optim::AdamW ("plain") on one process x batch N*B.
+int Zero(const std::string& out, int steps, int batch,
+         const std::string& mode) {
+  const bool sharded = mode != "plain";
   w::World world = w::InitFromEnv();
   // Different init per rank: ShardedAdam must broadcast rank 0's.
   torch::manual_seed(5 + (sharded ? world.rank() : 0));
@@ -270,6 +273,7 @@ int Zero(const std::string& out, int steps, int batch, bool sharded) {
     o.lr = 0.01;
     o.weight_decay = 0.01;
     o.decoupled_weight_decay = true;
+    o.offload_to_cpu = mode == "offload";
     zero = std::make_unique<w::ShardedAdam>(world, net->parameters(), o);
   } else {
     plain = std::make_unique<torch::optim::AdamW>(
@@ -293,9 +297,11 @@ int Zero(const std::string& out, int steps, int batch, bool sharded) {
   }
   int64_t numel = FlatParams(*net).numel();
   if (r == 0) WriteFloats(out, FlatParams(*net));
+  const long long bytes = sharded ? zero->state_bytes() : 2 * 4 * numel;
   std::printf(
-      "rank %d numel %lld state_bytes %lld\n", r, static_cast<long long>(numel),
-      static_cast<long long>(sharded ? zero->state_bytes() : 2 * 4 * numel));
+      "rank %d numel %lld state_bytes %lld device_state_bytes %lld\n", r,
+      static_cast<long long>(numel), bytes,
+      sharded ? static_cast<long long>(zero->device_state_bytes()) : bytes);
   return 0;
 }
 
@@ -463,8 +469,7 @@ int main(int argc, char** argv) {
       return HostStore(std::stoi(a.at(2)), std::stoi(a.at(3)));
     }
     if (mode == "zero") {
-      return Zero(a.at(2), std::stoi(a.at(3)), std::stoi(a.at(4)),
-                  a.at(5) == "sharded");
+      return Zero(a.at(2), std::stoi(a.at(3)), std::stoi(a.at(4)), a.at(5));
     }
     throw w::ConfigError("unknown mode " + mode);
   });

@@ -419,6 +419,44 @@ TEST_CASE("ShardedAdam: 3 ranks (ring reduce-scatter on Gloo) equal AdamW",
   CheckShardedAdam(3);
 }
 
+// DeepSpeed's offload_optimizer {device: cpu}: the state lives in host
+// memory and the update runs on the CPU. On this CPU world the parameters
+// must come out as without offload (and as AdamW on the full batch), with
+// the same state bytes per rank, none of them on the device.
+TEST_CASE("ShardedAdam: CPU offload of the state trains like no offload",
+          "[worker][process][zero]") {
+  std::string dir = TempDir();
+  std::string offload = dir + "/offload.bin", sharded = dir + "/sharded.bin";
+  std::string single = dir + "/single.bin";
+  auto with = wt::RunRanks({Helper(), "zero", offload, "5", "8", "offload"}, 2);
+  RequireAllOk(with);
+  auto without =
+      wt::RunRanks({Helper(), "zero", sharded, "5", "8", "sharded"}, 2);
+  RequireAllOk(without);
+  wt::RankProcess p({Helper(), "zero", single, "5", "16", "plain"}, {});
+  REQUIRE(p.Wait(std::chrono::seconds(60)));
+  REQUIRE(p.exit_code() == 0);
+  CHECK(MaxAbsDiff(ReadFloats(offload), ReadFloats(sharded)) < 1e-6);
+  CHECK(MaxAbsDiff(ReadFloats(offload), ReadFloats(single)) < 1e-5);
+  for (size_t r = 0; r < 2; ++r) {
+    long long rank = -1, numel = 0, bytes = 0, device = -1;
+    long long bytes_without = 0, device_without = 0;
+    INFO(with[r].output);
+    REQUIRE(std::sscanf(with[r].output.c_str(),
+                        "rank %lld numel %lld state_bytes %lld "
+                        "device_state_bytes %lld",
+                        &rank, &numel, &bytes, &device) == 4);
+    REQUIRE(std::sscanf(without[r].output.c_str(),
+                        "rank %lld numel %lld state_bytes %lld "
+                        "device_state_bytes %lld",
+                        &rank, &numel, &bytes_without, &device_without) == 4);
+    CHECK(bytes == 2 * 4 * ((numel + 1) / 2));
+    CHECK(bytes == bytes_without);
+    CHECK(device == 0);
+    CHECK(device_without == bytes_without);
+  }
+}
+
 TEST_CASE("SyncBatchNorm: 2 ranks x batch 4 normalise like 1 rank x batch 8",
           "[worker][process][syncbn]") {
   // Tolerance 1e-4 absolute on parameters and running stats after 4 steps

@@ -1,6 +1,8 @@
 #include "ddprun/worker/sharded_adam.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <torch/serialize/archive.h>
@@ -31,9 +33,17 @@ ShardedAdam::ShardedAdam(World world, std::vector<at::Tensor> params,
       world_.Broadcast(d, 0);
     }
   }
-  auto opts = at::TensorOptions().dtype(at::kFloat).device(world_.device());
+  auto opts = at::TensorOptions().dtype(at::kFloat).device(StateDevice());
+  // Pinned host memory makes the per-step copies to and from a GPU DMA
+  // transfers (and pinning needs a CUDA Torch, which a GPU world has).
+  if (options_.offload_to_cpu && !world_.device().is_cpu())
+    opts = opts.pinned_memory(true);
   exp_avg_ = at::zeros({shard_size_}, opts);
   exp_avg_sq_ = at::zeros({shard_size_}, opts);
+}
+
+c10::Device ShardedAdam::StateDevice() const {
+  return options_.offload_to_cpu ? c10::Device(c10::kCPU) : world_.device();
 }
 
 void ShardedAdam::ZeroGrad() {
@@ -49,6 +59,15 @@ int64_t ShardedAdam::state_bytes() const {
   return exp_avg_.nbytes() + exp_avg_sq_.nbytes();
 }
 
+at::Tensor ShardedAdam::Padding(int64_t n) const {
+  return at::zeros(
+      {n}, at::TensorOptions().dtype(at::kFloat).device(world_.device()));
+}
+
+int64_t ShardedAdam::device_state_bytes() const {
+  return options_.offload_to_cpu ? 0 : state_bytes();
+}
+
 at::Tensor ShardedAdam::FlatGrads() const {
   std::vector<at::Tensor> parts;
   for (auto& p : params_) {
@@ -56,7 +75,7 @@ at::Tensor ShardedAdam::FlatGrads() const {
                                        : at::zeros({p.numel()}, p.options()));
   }
   int64_t pad = shard_size_ * world_.world_size() - numel_;
-  if (pad > 0) parts.push_back(at::zeros({pad}, exp_avg_.options()));
+  if (pad > 0) parts.push_back(Padding(pad));
   return at::cat(parts);
 }
 
@@ -69,23 +88,26 @@ void ShardedAdam::Step() {
   const int n = world_.world_size();
   const int r = world_.rank();
   at::Tensor grad;
-  at::Tensor flat_grad = FlatGrads();
-  if (options_.reduce_gradients && n > 1) {
-    // Each rank receives only the sum of its own shard (Gloo: ring over
-    // send/recv, see World::ReduceScatter).
-    grad = world_.ReduceScatter(flat_grad);
-    grad = grad / n;
-  } else {
-    grad = flat_grad.narrow(0, shard_size_ * r, shard_size_);
+  {
+    // The full flat gradient is a temporary: only this rank's shard is kept.
+    at::Tensor flat_grad = FlatGrads();
+    if (options_.reduce_gradients && n > 1) {
+      // Each rank receives only the sum of its own shard (Gloo: ring over
+      // send/recv, see World::ReduceScatter).
+      grad = world_.ReduceScatter(flat_grad) / n;
+    } else {
+      grad = flat_grad.narrow(0, shard_size_ * r, shard_size_).clone();
+    }
   }
 
-  // This rank's shard of the parameters as one flat vector.
-  std::vector<at::Tensor> flat_parts;
-  for (auto& p : params_) flat_parts.push_back(p.detach().flatten());
-  int64_t pad = shard_size_ * n - numel_;
-  if (pad > 0) flat_parts.push_back(at::zeros({pad}, exp_avg_.options()));
-  at::Tensor flat = at::cat(flat_parts);
-  at::Tensor shard = flat.narrow(0, shard_size_ * r, shard_size_).clone();
+  // This rank's shard of the parameters as one flat vector (a copy).
+  at::Tensor shard = ParamShard();
+  if (options_.offload_to_cpu) {
+    // The update runs where the state is (blocking copies: the CPU reads
+    // them next).
+    grad = grad.to(StateDevice());
+    shard = shard.to(StateDevice());
+  }
 
   // torch::optim::Adam / AdamW, step for step.
   const double lr = options_.lr, wd = options_.weight_decay;
@@ -103,12 +125,46 @@ void ShardedAdam::Step() {
   exp_avg_sq_.mul_(options_.beta2).addcmul_(grad, grad, 1 - options_.beta2);
   at::Tensor denom = (exp_avg_sq_.sqrt() / std::sqrt(bc2)).add_(options_.eps);
   shard.addcdiv_(exp_avg_, denom, -lr / bc1);
+  if (options_.offload_to_cpu) shard = shard.to(world_.device());
 
   // Every rank gets every shard back.
-  at::Tensor updated = n > 1 ? GatherFull(shard) : shard.narrow(0, 0, numel_);
+  CopyToParams(n > 1 ? world_.AllGather(shard)
+                     : std::vector<at::Tensor>{shard});
+}
+
+at::Tensor ShardedAdam::ParamShard() const {
+  const int64_t begin = shard_size_ * world_.rank();
+  const int64_t end = begin + shard_size_;
+  std::vector<at::Tensor> parts;
+  int64_t off = 0, have = 0;
+  for (auto& p : params_) {
+    const int64_t lo = std::max(begin, off);
+    const int64_t hi = std::min(end, off + p.numel());
+    if (lo < hi) {
+      parts.push_back(p.detach().flatten().narrow(0, lo - off, hi - lo));
+      have += hi - lo;
+    }
+    off += p.numel();
+  }
+  if (have < shard_size_) parts.push_back(Padding(shard_size_ - have));
+  return at::cat(parts);
+}
+
+void ShardedAdam::CopyToParams(const std::vector<at::Tensor>& shards) {
   int64_t off = 0;
   for (auto& p : params_) {
-    p.detach().copy_(updated.narrow(0, off, p.numel()).view_as(p));
+    std::vector<at::Tensor> pieces;
+    for (int64_t done = 0; done < p.numel();) {
+      const int64_t s = (off + done) / shard_size_;
+      const int64_t in = (off + done) % shard_size_;
+      const int64_t len = std::min(p.numel() - done, shard_size_ - in);
+      pieces.push_back(shards[s].narrow(0, in, len));
+      done += len;
+    }
+    if (!pieces.empty()) {
+      p.detach().copy_(
+          (pieces.size() == 1 ? pieces[0] : at::cat(pieces)).view_as(p));
+    }
     off += p.numel();
   }
 }
@@ -116,8 +172,10 @@ void ShardedAdam::Step() {
 void ShardedAdam::Save(torch::serialize::OutputArchive& archive) {
   archive.write("step", at::tensor({step_}, at::kLong));
   archive.write("lr", at::tensor({options_.lr}, at::kDouble));
-  archive.write("exp_avg", GatherFull(exp_avg_).cpu());
-  archive.write("exp_avg_sq", GatherFull(exp_avg_sq_).cpu());
+  // Collectives run on the world's device (NCCL takes no host tensors).
+  archive.write("exp_avg", GatherFull(exp_avg_.to(world_.device())).cpu());
+  archive.write("exp_avg_sq",
+                GatherFull(exp_avg_sq_.to(world_.device())).cpu());
 }
 
 void ShardedAdam::Load(torch::serialize::InputArchive& archive) {
