@@ -77,6 +77,24 @@ class WarmStartSyncBatchNorm : public worker::SyncBatchNormImpl {
   }
 };
 
+// GroupNorm that normalises in the precision of its parameters (float32)
+// when the input comes in a lower one (bf16/fp16 from an autocast conv), as
+// torch's CUDA autocast policy runs group_norm in float32, and returns that
+// precision: Torch 1.13's CPU group_norm refuses bf16 input with float32
+// weights ("expected scalar type BFloat16 but found Float"), which made
+// --amp fail with group norm; the statistics are more accurate in float32
+// anyway. Same parameters as GroupNorm, so checkpoints do not change.
+class AutocastGroupNorm : public nn::GroupNormImpl {
+ public:
+  using GroupNormImpl::GroupNormImpl;
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    if (weight.defined() && x.scalar_type() != weight.scalar_type())
+      return GroupNormImpl::forward(x.to(weight.scalar_type()));
+    return GroupNormImpl::forward(x);
+  }
+};
+
 }  // namespace
 
 NormKind ParseNormKind(const std::string& norm, bool sync_batchnorm) {
@@ -110,7 +128,7 @@ nn::AnyModule MakeNorm(NormKind kind, int64_t channels, int spatial_dims,
                        int64_t groups, const worker::World& world) {
   switch (kind) {
     case NormKind::kGroup:
-      return nn::AnyModule(nn::GroupNorm(
+      return nn::AnyModule(std::make_shared<AutocastGroupNorm>(
           nn::GroupNormOptions(std::gcd(groups, channels), channels)));
     case NormKind::kBatch:
       if (spatial_dims == 2) {
