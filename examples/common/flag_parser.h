@@ -79,6 +79,9 @@ class FlagParser {
   const std::vector<std::string>& notes() const { return notes_; }
   // True when the command line or the config file gave `name` (no dashes).
   bool IsSet(const std::string& name) const;
+  // "<file>:<line>: <key>" of the config entry that gave option `name` its
+  // value, or "" when none did (no such key, or the command line won).
+  std::string ConfigSource(const std::string& name) const;
 
   // Also-accepted names for --help's footer.
   std::string DescribeAccepted() const;
@@ -104,6 +107,8 @@ class FlagParser {
   std::set<std::string> noted_;
   // Option name -> "key at line N" of the config entry that set it.
   std::map<std::string, std::string> from_config_;
+  // Option name -> "<file>:<line>: <key>" of the entry applied to it.
+  std::map<std::string, std::string> applied_;
   std::string help_;
 };
 

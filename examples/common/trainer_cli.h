@@ -66,6 +66,11 @@ class TrainerCli {
   // True when the command line or the config file gave option `name`
   // (without dashes).
   bool IsSet(const std::string& name) const { return parser_.IsSet(name); }
+  // "<file>:<line>: <key>" when the config file (not the command line) gave
+  // option `name`, else "".
+  std::string ConfigSource(const std::string& name) const {
+    return parser_.ConfigSource(name);
+  }
 
   // With --make_synthetic DIR: runs `write` (throws ConfigError on its
   // error), prints "wrote <n> <noun> to DIR/<file>" and returns true.
