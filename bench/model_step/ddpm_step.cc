@@ -1,9 +1,9 @@
 // ddpm_trainer's defaults (examples/ddpm/ddpm_main.cc): conditional 3D UNet
 // width 8 with group norm, 4-channel volumes at the last default stage
 // (16^3), batch 1 per GPU x 4 gradient accumulation steps = 4 samples per
-// optimizer step, Fast-DDPM noising on 10 timesteps with eps-prediction,
-// MSE, gradients clipped to norm 1.0, Adam lr 2e-3. Target modality 3 is
-// noised, modalities 0-2 condition.
+// optimizer step, Fast-DDPM noising on its 10 uniform timesteps with
+// x0-prediction, MSE, gradients clipped to norm 1.0, Adam lr 2e-3. Target
+// modality 3 is noised, modalities 0-2 condition.
 #include "bench/model_step/model_step.h"
 #include "examples/ddpm/fast_ddpm.h"
 #include "examples/ddpm/unet3d.h"
@@ -24,7 +24,10 @@ class DdpmStep : public ModelStep {
   explicit DdpmStep(const StepConfig& config)
       : model_(ex::UNet3dOptions{}),
         precision_(config.precision, config.device),
-        ddpm_(/*steps=*/10, /*v_parameterization=*/false) {
+        ddpm_(ex::FastDdpmOptions{/*steps=*/10, /*total_steps=*/1000,
+                                  /*beta_start=*/1e-4, /*beta_end=*/0.02,
+                                  ex::TimestepSchedule::kUniform,
+                                  ex::Prediction::kX0}) {
     model_->to(config.device);
     params_ = model_->parameters();
     optimizer_ = std::make_unique<torch::optim::Adam>(
@@ -32,8 +35,7 @@ class DdpmStep : public ModelStep {
     const auto on = torch::TensorOptions().device(config.device);
     volumes_ =
         torch::randn({kMicroBatch * kAccumulation, 4, kSize, kSize, kSize}, on);
-    // The trainer indexes the conditions with a CPU index tensor
-    // (SplitTarget in ddpm_main.cc); here it lives on the device.
+    // As SplitTarget (ddpm_validation.cc): the index on the device.
     conditions_ = torch::tensor({0, 1, 2}, on.dtype(torch::kInt64));
   }
 

@@ -198,6 +198,17 @@ class SurvivalStep(TwinStep):
 
 # --- ddpm: examples/ddpm/unet3d.cc, fast_ddpm.cc ---------------------------
 
+class GroupNorm(nn.GroupNorm):
+    """examples/common/norm_layer.cc's group norm: normalises in float32 when
+    autocast hands it a lower-precision input (as torch's CUDA autocast does;
+    1.13's CPU group_norm refuses bf16 input with float32 weights)."""
+
+    def forward(self, x):
+        if self.weight is not None and x.dtype != self.weight.dtype:
+            x = x.to(self.weight.dtype)
+        return super().forward(x)
+
+
 def _conv3(cin, cout):
     return nn.Conv3d(cin, cout, 3, padding=1)
 
@@ -205,10 +216,10 @@ def _conv3(cin, cout):
 class ResBlock(nn.Module):
     def __init__(self, cin, cout, time_dim, groups=8):
         super().__init__()
-        self.norm1 = nn.GroupNorm(math.gcd(groups, cin), cin)
+        self.norm1 = GroupNorm(math.gcd(groups, cin), cin)
         self.conv1 = _conv3(cin, cout)
         self.time = nn.Linear(time_dim, cout)
-        self.norm2 = nn.GroupNorm(math.gcd(groups, cout), cout)
+        self.norm2 = GroupNorm(math.gcd(groups, cout), cout)
         self.conv2 = _conv3(cout, cout)
         self.skip = nn.Conv3d(cin, cout, 1) if cin != cout else None
 
@@ -231,7 +242,7 @@ class UNet3d(nn.Module):
         self.blocks = nn.ModuleList([ResBlock(w, w, time_dim), ResBlock(w, 2 * w, time_dim),
                                      ResBlock(2 * w, 2 * w, time_dim),
                                      ResBlock(3 * w, w, time_dim)])
-        self.norm_out = nn.GroupNorm(math.gcd(8, w), w)
+        self.norm_out = GroupNorm(math.gcd(8, w), w)
         self.conv_out = _conv3(w, out_channels)
 
     def forward(self, x, t):
@@ -249,15 +260,16 @@ class UNet3d(nn.Module):
 
 class FastDdpm:
     """Linear 1000-step beta schedule, training on `steps` of its
-    timesteps; eps-prediction (the trainer's default)."""
+    timesteps (Fast-DDPM's uniform ones); x0-prediction (the trainer's
+    default)."""
 
     def __init__(self, steps=10, total_steps=1000):
         self.alpha_bar, prod = [], 1.0
         for t in range(total_steps):
             prod *= 1.0 - (1e-4 + (0.02 - 1e-4) * t / (total_steps - 1))
             self.alpha_bar.append(prod)
-        self.timesteps = [total_steps - 1] if steps == 1 else [
-            math.floor(k * (total_steps - 1.0) / (steps - 1) + 0.5) for k in range(steps)]
+        skip = total_steps // steps
+        self.timesteps = [0] + [k * skip - 1 for k in range(1, steps)]
 
     def add_noise(self, x0):
         n = x0.size(0)
@@ -272,7 +284,7 @@ class FastDdpm:
         sa = torch.tensor(a, dtype=torch.float32).view(view).to(x0.device, x0.dtype)
         sb = torch.tensor(s, dtype=torch.float32).view(view).to(x0.device, x0.dtype)
         eps = torch.randn_like(x0)
-        return sa * x0 + sb * eps, torch.tensor(ts).to(x0.device), eps
+        return sa * x0 + sb * eps, torch.tensor(ts).to(x0.device), x0
 
 
 class DdpmStep(TwinStep):
@@ -294,10 +306,10 @@ class DdpmStep(TwinStep):
         for m in micro:
             target = m.narrow(1, 3, 1)
             cond = m.index_select(1, self.conditions)
-            x_t, t, noise = self.ddpm.add_noise(target)
+            x_t, t, regression_target = self.ddpm.add_noise(target)
             with self.precision.autocast():
                 out = self.model(torch.cat([x_t, cond], 1), t)
-            loss = F.mse_loss(out.to(torch.float32), noise) / float(len(micro))
+            loss = F.mse_loss(out.to(torch.float32), regression_target) / float(len(micro))
             total += loss.item()
             self.precision.backward(loss)
         self.precision.step(self.optimizer, self.params, 1.0)
@@ -395,7 +407,7 @@ class VqaModel(nn.Module):
         for s in range(4):
             cout = width << s
             layers += [nn.Conv2d(cin, cout, 3, stride=2, padding=1, bias=False),
-                       nn.GroupNorm(math.gcd(4, cout), cout), nn.ReLU(True)]
+                       GroupNorm(math.gcd(4, cout), cout), nn.ReLU(True)]
             cin = cout
         layers += [nn.AdaptiveAvgPool2d(2), nn.Flatten()]
         cin *= 4

@@ -367,7 +367,13 @@ Status FlagParser::ApplyEntry(const std::string& path,
   } catch (const CLI::Error& err) {
     return InvalidArgumentError(at + "key '" + e.key + "': " + err.what());
   }
+  applied_[target] = at + e.key;
   return Status::Ok();
+}
+
+std::string FlagParser::ConfigSource(const std::string& name) const {
+  auto it = applied_.find(name);
+  return it == applied_.end() ? "" : it->second;
 }
 
 bool FlagParser::IsSet(const std::string& name) const {

@@ -110,6 +110,10 @@ class FlagParser {
   // counts as its name with the value of its first key.
   std::optional<std::string> ForeignValue(const std::string& name) const;
 
+  // "<file>:<line>: <key>" of the config entry that gave option `name` its
+  // value, or "" when none did (no such key, or the command line won).
+  std::string ConfigSource(const std::string& name) const;
+
   // Also-accepted names for --help's footer.
   std::string DescribeAccepted() const;
 
@@ -145,6 +149,8 @@ class FlagParser {
     std::vector<std::string> values;
   };
   std::map<std::string, ConfigSetting> from_config_;
+  // Option name -> "<file>:<line>: <key>" of the entry applied to it.
+  std::map<std::string, std::string> applied_;
   std::string help_;
 };
 

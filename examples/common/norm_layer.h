@@ -12,7 +12,10 @@ namespace ddprun::examples {
 // Which normalisation a model's conv blocks use (the trainers' --norm and
 // --sync_batchnorm flags).
 //  - kGroup: GroupNorm; per-sample, so the batch size and the number of
-//    ranks do not matter (Fast-DDPM's choice for batch 1 per GPU).
+//    ranks do not matter (Fast-DDPM's choice for batch 1 per GPU). Under
+//    autocast it normalises in float32 (input cast up, float32 out), as
+//    torch's CUDA autocast does; LibTorch 1.13's CPU group_norm takes no
+//    bf16 input with float32 weights.
 //  - kBatch: torch BatchNorm; batch statistics of this rank's batch only.
 //  - kSyncBatch: worker::SyncBatchNorm; batch statistics over the global
 //    batch of every rank (each training forward is a collective).

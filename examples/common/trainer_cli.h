@@ -75,6 +75,11 @@ class TrainerCli {
   std::optional<std::string> ForeignValue(const std::string& name) const {
     return parser_.ForeignValue(name);
   }
+  // "<file>:<line>: <key>" when the config file (not the command line) gave
+  // option `name`, else "".
+  std::string ConfigSource(const std::string& name) const {
+    return parser_.ConfigSource(name);
+  }
 
   // With --make_synthetic DIR: runs `write` (throws ConfigError on its
   // error), prints "wrote <n> <noun> to DIR/<file>" and returns true.

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "ddprun/worker/errors.h"
+
 namespace ddprun::examples {
 namespace {
 
@@ -56,7 +58,17 @@ TORCH_MODULE(ResBlock);
 
 }  // namespace
 
-UNet3dImpl::UNet3dImpl(const UNet3dOptions& o) : time_dim_(o.time_dim) {
+UNet3dImpl::UNet3dImpl(const UNet3dOptions& o)
+    : time_dim_(o.time_dim),
+      checkpoint_(o.gradient_checkpointing),
+      recompute_autocast_(o.recompute_autocast) {
+  if (checkpoint_ && o.norm != NormKind::kGroup) {
+    // Recomputing a batch-norm layer in training mode would update its
+    // running statistics twice (and redo sync batch norm's collectives).
+    throw worker::ConfigError(
+        "--gradient_checkpointing needs --norm group (batch norm would "
+        "update its running statistics twice)");
+  }
   const int64_t w = o.width;
   time_mlp_ = register_module(
       "time_mlp", nn::Sequential(nn::Linear(o.time_dim, o.time_dim), nn::SiLU(),
@@ -83,7 +95,13 @@ torch::Tensor UNet3dImpl::forward(torch::Tensor x, torch::Tensor t) {
       time_mlp_->forward(torch::cat({torch::sin(args), torch::cos(args)}, 1));
 
   auto block = [&](size_t i, const torch::Tensor& h) {
-    return blocks_[i]->as<ResBlock>()->forward(h, temb);
+    ResBlockImpl* b = blocks_[i]->as<ResBlock>();
+    if (!checkpoint_) return b->forward(h, temb);
+    return CheckpointedCall(
+        [b](const std::vector<torch::Tensor>& in) {
+          return std::vector<torch::Tensor>{b->forward(in[0], in[1])};
+        },
+        {h, temb}, recompute_autocast_)[0];
   };
   torch::Tensor h1 = block(0, conv_in_->forward(x));
   torch::Tensor h2 = block(2, block(1, down_->forward(h1)));

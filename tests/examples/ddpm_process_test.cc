@@ -162,13 +162,15 @@ TEST_CASE("ddpm_trainer: --help documents the options with defaults",
 }
 
 // One stage of 8^3 volumes: its best checkpoint is stage1_best.pt, the
-// name the guides resume from.
+// name the guides resume from. The default width (8): the resumed third
+// epoch must beat the best one, and with width 4 under x0-prediction the
+// validation PSNR went 16.8, 17.6, 17.56 (width 8: 18.3, 18.9, 19.1).
 FrameCase DdpmFrame() {
   return {"ddpm",
           Bin("ddpm_trainer") + " --csv_path " +
               SyntheticData("ddpm", "--n 12 --synthetic_size 8 --seed 2",
                             "cases.csv") +
-              " --stages 8 --width 4 --gradient_accumulation_steps 1 "
+              " --stages 8 --gradient_accumulation_steps 1 "
               "--progress_interval 1",
           "stage1_best.pt"};
 }
