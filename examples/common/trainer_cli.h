@@ -55,6 +55,11 @@ class TrainerCli {
   // replaces).
   void AddAliases(const std::vector<FlagAlias>& aliases);
   void AddForeignFlags(const std::vector<ForeignFlag>& flags);
+  // A config section the trainer reads itself (FlagParser::AddConfigSection).
+  void AddConfigSection(const std::string& section,
+                        ConfigSectionHandler handler) {
+    parser_.AddConfigSection(section, std::move(handler));
+  }
 
   // Parses argv (call once). Returns 0 after printing --help, nullopt to
   // continue. Throws worker::ConfigError (exit code 2) for an unknown or bad
