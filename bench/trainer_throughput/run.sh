@@ -16,9 +16,10 @@ trap 'rm -rf "$WORK"' EXIT
 # name | synthetic flags | training flags (data path appended by data_flag).
 # ddpm+syncbn is ddpm with --norm batch --sync_batchnorm (two all-reduces per
 # norm layer per forward/backward): the price of synchronised statistics.
+# cascade reports its last stage (16^3 volumes; the last metrics line).
 declare -A EXE=(
   [survival]=survival [segmentation]=segmentation [vqa]=vqa [ddpm]=ddpm
-  [ddpm+syncbn]=ddpm
+  [ddpm+syncbn]=ddpm [cascade]=cascade
 )
 declare -A SYNTH=(
   [survival]="--n 96"
@@ -26,6 +27,7 @@ declare -A SYNTH=(
   [vqa]="--n 320"
   [ddpm]="--n 24 --synthetic_size 16"
   [ddpm+syncbn]="--n 24 --synthetic_size 16"
+  [cascade]="--n 24"
 )
 declare -A DATA=(
   [survival]="--csv_path DATA/survival.csv"
@@ -33,6 +35,7 @@ declare -A DATA=(
   [vqa]="--data_path DATA/vqa.jsonl"
   [ddpm]="--csv_path DATA/cases.csv --stages 16"
   [ddpm+syncbn]="--csv_path DATA/cases.csv --stages 16 --norm batch --sync_batchnorm"
+  [cascade]="--dataset_path DATA"
 )
 
 samples_per_s() {
@@ -40,7 +43,7 @@ samples_per_s() {
 }
 
 printf '%-14s %14s %14s %8s\n' trainer "1 rank (s/s)" "2 ranks (s/s)" speedup
-for name in survival segmentation vqa ddpm ddpm+syncbn; do
+for name in survival segmentation vqa ddpm ddpm+syncbn cascade; do
   exe="$BIN/${EXE[$name]}_trainer"
   [[ -x "$exe" ]] || { printf '%-14s %14s\n' "$name" "not built"; continue; }
   data="$WORK/$name-data"

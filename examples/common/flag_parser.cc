@@ -42,6 +42,20 @@ std::string Leaf(const std::string& key) {
 
 }  // namespace
 
+std::string ClosestName(const std::string& name,
+                        const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_distance = name.size() >= 5 ? 2 : 1;
+  for (const std::string& k : candidates) {
+    const size_t d = EditDistance(name, k);
+    if (d <= best_distance && (best.empty() || d < best_distance)) {
+      best = k;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
 FlagParser::FlagParser(CLI::App* app) : app_(app) {}
 
 namespace {
@@ -69,6 +83,11 @@ void FlagParser::AddForeignFlags(const std::vector<ForeignFlag>& flags) {
 
 void FlagParser::AddOptionalValue(const OptionalValue& option) {
   optional_.push_back(option);
+}
+
+void FlagParser::AddConfigSection(const std::string& section,
+                                  ConfigSectionHandler handler) {
+  sections_[section] = std::move(handler);
 }
 
 void FlagParser::AddConfigOption() {
@@ -216,16 +235,8 @@ std::string FlagParser::Closest(const std::string& name) const {
   }
   for (const FlagAlias& a : aliases_) known.push_back(a.alias);
   for (const ForeignFlag& f : foreign_) known.push_back(f.name);
-  std::string best;
-  size_t best_distance = name.size() >= 5 ? 2 : 1;
-  for (const std::string& k : known) {
-    const size_t d = EditDistance(name, k);
-    if (d <= best_distance && (best.empty() || d < best_distance)) {
-      best = k;
-      best_distance = d;
-    }
-  }
-  return best;
+  for (const auto& section : sections_) known.push_back(section.first);
+  return ClosestName(name, known);
 }
 
 Status FlagParser::CheckRemaining() const {
@@ -299,6 +310,10 @@ Status FlagParser::ApplyEntry(const std::string& path,
                               const ConfigFileOption& file,
                               const ConfigEntry& e, bool* unknown) {
   const std::string at = path + ":" + std::to_string(e.line) + ": ";
+  const std::string head = e.key.substr(0, e.key.find_first_of(".["));
+  if (const auto section = sections_.find(head); section != sections_.end()) {
+    return section->second(at, e);
+  }
   const ForeignFlag* f = FindExactAlias(e.key) ? nullptr : FindForeign(e.key);
   if (f != nullptr) {
     Note(f->name, at + e.key + ": " + f->explanation);

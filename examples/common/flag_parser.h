@@ -1,6 +1,7 @@
 #pragma once
 
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -39,6 +40,17 @@ struct ForeignFlag {
   Arity arity = Arity::kNone;
   std::string explanation;
 };
+
+// The candidate closest to `name` by edit distance (at most 2 edits, 1 for
+// names under 5 characters), or "" when none is that close: the "did you
+// mean" of every unknown-name error.
+std::string ClosestName(const std::string& name,
+                        const std::vector<std::string>& candidates);
+
+// Takes the entries of one config section that are not options (a guide's
+// list of per-stage mappings): `at` is "<file>:<line>: " for its errors.
+using ConfigSectionHandler =
+    std::function<Status(const std::string& at, const ConfigEntry& entry)>;
 
 // An option whose value may be left out on the command line: "--amp" alone
 // means --amp=<implicit>; a config value true/false means implicit/off.
@@ -88,6 +100,10 @@ class FlagParser {
   void AddAliases(const std::vector<FlagAlias>& aliases);
   void AddForeignFlags(const std::vector<ForeignFlag>& flags);
   void AddOptionalValue(const OptionalValue& option);
+  // Config keys `section`, "section.*" and "section[i].*" go to `handler`
+  // (in file order) instead of setting options.
+  void AddConfigSection(const std::string& section,
+                        ConfigSectionHandler handler);
 
   // Registers "--config FILE" on the app (shown by --help).
   void AddConfigOption();
@@ -139,6 +155,7 @@ class FlagParser {
   std::vector<FlagAlias> aliases_;
   std::vector<ForeignFlag> foreign_;
   std::vector<OptionalValue> optional_;
+  std::map<std::string, ConfigSectionHandler> sections_;
   std::vector<std::string> notes_;
   std::set<std::string> noted_;
   std::map<std::string, std::string> foreign_seen_;  // name -> first value

@@ -74,9 +74,12 @@ void RunOutputsObserver::OnEpoch(const nlohmann::json& record) {
   const int64_t step = record.value("step", int64_t{0});
   for (const auto& [key, value] : record.items()) {
     if (!value.is_number()) continue;
-    if (key == "train_loss") {
+    if (key.rfind("train_", 0) == 0) {
+      // train_loss -> train/epoch_loss; a trainer's parts of it
+      // (train_physics_loss) -> train/epoch_physics_loss.
       Report("an epoch scalar was not recorded",
-             outputs_->Scalar("train/epoch_loss", step, value.get<double>()));
+             outputs_->Scalar("train/epoch_" + key.substr(6), step,
+                              value.get<double>()));
     } else if (key.rfind("val_", 0) == 0) {
       Report("a validation scalar was not recorded",
              outputs_->Scalar("val/" + key.substr(4), step,

@@ -15,8 +15,9 @@ class RunOutputs;
 
 // Hands what the loop sees to the run outputs (examples/outputs): per step
 // train/loss, train/lr, train/samples_per_s (and train/loss_scale under
-// fp16 loss scaling); per epoch train/epoch_loss and every "val_<name>"
-// number of the metrics record as val/<name>; the trainers' pictures (as
+// fp16 loss scaling); per epoch every "train_<name>" number of the metrics
+// record as train/epoch_<name> (train_loss: train/epoch_loss) and every
+// "val_<name>" as val/<name>; the trainers' pictures (as
 // PNG files under <output_dir>/images/ and TensorBoard images); at the end
 // training_curves.png. Rank 0 writes, the others do nothing.
 // Output problems (a full disk, a non-finite value) are logged once per

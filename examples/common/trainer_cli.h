@@ -58,6 +58,11 @@ class TrainerCli {
   // Another config file beside --config (vqa: --deepspeed_config FILE, a
   // DeepSpeed JSON read through the trainer's dotted aliases).
   void AddConfigFile(const ConfigFileOption& option);
+  // A config section the trainer reads itself (FlagParser::AddConfigSection).
+  void AddConfigSection(const std::string& section,
+                        ConfigSectionHandler handler) {
+    parser_.AddConfigSection(section, std::move(handler));
+  }
 
   // Parses argv (call once). Returns 0 after printing --help, nullopt to
   // continue. Throws worker::ConfigError (exit code 2) for an unknown or bad

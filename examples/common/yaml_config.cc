@@ -30,14 +30,28 @@ Status Flatten(const YAML::Node& node, const std::string& prefix,
       DDP_RETURN_IF_ERROR(Flatten(v, entry.key + ".", name, out));
       continue;
     }
+    if (v.IsSequence() && v.size() > 0 && v[0].IsMap()) {
+      // A list of mappings (a guide's per-stage settings): each mapping's
+      // keys under "key[i].".
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (!v[i].IsMap()) {
+          return InvalidArgumentError(At(name, v[i].Mark()) + "key '" +
+                                      entry.key +
+                                      "' mixes mappings with other values");
+        }
+        DDP_RETURN_IF_ERROR(Flatten(
+            v[i], entry.key + "[" + std::to_string(i) + "].", name, out));
+      }
+      continue;
+    }
     if (v.IsSequence()) {
       entry.is_list = true;
       for (const auto& e : v) {
         if (!e.IsScalar()) {
           return InvalidArgumentError(
               At(name, kv.first.Mark()) + "key '" + entry.key +
-              "' must hold a value or a list of values, not nested lists "
-              "or mappings");
+              "' must hold a value, a list of values or a list of "
+              "mappings");
         }
         entry.values.push_back(e.as<std::string>());
       }
@@ -173,6 +187,28 @@ StatusOr<std::vector<ConfigEntry>> ParseAssignments(const std::string& text,
   return entries;
 }
 
+// JSON as the guides write it carries "// ..." comments, which neither
+// JSON nor YAML allows: blanked out (line numbers kept) outside strings.
+std::string WithoutSlashComments(std::string text) {
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos || text[first] != '{') return text;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '/' && i + 1 < text.size() && text[i + 1] == '/') {
+      while (i < text.size() && text[i] != '\n') text[i++] = ' ';
+    }
+  }
+  return text;
+}
+
 }  // namespace
 
 StatusOr<std::vector<ConfigEntry>> ParseConfigText(const std::string& text,
@@ -180,7 +216,7 @@ StatusOr<std::vector<ConfigEntry>> ParseConfigText(const std::string& text,
   if (LooksLikeAssignments(text)) return ParseAssignments(text, name);
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    root = YAML::Load(WithoutSlashComments(text));
   } catch (const YAML::Exception& e) {
     return InvalidArgumentError(At(name, e.mark) + e.msg);
   }

@@ -381,10 +381,32 @@ TEST_CASE("ParseConfigText: dotted keys, lists and lines", "[config]") {
   CHECK((*entries)[1].line == 3);
   CHECK((*entries)[2].key == "section.deeper.c");
   CHECK((*entries)[2].is_null);
-  auto list_of_maps = ParseConfigText("a:\n  - b: 1\n", "l.yaml");
-  REQUIRE_FALSE(list_of_maps.ok());
-  CHECK(list_of_maps.status().message().rfind("l.yaml:1: key 'a' must hold",
-                                              0) == 0);
+  // A list of mappings (the guides' stage_configs): indexed keys.
+  auto list_of_maps =
+      ParseConfigText("a:\n  - b: 1\n  - b: 2\n    c: [3]\n", "l.yaml");
+  REQUIRE(list_of_maps.ok());
+  REQUIRE(list_of_maps->size() == 3);
+  CHECK((*list_of_maps)[0].key == "a[0].b");
+  CHECK((*list_of_maps)[1].key == "a[1].b");
+  CHECK((*list_of_maps)[1].line == 3);
+  CHECK((*list_of_maps)[2].key == "a[1].c");
+  CHECK((*list_of_maps)[2].is_list);
+  auto mixed = ParseConfigText("a:\n  - b: 1\n  - 2\n", "m.yaml");
+  REQUIRE_FALSE(mixed.ok());
+  CHECK(mixed.status().message() ==
+        "m.yaml:3: key 'a' mixes mappings with other values");
+  auto nested = ParseConfigText("a:\n  - [1]\n", "n.yaml");
+  REQUIRE_FALSE(nested.ok());
+  CHECK(nested.status().message().rfind("n.yaml:1: key 'a' must hold", 0) == 0);
+  // JSON as the guides write it, with // comments (not inside strings).
+  auto json = ParseConfigText(
+      "{\n  \"p\": \"a//b\",  // a comment\n  \"q\": 4  // 4 per GPU\n}\n",
+      "g.json");
+  REQUIRE(json.ok());
+  REQUIRE(json->size() == 2);
+  CHECK((*json)[0].values == std::vector<std::string>{"a//b"});
+  CHECK((*json)[1].key == "q");
+  CHECK((*json)[1].line == 3);
   CHECK_FALSE(ParseConfigText("[1, 2]", "top.yaml").ok());
 }
 

@@ -86,8 +86,8 @@ int Collectives() {
   return 0;
 }
 
-// Small conv net; `extra` adds a branch that is only used when asked, to
-// exercise find_unused_parameters.
+// Small conv net; `extra` adds a branch that is only used when asked
+// (use_extra), to exercise find_unused_parameters.
 struct NetImpl : torch::nn::Module {
   explicit NetImpl(bool extra) {
     conv = register_module(
@@ -97,8 +97,10 @@ struct NetImpl : torch::nn::Module {
     if (extra) unused = register_module("unused", torch::nn::Linear(3, 3));
   }
   at::Tensor forward(const at::Tensor& x) {
-    return fc(torch::relu(conv(x)).flatten(1));
+    at::Tensor y = fc(torch::relu(conv(x)).flatten(1));
+    return use_extra ? unused(y) : y;
   }
+  bool use_extra = false;
   torch::nn::Conv2d conv{nullptr};
   torch::nn::Linear fc{nullptr};
   torch::nn::Linear unused{nullptr};
@@ -115,7 +117,11 @@ Data MakeData(int64_t n) {
 
 // N ranks x batch B (split in `accum` micro-batches, the first ones under
 // NoSync) for STEPS SGD steps; rank 0 writes the flat parameters to OUT.
-int Ddp(const std::string& out, int steps, int batch, int accum, bool unused) {
+// `branch`: "unused" adds a layer no step uses; "switch" uses it from the
+// second half of the steps on (the set of unused parameters changes).
+int Ddp(const std::string& out, int steps, int batch, int accum,
+        const std::string& branch) {
+  const bool unused = branch == "unused" || branch == "switch";
   w::World world = w::InitFromEnv();
   torch::manual_seed(1000 + world.rank());  // different init per rank:
   Net net(unused);                          // DDP must broadcast rank 0's
@@ -132,6 +138,7 @@ int Ddp(const std::string& out, int steps, int batch, int accum, bool unused) {
   int micro = batch / accum;
   for (int s = 0; s < steps; ++s) {
     sgd.zero_grad();
+    net->use_extra = branch == "switch" && 2 * s >= steps;
     for (int m = 0; m < accum; ++m) {
       int64_t begin = s * global + r * batch + m * micro;
       at::Tensor x = d.x.narrow(0, begin, micro);
@@ -147,7 +154,7 @@ int Ddp(const std::string& out, int steps, int batch, int accum, bool unused) {
     }
     sgd.step();
   }
-  if (unused)
+  if (branch == "unused")
     CHECK_OR_THROW(
         !net->unused->weight.grad().defined() ||
             net->unused->weight.grad().abs().sum().item<float>() == 0,
@@ -449,7 +456,7 @@ int main(int argc, char** argv) {
     if (mode == "ddp") {
       return Ddp(a.at(2), std::stoi(a.at(3)), std::stoi(a.at(4)),
                  a.size() > 5 ? std::stoi(a[5]) : 1,
-                 a.size() > 6 && a[6] == "unused");
+                 a.size() > 6 ? a[6] : "");
     }
     if (mode == "sampler") {
       return Sampler(std::stoll(a.at(2)), std::stoi(a.at(3)),

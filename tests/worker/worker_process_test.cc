@@ -231,6 +231,18 @@ TEST_CASE("DistributedDataParallel: 2 ranks x batch 8 equal 1 rank x batch 16",
     REQUIRE(p.exit_code() == 0);
     REQUIRE(MaxAbsDiff(ReadFloats(multi), ReadFloats(single)) < 1e-5);
   }
+  SECTION("a branch that starts being used half way (find_unused_parameters)") {
+    // The reducer logs when the set of unused parameters changes; without
+    // a logger attached that crashed (SIGSEGV) on the first changed step.
+    auto results =
+        wt::RunRanks({Helper(), "ddp", multi, "4", "8", "1", "switch"}, 2);
+    RequireAllOk(results);
+    wt::RankProcess p({Helper(), "ddp", single, "4", "16", "1", "switch"}, {});
+    REQUIRE(p.Wait(std::chrono::seconds(60)));
+    INFO(p.Output());
+    REQUIRE(p.exit_code() == 0);
+    REQUIRE(MaxAbsDiff(ReadFloats(multi), ReadFloats(single)) < 1e-5);
+  }
   SECTION("3 ranks x batch 4 equal 1 rank x batch 12") {
     RequireAllOk(wt::RunRanks({Helper(), "ddp", multi, "5", "4"}, 3));
     wt::RankProcess p({Helper(), "ddp", single, "5", "12"}, {});

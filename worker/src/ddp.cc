@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/nn/module.h>
 #include <torch/csrc/distributed/c10d/comm.hpp>
+#include <torch/csrc/distributed/c10d/logger.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
 #include "ddprun/worker/errors.h"
@@ -21,7 +22,11 @@ size_t MbToBytes(double mb) { return static_cast<size_t>(mb * 1024 * 1024); }
 struct DistributedDataParallel::Impl {
   std::vector<at::Tensor> params;   // requires_grad, in module order
   std::vector<at::Tensor> buffers;  // module buffers
-  std::unique_ptr<c10d::Reducer> reducer;
+  std::shared_ptr<c10d::Reducer> reducer;
+  // The reducer reports through a Logger (as Python's DDP gives it one),
+  // e.g. when the set of unused parameters changes between steps; without
+  // one that report dereferences a null pointer.
+  std::shared_ptr<c10d::Logger> logger;
 };
 
 DistributedDataParallel::DistributedDataParallel(
@@ -69,6 +74,8 @@ DistributedDataParallel::DistributedDataParallel(
   args.first_bucket_bytes_cap = static_cast<int64_t>(first_cap);
   args.find_unused_parameters = options_.find_unused_parameters;
   impl_->reducer = torch_compat::MakeReducer(std::move(args), pg);
+  impl_->logger = std::make_shared<c10d::Logger>(impl_->reducer);
+  impl_->reducer->set_logger(impl_->logger);
 }
 
 DistributedDataParallel::~DistributedDataParallel() = default;

@@ -1,0 +1,431 @@
+// cascade_trainer as a user runs it: the synthetic patient folders and the
+// guide-shaped config it writes, a debug run with its TensorBoard events and
+// pictures, bad data and config files, the frame's re-run and resume
+// checks; with the launcher built: the guide's torchrun (one and two nodes)
+// and accelerate launch lines, the 2-rank run, kill -9 inside a stage and
+// --resume_from a stage's best checkpoint.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "ddprun_catch.h"
+
+#include "tests/examples/frame_checks.h"
+#include "tests/examples/trainer_run.h"
+
+namespace ddprun::examples::testing {
+namespace {
+
+// Patients of the default sizes (CT 16^3, views 32^2), with the config.
+std::string SyntheticConfig() {
+  return SyntheticData("cascade", "--n 24 --seed 3", "config.json");
+}
+std::string DataDir() {
+  const std::string config = SyntheticConfig();
+  return config.substr(0, config.rfind('/'));
+}
+
+// One small stage of 8^3 volumes on patients written for it.
+std::string Small() {
+  const std::string config =
+      SyntheticData("cascade", "--n 16 --stages 8 --seed 2", "config.json");
+  return Bin("cascade_trainer") + " --dataset_path " +
+         config.substr(0, config.rfind('/')) +
+         " --stages 8 --voxel_dim 16 --batch_size 2 --progress_interval 1";
+}
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+// Scalar tags and image tags of an event file.
+std::set<std::string> EventTags(const std::string& file) {
+  std::set<std::string> tags;
+  // Kept in a local: a range-for over ReadEvents(file)["records"] would
+  // iterate a member of a destroyed temporary.
+  const nlohmann::json events = ReadEvents(file);
+  for (const auto& record : events["records"]) {
+    if (!record.contains("values")) continue;
+    for (const auto& v : record["values"]) {
+      tags.insert(v["tag"].get<std::string>());
+    }
+  }
+  return tags;
+}
+
+TEST_CASE("cascade_trainer: --help documents the options with defaults",
+          "[cascade]") {
+  CommandResult r = RunCommand(Bin("cascade_trainer") + " --help", 30);
+  REQUIRE(r.exit_code == 0);
+  for (const char* text : {"--dataset_path TEXT",
+                           "--config",
+                           "--stages INT=8 16",
+                           "--epochs INT:POSITIVE=8",
+                           "Training epochs PER STAGE",
+                           "--voxel_dim INT:POSITIVE=32",
+                           "--vit_depth INT:POSITIVE=2",
+                           "--num_heads INT:POSITIVE=2",
+                           "--patch_size INT:POSITIVE=2",
+                           "--physics_weight FLOAT:NONNEGATIVE=0.3",
+                           "--img_size INT:POSITIVE=32",
+                           "--num_views INT:INT in [1 - 2]=2",
+                           "--batch_size INT:POSITIVE=4",
+                           "--learning_rate FLOAT=0.001",
+                           "--num_timesteps INT:INT in [2 - 100000]=1000",
+                           "--v_parameterization BOOLEAN",
+                           "--sampling_steps INT:POSITIVE=10",
+                           "--gradient_clip FLOAT:NONNEGATIVE=1",
+                           "--gradient_checkpointing",
+                           "--hu_window FLOAT=-1000 1000",
+                           "--n INT=40",
+                           "--output_dir TEXT=runs/cascade",
+                           "--checkpoint_dir",
+                           "--resume_from",
+                           "--num_epochs_per_stage (= --epochs)",
+                           "--accumulation_steps (= "
+                           "--gradient_accumulation_steps)",
+                           "--wandb"}) {
+    INFO(text);
+    CHECK(r.output.find(text) != std::string::npos);
+  }
+}
+
+TEST_CASE(
+    "cascade_trainer: --make_synthetic writes patient folders and a config "
+    "in the guide's shape",
+    "[cascade][data]") {
+  const std::string dir = DataDir();
+  const nlohmann::json config = ReadJson(SyntheticConfig());
+  CHECK(config["xray_config"]["img_size"] == 32);
+  CHECK(config["xray_config"]["num_views"] == 2);
+  REQUIRE(config["stage_configs"].size() == 2);
+  CHECK(config["stage_configs"][0]["name"] == "stage1");
+  CHECK(config["stage_configs"][0]["volume_size"] ==
+        nlohmann::json::array({8, 8, 8}));
+  CHECK(config["stage_configs"][1]["volume_size"] ==
+        nlohmann::json::array({16, 16, 16}));
+  CHECK(config["stage_configs"][1]["voxel_dim"] == 32);
+  CHECK(config["training"]["num_epochs_per_stage"] == 8);
+  CHECK(config["training"]["num_timesteps"] == 1000);
+  CHECK(config["training"]["v_parameterization"] == true);
+  CHECK_FALSE(config["training"].contains("mixed_precision"));
+  CHECK(config["data"]["dataset_path"] == dir);
+  int patients = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (!e.is_directory()) continue;
+    ++patients;
+    const std::string id = e.path().filename();
+    CHECK(PngSize(e.path().string() + "/" + id + "_pa_drr.png") ==
+          std::make_pair(32, 32));
+    CHECK(PngSize(e.path().string() + "/" + id + "_lat_drr.png") ==
+          std::make_pair(32, 32));
+    CHECK(std::filesystem::file_size(e.path().string() + "/" + id + ".nii.gz") >
+          100);
+  }
+  CHECK(patients == 24);
+}
+
+TEST_CASE(
+    "cascade_trainer: a debug run writes metrics, TensorBoard scalars and "
+    "slices of the reconstruction",
+    "[cascade][train]") {
+  const std::string out = FreshDir("cascade_debug");
+  CommandResult r =
+      RunCommand(Bin("cascade_trainer") + " --config " + SyntheticConfig() +
+                     " --output_dir " + out + " --debug --progress_interval 1",
+                 240);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.output.find("cascade: 8 train / 4 val patients, 2 views of 32^2, "
+                      "stages 8x8x8 -> 16x16x16; batch 4 per rank x 1 ranks "
+                      "x 1 accumulation = 4, 1000 timesteps (10-step DDIM "
+                      "sampling), v-prediction, fp32") != std::string::npos);
+  CHECK(r.output.find("stage 1/1 (stage1): volumes 8x8x8") !=
+        std::string::npos);
+  const auto metrics = ReadMetrics(out);
+  REQUIRE(metrics.size() == 1);
+  const nlohmann::json& m = metrics[0];
+  CHECK(m["stage_name"] == "stage1");
+  CHECK(m["step"] == 2);  // 8 patients / batch 4
+  CHECK(m["val_cases"] == 4);
+  for (const char* key :
+       {"val_psnr", "val_ssim", "val_psnr_mean_volume", "val_loss",
+        "val_physics_loss", "val_recon_physics_loss", "val_truth_physics_loss",
+        "train_physics_loss", "train_diffusion_loss", "samples_per_s"}) {
+    INFO(key);
+    CHECK(std::isfinite(m[key].get<double>()));
+  }
+  // The synthetic views are radiographs of the volumes.
+  CHECK(m["val_truth_physics_loss"].get<double>() < 1e-3);
+  CHECK(m["frozen_stages_changed"] == false);
+  CHECK(std::filesystem::exists(out + "/checkpoints/stage1_best.pt"));
+  const auto events = EventFiles(out);
+  REQUIRE(events.size() == 1);
+  const std::set<std::string> tags = EventTags(events[0]);
+  for (const char* tag :
+       {"train/loss", "train/samples_per_s", "train/epoch_loss",
+        "train/epoch_physics_loss", "train/epoch_diffusion_loss", "val/psnr",
+        "val/psnr_mean_volume", "val/physics_loss", "stage1/slices",
+        "stage1/physics"}) {
+    INFO(tag);
+    CHECK(tags.count(tag) == 1);
+  }
+  const auto slices = PngSize(out + "/images/stage1_slices_step00000002.png");
+  CHECK(slices.first > 300);
+  CHECK(PngSize(out + "/images/stage1_physics_step00000002.png").first > 300);
+  CHECK(PngSize(out + "/training_curves.png").first > 0);
+}
+
+TEST_CASE("cascade_trainer: bad patient folders stop the run with one line",
+          "[cascade][errors]") {
+  // CT volumes of 8^3 where the last stage wants 16^3.
+  const std::string small =
+      SyntheticData("cascade", "--n 16 --stages 8 --seed 2", "config.json");
+  const std::string small_dir = small.substr(0, small.rfind('/'));
+  CommandResult wrong =
+      RunCommand(Bin("cascade_trainer") + " --dataset_path " + small_dir +
+                     " --debug --output_dir " + FreshDir("cascade_wrong_size"),
+                 120);
+  CHECK(wrong.exit_code == 2);
+  CHECK(wrong.output.find("wrong shape 1x8x8x8 (expected 1x16x16x16, as "
+                          "CxDxHxW); CT volumes must have the last stage's "
+                          "volume_size 16x16x16") != std::string::npos);
+
+  const std::string dir = FreshDir("cascade_missing_view");
+  REQUIRE(RunCommand(Bin("cascade_trainer") + " --make_synthetic " + dir +
+                         " --n 3 --stages 8",
+                     60)
+              .exit_code == 0);
+  std::filesystem::remove(dir + "/patient_0001/patient_0001_lat_drr.png");
+  CommandResult missing = RunCommand(
+      Bin("cascade_trainer") + " --config " + dir + "/config.json", 60);
+  CHECK(missing.exit_code == 2);
+  CHECK(missing.output.find(dir + "/patient_0001: missing the lateral view") !=
+        std::string::npos);
+  // One frontal view is enough for a single-view run.
+  CommandResult single =
+      RunCommand(Bin("cascade_trainer") + " --config " + dir +
+                     "/config.json --num_views 1 "
+                     "--debug --output_dir " +
+                     dir + "/out",
+                 120);
+  INFO(single.output);
+  CHECK(single.exit_code == 0);
+}
+
+TEST_CASE("cascade_trainer: a misspelt config key names the file and line",
+          "[cascade][errors]") {
+  const std::string dir = FreshDir("cascade_bad_config");
+  const std::string config = dir + "/config.json";
+  WriteText(config,
+            "{\n  \"stage_configs\": [\n    {\"name\": \"stage1\", "
+            "\"volume_size\": [8, 8, 8],\n     \"num_head\": 2}\n  ]\n}\n");
+  CommandResult r = RunCommand(Bin("cascade_trainer") + " --config " + config +
+                                   " --dataset_path " + DataDir(),
+                               60);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find(config +
+                      ":4: unknown key 'stage_configs[0].num_head' (did you "
+                      "mean 'num_heads'?)") != std::string::npos);
+}
+
+FrameCase CascadeFrame() { return {"cascade", Small(), "stage1_best.pt"}; }
+
+TEST_CASE(
+    "cascade_trainer: a re-run of a finished run is a no-op, --resume_from "
+    "takes the final and the stage's best checkpoint",
+    "[cascade][frame]") {
+  CheckRerunAndResume(CascadeFrame());
+}
+
+TEST_CASE("cascade_trainer: the guides' flags and config sections",
+          "[cascade][frame]") {
+  CheckGuideFlags(CascadeFrame());
+}
+
+TEST_CASE(
+    "cascade_trainer: --resume_from a stage's best checkpoint trains the "
+    "later stages",
+    "[cascade][train]") {
+  const std::string flags = " --dataset_path " + DataDir() +
+                            " --epochs 2 --voxel_dim 16 --progress_interval 1";
+  const std::string first = FreshDir("cascade_stages");
+  CommandResult r = RunCommand(
+      Bin("cascade_trainer") + flags + " --output_dir " + first, 300);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const std::string best = first + "/checkpoints/stage1_best.pt";
+  REQUIRE(std::filesystem::exists(best));
+  REQUIRE(std::filesystem::exists(first + "/checkpoints/stage2_best.pt"));
+  const std::string fresh = FreshDir("cascade_from_stage1");
+  CommandResult resumed = RunCommand(
+      Bin("cascade_trainer") + flags + " --output_dir " + fresh +
+          " --checkpoint_dir " + fresh + "/ckpts --resume_from " + best,
+      300);
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK(resumed.output.find("resumed from " + best + " at step ") !=
+        std::string::npos);
+  CHECK(resumed.output.find("stage 1/2") == std::string::npos);
+  CHECK(resumed.output.find("stage 2/2 (stage2)") != std::string::npos);
+  const auto metrics = ReadMetrics(fresh);
+  REQUIRE(!metrics.empty());
+  CHECK(metrics.front()["stage"] == 2);
+  CHECK(metrics.back()["epoch"] == 4);
+  CHECK(std::filesystem::exists(fresh + "/ckpts/stage2_best.pt"));
+}
+
+}  // namespace
+}  // namespace ddprun::examples::testing
+
+#ifdef DDPRUN_LAUNCHER_BIN
+namespace ddprun::examples::testing {
+namespace {
+
+// The default run under the guide's torchrun line (as ddprun), on the
+// synthetic patients and the config --make_synthetic wrote: both stages,
+// and what they learn in 24 steps each: the sampled reconstruction gains
+// 3 dB PSNR within each stage and its radiographs come twice as close to
+// the input views. It does NOT yet beat the mean training volume (the
+// metrics' val_psnr_mean_volume, ~20 dB against ~10.5 dB).
+TEST_CASE(
+    "cascade_trainer: the guide's torchrun line trains both stages on 2 ranks "
+    "and the reconstruction improves in each",
+    "[cascade][ddprun][train]") {
+  const std::string out = FreshDir("cascade_2ranks");
+  CommandResult r = RunCommand(
+      Launch("") + Bin("cascade_trainer") + " --config " + SyntheticConfig() +
+          " --wandb --output_dir " + out + " --progress_interval 2",
+      600);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(LinesWith(r.output, "note: --wandb: ").size() == 1);
+  CHECK(r.output.find("x 2 ranks") != std::string::npos);
+  CHECK(LinesWith(r.output, "samples/s").size() >= 2);
+  const auto metrics = ReadMetrics(out);
+  REQUIRE(metrics.size() == 16);
+  const nlohmann::json& last = metrics.back();
+  CHECK(metrics[7]["stage"] == 1);
+  CHECK(last["stage"] == 2);
+  CHECK(last["world_size"] == 2);
+  CHECK(last["frozen_stages_changed"] == false);
+  for (int first : {0, 8}) {
+    const nlohmann::json& begin = metrics[first];
+    const nlohmann::json& end = metrics[first + 7];
+    INFO(begin.dump());
+    INFO(end.dump());
+    CHECK(end["val_psnr"].get<double>() >
+          begin["val_psnr"].get<double>() + 3.0);
+    CHECK(end["val_recon_physics_loss"].get<double>() <
+          0.5 * begin["val_recon_physics_loss"].get<double>());
+  }
+  CHECK(std::filesystem::exists(out + "/checkpoints/stage1_best.pt"));
+  CHECK(std::filesystem::exists(out + "/checkpoints/stage2_best.pt"));
+}
+
+TEST_CASE(
+    "cascade_trainer: the guide's accelerate launch line (ddprun-accelerate "
+    "--mixed_precision=fp16) trains in reduced precision",
+    "[cascade][ddprun][accelerate]") {
+  const std::string out = FreshDir("cascade_accelerate");
+  CommandResult r = RunCommand(
+      Bin("ddprun-accelerate") +
+          " --multi_gpu --num_processes=2 --mixed_precision=fp16 " +
+          Bin("cascade_trainer") + " --config " + SyntheticConfig() +
+          " --output_dir " + out + " --debug --gradient_checkpointing",
+      300);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  // fp16 autocast with loss scaling where this LibTorch's CPU autocast has
+  // float16 (2.2+), else bf16 with a note.
+  CHECK((r.output.find("fp16 autocast with dynamic loss scaling") !=
+             std::string::npos ||
+         r.output.find("bf16 autocast") != std::string::npos));
+  CHECK(r.output.find(", gradient checkpointing") != std::string::npos);
+  CHECK(ReadMetrics(out).size() == 1);
+}
+
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST_CASE(
+    "cascade_trainer: the guide's two-node torchrun lines (node 0 and node 1)",
+    "[cascade][ddprun][multinode]") {
+  const std::string out = FreshDir("cascade_two_nodes");
+  const std::string port = std::to_string(FreePort());
+  auto node = [&](int rank) {
+    return std::string(DDPRUN_LAUNCHER_BIN) +
+           " --nproc_per_node=1 --nnodes=2 --node_rank=" +
+           std::to_string(rank) +
+           " --master_addr=127.0.0.1 --master_port=" + port + " --no_python " +
+           Bin("cascade_trainer") + " --config " + SyntheticConfig() +
+           " --output_dir " + out + " --debug";
+  };
+  CommandResult r = RunCommand(
+      "(" + node(0) + " > " + out + "/node0.log 2>&1 & p=$!; " + node(1) +
+          " > " + out + "/node1.log 2>&1; one=$?; wait $p; zero=$?; cat " +
+          out + "/node0.log " + out + "/node1.log; exit $((zero + one)))",
+      300);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto metrics = ReadMetrics(out);
+  REQUIRE(metrics.size() == 1);
+  CHECK(metrics[0]["world_size"] == 2);
+}
+
+// Two stages of 3 epochs; rank 1 is killed once a checkpoint inside stage 2
+// exists. Tolerance 3 dB: the restarted group draws other training noise.
+TEST_CASE(
+    "cascade_trainer: survives kill -9 of a worker and resumes inside its "
+    "stage",
+    "[cascade][ddprun][fault]") {
+  const std::string flags = " --dataset_path " + DataDir() +
+                            " --epochs 3 --checkpoint_every 2 --voxel_dim 16 "
+                            "--progress_interval 1";
+  const std::string clean = FreshDir("cascade_clean");
+  CommandResult base = RunCommand(
+      Launch("") + Bin("cascade_trainer") + flags + " --output_dir " + clean,
+      300);
+  INFO(base.output);
+  REQUIRE(base.exit_code == 0);
+  const auto clean_metrics = ReadMetrics(clean);
+  REQUIRE(clean_metrics.size() == 6);
+  const long long stage1_end = clean_metrics[2]["step"].get<long long>();
+  const std::string out = FreshDir("cascade_fault");
+  FaultRun fault =
+      RunAndKillRank1(Launch("--max_restarts=1") + Bin("cascade_trainer") +
+                          flags + " --output_dir " + out,
+                      out, /*min_step=*/stage1_end + 2, 300);
+  INFO(fault.result.output);
+  REQUIRE(fault.killed);
+  REQUIRE(fault.result.exit_code == 0);
+  CHECK(fault.resumed_step >= fault.saved_step);
+  CHECK(fault.saved_step > stage1_end);
+  CHECK(fault.result.output.find("stage 2/2 (stage2)") != std::string::npos);
+  const auto metrics = ReadMetrics(out);
+  REQUIRE(!metrics.empty());
+  CHECK(metrics.back()["step"] == clean_metrics.back()["step"]);
+  CHECK(metrics.back()["stage"] == 2);
+  CHECK(metrics.back()["val_psnr"].get<double>() ==
+        Approx(clean_metrics.back()["val_psnr"].get<double>()).margin(3.0));
+}
+
+}  // namespace
+}  // namespace ddprun::examples::testing
+#endif  // DDPRUN_LAUNCHER_BIN
