@@ -1,19 +1,30 @@
 #!/usr/bin/env bash
-# Samples/s of each built trainer at 1 and 2 ranks on CPU, as a table.
-# Usage: bench/trainer_throughput/run.sh [BUILD_DIR] [EPOCHS]
-# 1 rank runs the trainer alone; 2 ranks run it under
-# `ddprun --standalone --nproc_per_node=2`. The number is the trainer's own
-# samples_per_s (global samples over all ranks per second of training,
-# validation excluded) from the last line of its metrics.jsonl.
-# Not part of ctest: it takes a few minutes.
+# Strong scaling of each built trainer on CPU: samples/s at 1 and 2 ranks with
+# the SAME total batch, the 2-rank/1-rank ratio against the 1-rank run of this
+# same bench run, and where each step's time goes (--profile) beside it.
+# Usage: bench/trainer_throughput/run.sh [BUILD_DIR] [EPOCHS] [TRAINERS...]
+# 1 rank runs the trainer alone with OMP_NUM_THREADS=1 (one intra-op thread,
+# as ddprun gives each of its workers); 2 ranks run it under
+# `ddprun --standalone --nproc_per_node=2`. Both use the trainer's default
+# loader threads. The number is the trainer's own samples_per_s (global
+# samples over all ranks per second since the first step, validation and
+# epoch-end work included) from the last line of its metrics.jsonl.
+# The machine's load average is printed before and after: on a loaded
+# machine the ratios are noise. Not part of ctest: it takes a few minutes.
 set -euo pipefail
 BUILD=${1:-build}
 EPOCHS=${2:-2}
+shift $(($# < 2 ? $# : 2))
+TRAINERS=("$@")
+[[ ${#TRAINERS[@]} -gt 0 ]] ||
+  TRAINERS=(survival segmentation vqa ddpm ddpm+syncbn cascade)
 BIN="$BUILD/bin"
 WORK=$(mktemp -d /tmp/trainer_throughput.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 
-# name | synthetic flags | training flags (data path appended by data_flag).
+# name | synthetic flags | training flags (DATA replaced by the data dir) |
+# batch flags at 1 rank | at 2 ranks (the same total batch: survival's
+# --batch_size is the total, the others' is per rank).
 # ddpm+syncbn is ddpm with --norm batch --sync_batchnorm (two all-reduces per
 # norm layer per forward/backward): the price of synchronised statistics.
 # cascade reports its last stage (16^3 volumes; the last metrics line).
@@ -37,27 +48,58 @@ declare -A DATA=(
   [ddpm+syncbn]="--csv_path DATA/cases.csv --stages 16 --norm batch --sync_batchnorm"
   [cascade]="--dataset_path DATA"
 )
+declare -A BATCH1=(
+  [survival]="--batch_size 8" [segmentation]="--batch_size 8"
+  [vqa]="--batch_size 16" [ddpm]="--batch_size 2" [ddpm+syncbn]="--batch_size 2"
+  [cascade]="--batch_size 4"
+)
+declare -A BATCH2=(
+  [survival]="--batch_size 8" [segmentation]="--batch_size 4"
+  [vqa]="--batch_size 8" [ddpm]="--batch_size 1" [ddpm+syncbn]="--batch_size 1"
+  [cascade]="--batch_size 2"
+)
 
-samples_per_s() {
-  python3 -c 'import json,sys; print("%.1f" % json.loads(open(sys.argv[1]).read().splitlines()[-1])["samples_per_s"])' "$1/metrics.jsonl"
+# The last epoch's samples_per_s and profile of a run's metrics.jsonl.
+last_record() {
+  python3 - "$1/metrics.jsonl" <<'EOF'
+import json, sys
+r = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+p = r.get("profile", {})
+phases = ["data_wait", "forward", "backward", "grad_allreduce_wait",
+          "optimizer", "metrics", "checkpoint", "validation", "other"]
+short = {"data_wait": "data", "grad_allreduce_wait": "allreduce_wait",
+         "checkpoint": "ckpt", "validation": "val"}
+steps = p.get("steps", 0)
+per_step = p.get("wall_s", 0) * 1e3 / steps if steps else 0
+print("%.1f" % r["samples_per_s"])
+print("%.1f ms/step: " % per_step + " ".join(
+    "%s %.1f" % (short.get(k, k), p.get(k + "_ms", 0)) for k in phases))
+EOF
 }
 
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 printf '%-14s %14s %14s %8s\n' trainer "1 rank (s/s)" "2 ranks (s/s)" speedup
-for name in survival segmentation vqa ddpm ddpm+syncbn cascade; do
+profiles=""
+for name in "${TRAINERS[@]}"; do
   exe="$BIN/${EXE[$name]}_trainer"
   [[ -x "$exe" ]] || { printf '%-14s %14s\n' "$name" "not built"; continue; }
   data="$WORK/$name-data"
   "$exe" --make_synthetic "$data" ${SYNTH[$name]} >/dev/null
-  flags="${DATA[$name]//DATA/$data} --epochs $EPOCHS --checkpoint_every 0"
-  # One intra-op thread per process, as ddprun gives each of its workers.
-  OMP_NUM_THREADS=1 "$exe" $flags --output_dir "$WORK/$name-1" >"$WORK/$name-1.log" 2>&1
-  one=$(samples_per_s "$WORK/$name-1")
-  two="n/a"
+  flags="${DATA[$name]//DATA/$data} --epochs $EPOCHS --checkpoint_every 0 --profile"
+  OMP_NUM_THREADS=1 "$exe" $flags ${BATCH1[$name]} \
+    --output_dir "$WORK/$name-1" >"$WORK/$name-1.log" 2>&1
+  mapfile -t one < <(last_record "$WORK/$name-1")
+  two=("n/a" "n/a")
   if [[ -x "$BIN/ddprun" ]]; then
     "$BIN/ddprun" --standalone --nproc_per_node=2 --no_python "$exe" $flags \
-      --output_dir "$WORK/$name-2" >"$WORK/$name-2.log" 2>&1
-    two=$(samples_per_s "$WORK/$name-2")
+      ${BATCH2[$name]} --output_dir "$WORK/$name-2" >"$WORK/$name-2.log" 2>&1
+    mapfile -t two < <(last_record "$WORK/$name-2")
   fi
-  speedup=$(python3 -c "import sys; a,b=sys.argv[1:]; print('%.2f' % (float(b)/float(a)) if b!='n/a' else 'n/a')" "$one" "$two")
-  printf '%-14s %14s %14s %8s\n' "$name" "$one" "$two" "$speedup"
+  speedup=$(python3 -c "import sys; a,b=sys.argv[1:]; print('%.2f' % (float(b)/float(a)) if b!='n/a' else 'n/a')" "${one[0]}" "${two[0]}")
+  printf '%-14s %14s %14s %8s\n' "$name" "${one[0]}" "${two[0]}" "$speedup"
+  profiles+="$name, 1 rank : ${one[1]}"$'\n'"$name, 2 ranks: ${two[1]}"$'\n'
 done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+echo "where a step's time goes, last epoch, rank 0 (--profile, ms per step):"
+printf '%s' "$profiles"

@@ -1,6 +1,7 @@
 // TrainerSession's epoch/step loop: per-step bookkeeping, the epoch record,
 // the best checkpoint and the final save; and the loop's free helpers.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -37,6 +38,7 @@ TrainerSession::Plan TrainerSession::BeginRun(const LoopConfig& config) {
       world_, plan.end_epoch, steps * plan.end_epoch,
       std::chrono::milliseconds(
           static_cast<int64_t>(common_.progress_interval_s * 1000)));
+  profiler_.BeginEpoch();
   return plan;
 }
 
@@ -55,34 +57,70 @@ std::vector<std::vector<std::vector<int64_t>>> TrainerSession::EpochSteps(
   return steps;
 }
 
-double TrainerSession::AfterStep(Plan& plan, int64_t epoch,
-                                 int64_t batch_in_epoch, double local_loss) {
-  // The one per-step collective of the loop: the loss averaged over ranks.
-  const double loss = worker::AllReduceMean(world_, local_loss);
-  worker::Heartbeat();  // --watchdog_timeout: this rank progresses
-  ++state_.step;
-  state_.epoch = epoch;
-  state_.batch_in_epoch = batch_in_epoch;
-  trained_ = true;
-  plan.progress->Update(epoch, state_.step, loss, plan.samples_per_step);
-  StepRecord record;
-  record.epoch = epoch;
-  record.step = state_.step;
-  record.loss = loss;
-  record.learning_rate = runner_->learning_rate();
-  record.samples_per_s = plan.progress->samples_per_second();
-  record.loss_scale = runner_->loss_scale();
-  for (const auto& o : observers_) o->OnStep(record);
+void TrainerSession::AfterStep(Plan& plan, int64_t epoch,
+                               int64_t batch_in_epoch, double local_loss) {
+  profiler_.CountStep();
+  {
+    auto metrics = profiler_.Measure(Phase::kMetrics);
+    worker::Heartbeat();  // --watchdog_timeout: this rank progresses
+    ++state_.step;
+    state_.epoch = epoch;
+    state_.batch_in_epoch = batch_in_epoch;
+    trained_ = true;
+    plan.progress->Update(epoch, state_.step, local_loss,
+                          plan.samples_per_step);
+    StepRecord record;
+    record.epoch = epoch;
+    record.step = state_.step;
+    record.loss = local_loss;
+    record.learning_rate = runner_->learning_rate();
+    record.samples_per_s = plan.progress->samples_per_second();
+    record.loss_scale = runner_->loss_scale();
+    pending_steps_.push_back(record);
+  }
+  // Every rank runs the same steps, so every rank flushes at the same one.
+  if (static_cast<int64_t>(pending_steps_.size()) >= kStepsPerLossReduce) {
+    FlushSteps(&plan.epoch_loss_sum);
+  }
   if (checkpointer_->ShouldSave(state_.step)) {
+    auto save = profiler_.Measure(Phase::kCheckpoint);
     checkpointer_->Save(state_, parts_);
     saved_ = MarkOf(state_);
   }
-  return loss;
+}
+
+void TrainerSession::FlushSteps(double* loss_sum) {
+  if (pending_steps_.empty()) return;
+  auto metrics = profiler_.Measure(Phase::kMetrics);
+  if (world_.distributed()) {
+    // fp64: the same value on every rank whatever the reduction order.
+    std::vector<double> local;
+    for (const StepRecord& r : pending_steps_) local.push_back(r.loss);
+    at::Tensor losses =
+        torch::tensor(local, torch::kFloat64).to(world_.device());
+    world_.AllReduce(losses, worker::ReduceOp::kSum);
+    profiler_.CountLoopCollective();
+    losses = losses.cpu().contiguous();
+    const double* sums = losses.data_ptr<double>();
+    for (size_t i = 0; i < pending_steps_.size(); ++i) {
+      pending_steps_[i].loss = sums[i] / world_.world_size();
+    }
+  }
+  for (const StepRecord& record : pending_steps_) {
+    *loss_sum += record.loss;
+    for (const auto& o : observers_) o->OnStep(record);
+  }
+  pending_steps_.clear();
 }
 
 void TrainerSession::EndEpoch(Plan& plan, int64_t epoch, nlohmann::json record,
-                              double loss_sum, int64_t steps) {
-  plan.progress->Flush();
+                              int64_t steps) {
+  const double loss_sum = plan.epoch_loss_sum;
+  plan.epoch_loss_sum = 0;
+  {
+    auto metrics = profiler_.Measure(Phase::kMetrics);
+    plan.progress->Flush();
+  }
   state_.epoch = epoch + 1;
   state_.batch_in_epoch = 0;
   trained_ = true;
@@ -102,6 +140,15 @@ void TrainerSession::EndEpoch(Plan& plan, int64_t epoch, nlohmann::json record,
     if (value.is_number()) state_.scalars["metric/" + key] = value;
   }
   UpdateBest(plan.config.best, record);
+  if (profiler_.enabled()) {
+    record["profile"] = profiler_.Summary();
+    LogMain(StepProfiler::Table(
+        record["profile"],
+        "profile of epoch " + std::to_string(epoch + 1) + " (rank 0)"));
+    // The observers' epoch-end writes go to the next epoch's window.
+    profiler_.BeginEpoch();
+  }
+  auto metrics = profiler_.Measure(Phase::kMetrics);
   for (const auto& o : observers_) o->OnEpoch(record);
   last_metrics_ = std::move(record);
 }
@@ -121,14 +168,20 @@ void TrainerSession::UpdateBest(const BestCheckpoint& best,
   // Ranks compute the same metric from the same reduced numbers; rank 0's
   // decision makes sure they also agree to enter the collective save.
   if (world_.distributed()) {
+    auto metrics = profiler_.Measure(Phase::kMetrics);
     at::Tensor flag =
         torch::tensor({better ? int64_t{1} : int64_t{0}}).to(world_.device());
     world_.Broadcast(flag, 0);
+    profiler_.CountLoopCollective();
     better = flag.cpu().item<int64_t>() != 0;
   }
   if (!better) return;
   state_.scalars[key] = value;
-  const std::string path = checkpointer_->SaveNamed(best.file, state_, parts_);
+  std::string path;
+  {
+    auto save = profiler_.Measure(Phase::kCheckpoint);
+    path = checkpointer_->SaveNamed(best.file, state_, parts_);
+  }
   LogMain("best " + best.metric + " " + std::to_string(value) + " at epoch " +
           std::to_string(state_.epoch) + ": " + path);
 }
@@ -136,8 +189,16 @@ void TrainerSession::UpdateBest(const BestCheckpoint& best,
 void TrainerSession::SaveIfChanged() {
   // Nothing trained (a finished run, a finished stage): nothing written.
   if (!trained_ || MarkOf(state_) == saved_) return;
+  const auto start = StepProfiler::Clock::now();
   checkpointer_->Save(state_, parts_);
   saved_ = MarkOf(state_);
+  if (profiler_.enabled()) {
+    LogMain("profile: final checkpoint " +
+            std::to_string(std::chrono::duration<double, std::milli>(
+                               StepProfiler::Clock::now() - start)
+                               .count()) +
+            " ms (after the last epoch's window)");
+  }
 }
 
 void MetricsFileObserver::OnEpoch(const nlohmann::json& record) {

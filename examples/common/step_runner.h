@@ -1,7 +1,9 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -11,6 +13,7 @@
 #include "ddprun/worker/precision.h"
 #include "ddprun/worker/sharded_adam.h"
 #include "ddprun/worker/world.h"
+#include "examples/common/step_profiler.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -22,6 +25,10 @@ struct StepRunnerOptions {
   bool loss_scaling = false;         // fp16: dynamic loss scaling (GradScaler)
   double clip_grad_norm = 0;         // > 0: clip the global gradient norm
   worker::GradScalerOptions scaler;  // `enabled` follows loss_scaling
+  // --profile: times the step's phases (forward, backward, the gradient
+  // all-reduce wait, optimizer); null or disabled: nothing is measured.
+  // Must outlive the runner.
+  StepProfiler* profiler = nullptr;
 };
 
 // One optimizer step over the micro-batches of a step (gradient
@@ -56,6 +63,9 @@ class StepRunner {
 
  private:
   void ZeroGrad();
+  // loss.backward() (through DDP when synchronising), charged to the
+  // profiler's backward and all-reduce-wait phases.
+  void Backward(const at::Tensor& scaled, bool sync);
 
   worker::World world_;
   std::vector<at::Tensor> params_;
@@ -65,6 +75,11 @@ class StepRunner {
   StepRunnerOptions options_;
   worker::GradScaler scaler_;
   int64_t skipped_ = 0;
+  StepProfiler disabled_profiler_;
+  StepProfiler* profiler_;  // options_.profiler or disabled_profiler_
+  // When profiling: steady-clock nanoseconds at which the latest parameter
+  // gradient was produced (set by hooks on every parameter).
+  std::shared_ptr<std::atomic<int64_t>> last_grad_ns_;
 };
 
 }  // namespace ddprun::examples

@@ -84,6 +84,12 @@ void TrainerCli::AddCommonOptions() {
       ->check(CLI::IsMember({"auto", "gloo", "nccl"}));
   app_.add_option("--progress_interval", o->progress_interval_s,
                   "Seconds between rank-0 progress lines");
+  app_.add_flag("--profile", o->profile,
+                "Rank 0 prints where each epoch's time went per step (data "
+                "wait, forward, backward, gradient all-reduce wait, "
+                "optimizer, metrics, checkpoint, validation) and adds it to "
+                "metrics.jsonl as \"profile\"; synchronises a GPU around "
+                "each phase");
   app_.add_option("--max_image_pixels", o->max_image_pixels,
                   "Largest image (width x height) a data file may declare; a "
                   "larger one is an error before it is decoded")

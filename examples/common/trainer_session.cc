@@ -17,7 +17,8 @@ TrainerSession::TrainerSession(TrainerCli& cli)
     : world_(InitTrainerWorld(cli.common())),
       common_(cli.common()),
       num_workers_(
-          AutoNumWorkers(common_.num_workers, world_.local_world_size())) {
+          AutoNumWorkers(common_.num_workers, world_.local_world_size())),
+      profiler_(common_.profile, world_.device()) {
   observers_.push_back(
       std::make_shared<MetricsFileObserver>(world_, common_.output_dir));
 }
@@ -137,6 +138,7 @@ void TrainerSession::Prepare(const TrainingSetup& setup) {
   StepRunnerOptions options;
   options.loss_scaling = precision().loss_scaling;
   options.clip_grad_norm = setup.clip_grad_norm;
+  options.profiler = &profiler_;
   runner_ = std::make_unique<StepRunner>(
       world_, setup.model->parameters(), setup.optimizer,
       setup.sharded_optimizer, ddp_.get(), options);

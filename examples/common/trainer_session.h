@@ -18,6 +18,7 @@
 #include "ddprun/worker/world.h"
 #include "examples/common/batch_loader.h"
 #include "examples/common/mixed_precision.h"
+#include "examples/common/step_profiler.h"
 #include "examples/common/step_runner.h"
 #include "examples/common/train_loop.h"
 #include "examples/common/trainer_cli.h"
@@ -61,12 +62,20 @@ struct TrainingSetup {
 // total epochs) logs that the run is complete and Run() trains nothing and
 // writes nothing; a larger --epochs trains on.
 // Outputs: TrainingObservers (training_observer.h) get every step, epoch
-// record and image; metrics.jsonl is the first one.
+// record and image; metrics.jsonl is the first one. The step loss the
+// observers see is the mean over ranks, but the loop reduces it in batches
+// (one collective per epoch, or per kStepsPerLossReduce steps): a per-step
+// collective is a per-step barrier, which costs scaling on small steps. So
+// OnStep comes at those points, for each step since the last one, and the
+// progress line's loss is rank 0's own between them.
 // Every call is collective (every rank makes the same calls in the same
 // order) unless noted. Errors: ConfigError (exit 2) for bad input, e.g. a
 // --resume_from that is missing or not one of our checkpoints.
 class TrainerSession {
  public:
+  // Most steps whose losses wait for one all-reduce (see the class comment).
+  static constexpr int64_t kStepsPerLossReduce = 64;
+
   explicit TrainerSession(TrainerCli& cli);
   ~TrainerSession();
   TrainerSession(const TrainerSession&) = delete;
@@ -142,6 +151,7 @@ class TrainerSession {
     int64_t samples_per_step = 0;
     std::unique_ptr<worker::DistributedSampler> sampler;
     std::unique_ptr<worker::ProgressMeter> progress;
+    double epoch_loss_sum = 0;  // mean-over-ranks step losses, this epoch
   };
   // The state the newest checkpoint on disk holds (none: step -1).
   struct Mark {
@@ -159,10 +169,13 @@ class TrainerSession {
   Plan BeginRun(const LoopConfig& config);
   std::vector<std::vector<std::vector<int64_t>>> EpochSteps(Plan& plan,
                                                             int64_t epoch);
-  double AfterStep(Plan& plan, int64_t epoch, int64_t batch_in_epoch,
-                   double local_loss);
+  void AfterStep(Plan& plan, int64_t epoch, int64_t batch_in_epoch,
+                 double local_loss);
+  // Averages the pending steps' losses over ranks in one collective, hands
+  // their records to the observers and adds the losses to `loss_sum`.
+  void FlushSteps(double* loss_sum);
   void EndEpoch(Plan& plan, int64_t epoch, nlohmann::json record,
-                double loss_sum, int64_t steps);
+                int64_t steps);
   void UpdateBest(const BestCheckpoint& best, const nlohmann::json& record);
   void SaveIfChanged();
 
@@ -177,6 +190,9 @@ class TrainerSession {
   int64_t total_epochs_ = 0;
   std::unique_ptr<worker::DistributedDataParallel> ddp_;
   std::unique_ptr<StepRunner> runner_;
+  StepProfiler profiler_;  // --profile
+  // Steps whose loss (still this rank's own) waits for FlushSteps.
+  std::vector<StepRecord> pending_steps_;
   std::vector<std::shared_ptr<TrainingObserver>> observers_;
   nlohmann::json last_metrics_ = nlohmann::json::object();
   bool trained_ = false;
@@ -187,25 +203,35 @@ void TrainerSession::Run(const LoopConfig& config,
                          const LoopCallbacks<Batch>& callbacks) {
   Plan plan = BeginRun(config);
   for (int64_t epoch = state_.epoch; epoch < plan.end_epoch; ++epoch) {
-    if (callbacks.begin_epoch) callbacks.begin_epoch(epoch);
+    if (callbacks.begin_epoch) {
+      auto wait = profiler_.Measure(Phase::kDataWait);
+      callbacks.begin_epoch(epoch);
+    }
     const int64_t skip = state_.epoch == epoch ? state_.batch_in_epoch : 0;
     const auto steps = EpochSteps(plan, epoch);
     std::vector<std::vector<int64_t>> micro;
     for (const auto& s : steps) micro.insert(micro.end(), s.begin(), s.end());
     BatchLoader<Batch> loader(std::move(micro), callbacks.load, num_workers_,
                               2 * static_cast<int>(config.accumulation));
-    double loss_sum = 0;
     for (size_t s = 0; s < steps.size(); ++s) {
       std::vector<Batch> batches;
-      for (size_t m = 0; m < steps[s].size(); ++m) {
-        batches.push_back(ValueOrThrow(loader.Next()));
+      {
+        auto wait = profiler_.Measure(Phase::kDataWait);
+        for (size_t m = 0; m < steps[s].size(); ++m) {
+          batches.push_back(ValueOrThrow(loader.Next()));
+        }
       }
-      loss_sum += AfterStep(plan, epoch, skip + static_cast<int64_t>(s) + 1,
-                            callbacks.step(batches));
+      AfterStep(plan, epoch, skip + static_cast<int64_t>(s) + 1,
+                callbacks.step(batches));
     }
-    nlohmann::json record = callbacks.validate ? callbacks.validate(epoch)
-                                               : nlohmann::json::object();
-    EndEpoch(plan, epoch, std::move(record), loss_sum,
+    // Before validation: its pictures come after the epoch's steps.
+    FlushSteps(&plan.epoch_loss_sum);
+    nlohmann::json record = nlohmann::json::object();
+    if (callbacks.validate) {
+      auto validation = profiler_.Measure(Phase::kValidation);
+      record = callbacks.validate(epoch);
+    }
+    EndEpoch(plan, epoch, std::move(record),
              static_cast<int64_t>(steps.size()));
   }
   SaveIfChanged();

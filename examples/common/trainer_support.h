@@ -35,6 +35,7 @@ struct CommonOptions {
   int local_rank = -1;                      // --local_rank (legacy launcher)
   std::string backend = "auto";             // gloo, nccl or auto
   double progress_interval_s = 5.0;         // rank-0 progress line period
+  bool profile = false;  // per-step time breakdown (step_profiler.h)
   // Size limits of one decoded image / volume (examples/common/media_limits.h);
   // applied by TrainerCli::Parse.
   int64_t max_image_pixels = MediaLimits().max_image_pixels;

@@ -23,8 +23,11 @@ struct StepRecord {
 // Where a run's numbers and pictures go: THE place the trainer frame emits
 // them (TrainerSession::AddObserver). The loop calls, on every rank and
 // from the training thread:
-//   OnStep    after each optimizer step (per-step scalars: loss, LR,
-//             samples/s, loss scale);
+//   OnStep    once per optimizer step (per-step scalars: loss, LR,
+//             samples/s, loss scale), in batches: after an epoch's last
+//             step (before its validation) or every
+//             TrainerSession::kStepsPerLossReduce steps, when one
+//             collective has averaged the batch's losses over ranks;
 //   OnEpoch   after each epoch's validation, with the metrics record
 //             (epoch, step, train_loss, samples_per_s, world_size and the
 //             trainer's val_* numbers; what metrics.jsonl gets);

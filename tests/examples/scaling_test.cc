@@ -1,0 +1,165 @@
+// The trainer frame's scaling pieces (issue 14), run through survival_trainer
+// on 2 ranks as a user would: --profile's per-step breakdown, and the loop's
+// step losses averaged over ranks in batches instead of one collective per
+// step. Behaviour only; the speed itself is bench/trainer_throughput's.
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ddprun_catch.h"
+
+#include "tests/examples/trainer_run.h"
+
+namespace ddprun::examples::testing {
+namespace {
+
+const char* const kPhases[] = {"data_wait",           "forward",    "backward",
+                               "grad_allreduce_wait", "optimizer",  "metrics",
+                               "checkpoint",          "validation", "other"};
+
+std::string SmallSurvival(const std::string& out) {
+  return Bin("survival_trainer") + " --csv_path " +
+         SyntheticData("survival", "--n 48 --synthetic_size 16 --seed 3",
+                       "survival.csv") +
+         " --image_size 16 16 16 --output_dir " + out;
+}
+
+// survival_trainer on the small data set, 2 ranks under ddprun, no periodic
+// checkpoints.
+CommandResult RunTwoRanks(const std::string& out, const std::string& flags) {
+  return RunCommand(
+      Launch("") + SmallSurvival(out) + " --checkpoint_every 0 " + flags, 300);
+}
+
+// train/loss per step from rank 0's TensorBoard file.
+std::map<int64_t, double> StepLosses(const std::string& out) {
+  std::map<int64_t, double> losses;
+  std::vector<std::string> events = EventFiles(out);
+  if (events.size() != 1) return losses;
+  const nlohmann::json tb = ReadEvents(events[0]);  // outlives the loop
+  for (const auto& record : tb["records"]) {
+    for (const auto& v : record["values"]) {
+      if (v["tag"] == "train/loss") {
+        losses[record["step"].get<int64_t>()] = v["simple_value"].get<double>();
+      }
+    }
+  }
+  return losses;
+}
+
+TEST_CASE(
+    "trainer frame: --profile makes rank 0 print each epoch's per-step "
+    "breakdown and metrics.jsonl carries it",
+    "[scaling][profile]") {
+  const std::string out = FreshDir("scaling_profile");
+  CommandResult r = RunTwoRanks(out, "--epochs 2 --profile");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  // One table per epoch, from rank 0 only.
+  CHECK(LinesWith(r.output, "profile of epoch 1 (rank 0)").size() == 1);
+  CHECK(LinesWith(r.output, "profile of epoch 2 (rank 0)").size() == 1);
+  CHECK(LinesWith(r.output, "profile: final checkpoint").size() == 1);
+  for (const char* phase : kPhases) {
+    CHECK(LinesWith(r.output, std::string("  ") + phase + " ").size() == 2);
+  }
+  auto metrics = ReadMetrics(out);
+  REQUIRE(metrics.size() == 2);
+  for (const auto& m : metrics) {
+    REQUIRE(m.contains("profile"));
+    const nlohmann::json& p = m["profile"];
+    // 36 training subjects, 8 per step over both ranks: 5 steps per epoch.
+    CHECK(p["steps"] == 5);
+    CHECK(p["wall_s"].get<double>() > 0);
+    double shares = 0;
+    for (const char* phase : kPhases) {
+      const std::string key = std::string(phase) + "_share";
+      REQUIRE(p.contains(key));
+      CHECK(p[key].get<double>() >= 0);
+      shares += p[key].get<double>();
+    }
+    // The phases do not overlap and "other" is the rest of the wall time.
+    CHECK(shares == Approx(1.0).margin(0.01));
+    // Work that exists in this run is measured.
+    CHECK(p["forward_ms"].get<double>() > 0);
+    CHECK(p["backward_ms"].get<double>() > 0);
+    CHECK(p["grad_allreduce_wait_ms"].get<double>() > 0);  // 2 ranks: DDP
+    CHECK(p["validation_ms"].get<double>() > 0);
+  }
+
+  SECTION("without --profile nothing is measured or printed") {
+    const std::string plain = FreshDir("scaling_plain");
+    CommandResult q = RunTwoRanks(plain, "--epochs 1");
+    INFO(q.output);
+    REQUIRE(q.exit_code == 0);
+    CHECK(LinesWith(q.output, "profile").empty());
+    auto plain_metrics = ReadMetrics(plain);
+    REQUIRE(plain_metrics.size() == 1);
+    CHECK(!plain_metrics[0].contains("profile"));
+  }
+}
+
+TEST_CASE(
+    "trainer frame: step losses are averaged over ranks in one collective "
+    "per epoch, not one per step, every step still reaches TensorBoard and "
+    "train_loss is their mean",
+    "[scaling][loss]") {
+  const std::string out = FreshDir("scaling_losses");
+  // Total batch 4: two subjects per rank (batch norm needs 2), 9 steps an
+  // epoch.
+  CommandResult r = RunTwoRanks(out, "--epochs 2 --batch_size 4 --profile");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  auto metrics = ReadMetrics(out);
+  REQUIRE(metrics.size() == 2);
+  for (const auto& m : metrics) {
+    CHECK(m["profile"]["steps"] == 9);
+    // The loss average and the best-checkpoint decision: a per-step
+    // collective (a per-step barrier between the ranks) would make it >= 9.
+    CHECK(m["profile"]["loop_collectives"] == 2);
+  }
+  const std::map<int64_t, double> losses = StepLosses(out);
+  REQUIRE(losses.size() == 18);  // steps 1..18, each once
+  CHECK(losses.begin()->first == 1);
+  CHECK(losses.rbegin()->first == 18);
+  // The epoch's train_loss is the mean of its steps' rank-averaged losses
+  // (TensorBoard stores floats).
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    double sum = 0;
+    for (int64_t s = epoch * 9 + 1; s <= epoch * 9 + 9; ++s) {
+      sum += losses.at(s);
+    }
+    CHECK(metrics[epoch]["train_loss"].get<double>() ==
+          Approx(sum / 9).epsilon(1e-5));
+  }
+}
+
+TEST_CASE(
+    "trainer frame: 2 ranks with the same total batch learn as well as 1 rank "
+    "(validation C-index beats chance on both)",
+    "[scaling][outcome]") {
+  const std::string data =
+      SyntheticData("survival", "--n 128 --seed 3", "survival.csv");
+  auto run = [&](const std::string& launch, const std::string& tag) {
+    const std::string out = FreshDir(tag);
+    CommandResult r = RunCommand(launch + Bin("survival_trainer") +
+                                     " --csv_path " + data + " --output_dir " +
+                                     out + " --epochs 3 --checkpoint_every 0",
+                                 400);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    auto metrics = ReadMetrics(out);
+    REQUIRE(metrics.size() == 3);
+    return metrics.back()["val_cindex"].get<double>();
+  };
+  const double one = run("", "scaling_one");
+  const double two = run(Launch(""), "scaling_two");
+  // The 1-rank run's own test bound (survival_process_test); the generator's
+  // true risk scores about 0.75.
+  CHECK(one > 0.62);
+  CHECK(two > 0.62);
+}
+
+}  // namespace
+}  // namespace ddprun::examples::testing
