@@ -2,9 +2,11 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 
 #include "ddprun/worker/errors.h"
 #include "examples/common/guide_flags.h"
+#include "examples/common/help_formatter.h"
 
 namespace ddprun::examples {
 namespace {
@@ -21,6 +23,7 @@ bool IsMainProcess() {
 TrainerCli::TrainerCli(const std::string& description,
                        const TrainerDefaults& defaults)
     : app_(description), parser_(&app_) {
+  app_.formatter(std::make_shared<HelpFormatter>());
   common_.output_dir = defaults.output_dir;
   common_.epochs = defaults.epochs;
   common_.synthetic_n = defaults.synthetic_n;

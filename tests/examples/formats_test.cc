@@ -130,8 +130,9 @@ TEST_CASE("LabelSet: the closed answer set is sorted, unseen answers are -1",
   CHECK(LabelSet::Build({"0", "2", "no", "yes"}).Index("no") == 2);
 }
 
-// The first bytes of a PNG: signature and IHDR declaring width x height
-// (stb_image reads the size from there; the pixels are not needed).
+// A PNG declaring width x height without its pixels: signature, IHDR, an
+// IDAT of an empty zlib stream and IEND (stb_image reads the size from IHDR;
+// newer stb, trixie's, also wants the chunks after it, as a real file has).
 std::string PngHeader(uint32_t width, uint32_t height) {
   std::string png = "\x89PNG\r\n\x1a\n";
   auto put32 = [&](uint32_t v) {
@@ -145,6 +146,13 @@ std::string PngHeader(uint32_t width, uint32_t height) {
   put32(height);
   png += std::string("\x08\x00\x00\x00\x00", 5);
   put32(0);  // CRC (not checked for the size)
+  put32(4);
+  png += "IDAT";
+  png += std::string("\x78\x9c\x03\x00", 4);
+  put32(0);
+  put32(0);
+  png += "IEND";
+  put32(0);
   return png;
 }
 
