@@ -14,6 +14,7 @@ Exit 0 when every library is covered, 1 otherwise (each gap printed).
 """
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -39,7 +40,7 @@ def libraries(binaries):
     libs = {}
     for b in binaries:
         for line in run(["ldd", b]).splitlines():
-            m = re.match(r"\s*(\S+) => (\S+|not found)", line)
+            m = re.match(r"\s*(\S+) => (not found|\S+)", line)
             if m:
                 libs[m.group(1)] = None if m.group(2) == "not found" else m.group(2)
     return libs
@@ -48,8 +49,12 @@ def libraries(binaries):
 def owner(path):
     """The package that ships `path` (trixie merges /lib into /usr/lib, and
     dpkg knows each file under the name its package used)."""
-    candidates = {path, path.replace("/usr/lib/", "/lib/", 1),
-                  path.replace("/lib/", "/usr/lib/", 1)}
+    # An alternatives link (libblas.so.3, liblapack.so.3) belongs to no
+    # package; the library it points at does.
+    candidates = set()
+    for p in (path, os.path.realpath(path)):
+        candidates |= {p, p.replace("/usr/lib/", "/lib/", 1),
+                       p.replace("/lib/", "/usr/lib/", 1)}
     for c in sorted(candidates):
         out = run(["dpkg", "-S", c]).strip()
         if out and ":" in out:
@@ -60,13 +65,20 @@ def owner(path):
 def closure(listed):
     """Installed packages the runtime stage ends up with."""
     status = {}
+    providers = {}  # virtual package (libre2-11-absl20240722) -> real ones
     for line in run(["dpkg-query", "-W", "-f=${Package}\t${Priority}\t"
-                     "${Essential}\t${Pre-Depends}, ${Depends}\n"]).splitlines():
-        name, priority, essential, deps = (line.split("\t") + [""] * 4)[:4]
+                     "${Essential}\t${Pre-Depends}, ${Depends}\t${Provides}\n"]
+                    ).splitlines():
+        name, priority, essential, deps, provides = (line.split("\t") +
+                                                     [""] * 5)[:5]
         names = [re.sub(r"[:\s(].*", "", alt.strip())
                  for group in deps.split(",") for alt in group.split("|")]
         status[name] = (priority == "required" or essential == "yes",
                         [n for n in names if n])
+        for virtual in provides.split(","):
+            virtual = re.sub(r"[:\s(].*", "", virtual.strip())
+            if virtual:
+                providers.setdefault(virtual, []).append(name)
     todo = [p for p, (base, _) in status.items() if base] + list(listed)
     seen = set()
     while todo:
@@ -74,7 +86,8 @@ def closure(listed):
         if p in seen:
             continue
         seen.add(p)
-        todo += [d for d in status.get(p, (False, []))[1] if d in status]
+        for d in status.get(p, (False, []))[1]:
+            todo += [d] if d in status else providers.get(d, [])
     return seen
 
 
