@@ -4,6 +4,7 @@
 
 #include "examples/cascade/drr.h"
 #include "examples/common/metrics.h"
+#include "examples/common/outputs_observer.h"
 #include "examples/outputs/image_panels.h"
 
 namespace ddprun::examples {
@@ -44,17 +45,6 @@ outputs::FloatSlice Tile(const torch::Tensor& slice, int64_t edge,
   s.values.assign(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
   s.label = label;
   return s;
-}
-
-// What EmitImage takes: [C, H, W] in [0, 1].
-torch::Tensor ToTensor(const outputs::RasterImage& image) {
-  return torch::from_blob(const_cast<uint8_t*>(image.pixels.data()),
-                          {image.height, image.width, image.channels},
-                          torch::kUInt8)
-      .permute({2, 0, 1})
-      .to(torch::kFloat32)
-      .div(255.0)
-      .contiguous();
 }
 
 }  // namespace
@@ -215,7 +205,7 @@ void CascadeEvaluator::EmitImages(size_t k, const torch::Tensor& truth,
   grid.title = stage.name + " " + SizeText(size) +
                ": CT truth (top) and reconstruction from the X-rays";
   StatusOr<outputs::RasterImage> image = outputs::SliceGrid(slices, grid);
-  if (image.ok()) session_->EmitImage(stage.name + "/slices", ToTensor(*image));
+  if (image.ok()) session_->EmitImage(stage.name + "/slices", RasterToImage(*image));
 
   std::vector<outputs::FloatSlice> physics;
   const int64_t side = views.size(2);
@@ -230,7 +220,7 @@ void CascadeEvaluator::EmitImages(size_t k, const torch::Tensor& truth,
       stage.name + ": input views and radiographs of the reconstruction";
   image = outputs::SliceGrid(physics, grid);
   if (image.ok())
-    session_->EmitImage(stage.name + "/physics", ToTensor(*image));
+    session_->EmitImage(stage.name + "/physics", RasterToImage(*image));
 }
 
 }  // namespace ddprun::examples

@@ -30,6 +30,16 @@ StatusOr<outputs::RasterImage> ToRaster(const at::Tensor& image) {
 
 }  // namespace
 
+at::Tensor RasterToImage(const outputs::RasterImage& raster) {
+  return torch::from_blob(const_cast<uint8_t*>(raster.pixels.data()),
+                          {raster.height, raster.width, raster.channels},
+                          torch::kUInt8)
+      .permute({2, 0, 1})
+      .to(torch::kFloat32)
+      .div(255.0)
+      .contiguous();
+}
+
 RunOutputsObserver::RunOutputsObserver(const worker::World& world,
                                        const std::string& output_dir,
                                        const std::string& trainer_name,

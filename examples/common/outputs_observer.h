@@ -11,7 +11,13 @@
 namespace ddprun::examples {
 namespace outputs {
 class RunOutputs;
+struct RasterImage;
 }
+
+// A picture drawn by examples/outputs (8-bit, interleaved) as what
+// TrainerSession::EmitImage takes: [C, H, W] float in [0, 1], its own
+// memory (exact: the observer writes k / 255 back as k).
+at::Tensor RasterToImage(const outputs::RasterImage& raster);
 
 // Hands what the loop sees to the run outputs (examples/outputs): per step
 // train/loss, train/lr, train/samples_per_s (and train/loss_scale under

@@ -6,6 +6,7 @@
 
 #include "examples/common/metrics.h"
 #include "examples/common/nifti_io.h"
+#include "examples/common/outputs_observer.h"
 #include "examples/common/trainer_support.h"
 #include "examples/ddpm/brats_data.h"
 #include "examples/outputs/image_panels.h"
@@ -60,14 +61,7 @@ torch::Tensor SamplePanel(const std::vector<SampleCase>& cases, int64_t target,
   options.shared_range = true;
   outputs::RasterImage raster =
       ValueOrThrow(outputs::SliceGrid(slices, options));
-  torch::Tensor pixels =
-      torch::from_blob(raster.pixels.data(),
-                       {raster.height, raster.width, raster.channels},
-                       torch::kUInt8)
-          .permute({2, 0, 1})
-          .to(torch::kFloat32)
-          .div(255.0);
-  return pixels.contiguous();
+  return RasterToImage(raster);
 }
 
 ValidationResult Validate(const ValidationSetup& setup,

@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include "common/file_util.h"
 #include "examples/common/csv_table.h"
 #include "examples/common/image_io.h"
 #include "examples/common/jsonl_reader.h"
@@ -40,24 +41,6 @@ StatusOr<SegSample> LoadSegSample(const SegRecord& record, int64_t size) {
   s.mask = mask.gt(0.5).to(torch::kFloat32);
   return s;
 }
-
-namespace {
-
-// Writes `text` to `path` through a temporary file renamed into place.
-Status WriteWhole(const std::string& path, const std::string& text) {
-  {
-    std::ofstream out(path + ".tmp");
-    out << text;
-    out.close();
-    if (!out) return InternalError("cannot write " + path);
-  }
-  std::error_code ec;
-  std::filesystem::rename(path + ".tmp", path, ec);
-  if (ec) return InternalError("cannot write " + path + ": " + ec.message());
-  return Status::Ok();
-}
-
-}  // namespace
 
 Status WriteSyntheticSegmentation(const std::string& dir, int64_t n,
                                   int64_t size, uint64_t seed) {
@@ -118,8 +101,9 @@ Status WriteSyntheticSegmentation(const std::string& dir, int64_t n,
                      " of the image.") +
            "," + split + "\n";
   }
-  DDP_RETURN_IF_ERROR(WriteWhole(dir + "/annotations/lesions.csv", csv));
-  return WriteWhole(dir + "/prompts.jsonl", jsonl);
+  DDP_RETURN_IF_ERROR(
+      WriteFileAtomically(dir + "/annotations/lesions.csv", {csv}));
+  return WriteFileAtomically(dir + "/prompts.jsonl", {jsonl});
 }
 
 }  // namespace ddprun::examples

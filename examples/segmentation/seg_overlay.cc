@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "examples/common/outputs_observer.h"
 #include "examples/outputs/image_panels.h"
 
 namespace ddprun::examples {
@@ -58,14 +59,7 @@ StatusOr<torch::Tensor> MaskOverlayPicture(
   options.columns = columns;
   DDP_ASSIGN_OR_RETURN(outputs::RasterImage raster,
                        outputs::MaskOverlayGrid(cases, options));
-  // Interleaved 8-bit rows -> [C, H, W] in [0, 1] (exact: k / 255 * 255 = k
-  // when the frame writes it back).
-  torch::Tensor hwc =
-      torch::from_blob(raster.pixels.data(),
-                       {raster.height, raster.width, raster.channels},
-                       torch::kUInt8)
-          .clone();
-  torch::Tensor chw = hwc.permute({2, 0, 1}).to(torch::kFloat32).div(255.0);
+  torch::Tensor chw = RasterToImage(raster);
   if (chw.size(0) == 1) chw = chw.expand({3, -1, -1});
   return chw.contiguous();
 }

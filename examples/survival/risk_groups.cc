@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include "examples/common/outputs_observer.h"
 #include "examples/outputs/survival_curves.h"
 #include "examples/survival/kaplan_meier.h"
 
@@ -43,14 +44,7 @@ StatusOr<torch::Tensor> RiskGroupsPicture(const std::vector<double>& risk,
   DDP_ASSIGN_OR_RETURN(
       outputs::RasterImage image,
       outputs::PlotSurvivalCurves(title, curves, {/*blue=*/0, /*red=*/3}));
-  torch::Tensor pixels =
-      torch::from_blob(image.pixels.data(),
-                       {image.height, image.width, image.channels},
-                       torch::kUInt8)
-          .permute({2, 0, 1})
-          .to(torch::kFloat32)
-          .div(255.0);
-  return pixels.contiguous();
+  return RasterToImage(image);
 }
 
 }  // namespace ddprun::examples

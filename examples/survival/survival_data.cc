@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include "common/file_util.h"
 #include "examples/common/csv_table.h"
 #include "examples/common/nifti_io.h"
 
@@ -169,24 +170,6 @@ StatusOr<torch::Tensor> LoadSurvivalVolume(const std::string& path,
   return v.contiguous();
 }
 
-namespace {
-
-// Writes `text` to <dir>/<name> through a temporary file renamed into place.
-Status WriteListFile(const std::string& dir, const std::string& name,
-                     const std::string& text) {
-  const std::string path = dir + "/" + name;
-  std::ofstream out(path + ".tmp");
-  out << text;
-  out.close();
-  if (!out) return InternalError("cannot write " + path);
-  std::error_code ec;
-  std::filesystem::rename(path + ".tmp", path, ec);
-  if (ec) return InternalError("cannot write " + path + ": " + ec.message());
-  return Status::Ok();
-}
-
-}  // namespace
-
 Status WriteSyntheticSurvival(const std::string& dir, int64_t n, int64_t size,
                               uint64_t seed) {
   std::error_code ec;
@@ -232,8 +215,8 @@ Status WriteSyntheticSurvival(const std::string& dir, int64_t n, int64_t size,
     guide << i << "," << name << "," << time << "," << (event ? 1 : 0) << ","
           << (i % 4 == 3 ? "val" : "train") << "\n";
   }
-  DDP_RETURN_IF_ERROR(WriteListFile(dir, "survival.csv", ours.str()));
-  return WriteListFile(dir, "dataset.csv", guide.str());
+  DDP_RETURN_IF_ERROR(WriteFileAtomically(dir + "/survival.csv", {ours.str()}));
+  return WriteFileAtomically(dir + "/dataset.csv", {guide.str()});
 }
 
 }  // namespace ddprun::examples

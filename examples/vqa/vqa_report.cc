@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "examples/common/metrics.h"
+#include "examples/common/outputs_observer.h"
 #include "examples/outputs/bar_chart.h"
 #include "examples/vqa/vqa_data.h"
 
@@ -52,15 +53,7 @@ StatusOr<torch::Tensor> AurocChart(const std::vector<double>& aurocs,
   o.reference = 0.5;
   DDP_ASSIGN_OR_RETURN(outputs::RasterImage chart,
                        outputs::BarChart(CheXpertNames(), aurocs, o));
-  // Interleaved 8-bit RGB -> [C, H, W] in [0, 1].
-  torch::Tensor pixels =
-      torch::from_blob(chart.pixels.data(),
-                       {chart.height, chart.width, chart.channels},
-                       torch::kUInt8)
-          .permute({2, 0, 1})
-          .to(torch::kFloat32)
-          .div(255.0);
-  return pixels.contiguous();
+  return RasterToImage(chart);
 }
 
 }  // namespace ddprun::examples
