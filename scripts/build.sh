@@ -10,6 +10,6 @@ export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
 # Needed for ccache to cache TUs that use the Torch precompiled header.
 export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="${DDPRUN_BUILD_TYPE:-Release}" "$@"
 # Two cores, and Torch TUs need ~2 GB each: keep the job count explicit.
 cmake --build build -j "${DDPRUN_BUILD_JOBS:-2}"

@@ -12,7 +12,18 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
-stamp() { printf '[run_tests %3d min] %s\n' $(((SECONDS - start) / 60)) "$*"; }
+stamp() {
+  printf '[run_tests %3d min] %s (%s free here)\n' $(((SECONDS - start) / 60)) "$*" \
+    "$(df -h --output=avail . | tail -1 | tr -d ' ')"
+}
+# Measured peak: about NEED_GB here and under /var/cache/ddprun together (the
+# host build, the trixie root with its LibTorch 2.6 build, both ccaches).
+need_gb=${DDPRUN_DISK_NEED_GB:-9}
+free_gb=$(($(df -k --output=avail . | tail -1) / 1024 / 1024))
+if ((free_gb < need_gb)); then
+  echo "run_tests: warning: ${free_gb} GB free on $(df --output=target . | tail -1);" \
+    "a full run needs about ${need_gb} GB (DDPRUN_TORCH2_LEG=0 about half)" >&2
+fi
 
 bash scripts/setup.sh || exit 1
 leg=${DDPRUN_TORCH2_LEG:-1}

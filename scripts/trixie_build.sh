@@ -121,7 +121,7 @@ export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-3G}
 export CCACHE_BASEDIR=$src CCACHE_NOHASHDIR=true
 export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
 
-cmake_args=(-S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake_args=(-S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="${DDPRUN_BUILD_TYPE:-Release}"
             -DDDPRUN_WITH_TORCH=ON -DDDPRUN_BUILD_BENCH=OFF)
 targets=()
 if [[ $with_launcher == 1 ]]; then

@@ -21,6 +21,7 @@
 #include "examples/cascade/patient_data.h"
 #include "examples/cascade/v_diffusion.h"
 #include "examples/common/image_io.h"
+#include "tests/common/remove_at_exit.h"
 
 namespace ddprun::examples {
 namespace {
@@ -30,7 +31,7 @@ std::string TempDir(const std::string& tag) {
       "/tmp/ddprun_cascade_unit_" + std::to_string(::getpid()) + "_" + tag;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  return dir;
+  return ddprun::testing::RemoveAtExit(dir);
 }
 
 StageModelOptions SmallStage(bool checkpointing, bool previous) {

@@ -17,6 +17,7 @@
 #include "examples/survival/cox_loss.h"
 #include "examples/survival/smart_cache.h"
 #include "examples/vqa/vqa_data.h"
+#include "tests/common/remove_at_exit.h"
 
 namespace ddprun::examples {
 namespace {
@@ -24,7 +25,7 @@ namespace {
 std::string TempDir() {
   std::string dir = "/tmp/ddprun_common_test_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
-  return dir;
+  return ddprun::testing::RemoveAtExit(dir);
 }
 
 TEST_CASE("ReadNifti: round-trips a 4D volume in C,D,H,W order", "[nifti]") {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ddprun_catch.h"
+#include "tests/common/remove_at_exit.h"
 
 #include "examples/common/flag_parser.h"
 #include "examples/common/guide_flags.h"
@@ -21,7 +22,7 @@ std::string TempFile(const std::string& name, const std::string& text) {
   std::string path =
       "/tmp/ddprun_flags_test_" + std::to_string(::getpid()) + "_" + name;
   std::ofstream(path) << text;
-  return path;
+  return ddprun::testing::RemoveAtExit(path);
 }
 
 // A trainer-like command line: a few options of each kind, the common

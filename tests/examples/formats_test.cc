@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ddprun_catch.h"
+#include "tests/common/remove_at_exit.h"
 
 #include "examples/common/csv_table.h"
 #include "examples/common/jsonl_reader.h"
@@ -19,7 +20,7 @@ std::string TempFile(const std::string& name, const std::string& text) {
   std::string path =
       "/tmp/ddprun_formats_test_" + std::to_string(::getpid()) + "_" + name;
   std::ofstream(path) << text;
-  return path;
+  return ddprun::testing::RemoveAtExit(path);
 }
 
 TEST_CASE("CsvTable: parses quotes, escaped quotes, quoted newlines and CRLF",

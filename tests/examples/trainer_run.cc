@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "tests/common/remove_at_exit.h"
 namespace ddprun::examples::testing {
 
 CommandResult RunCommand(const std::string& command, int timeout_s) {
@@ -46,7 +47,7 @@ std::string FreshDir(const std::string& tag) {
       "/tmp/ddprun_examples_test_" + std::to_string(::getpid()) + "_" + tag;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  return dir;
+  return ddprun::testing::RemoveAtExit(dir);
 }
 
 std::string Bin(const std::string& name) {

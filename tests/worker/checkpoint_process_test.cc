@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ddprun_catch.h"
+#include "tests/common/remove_at_exit.h"
 
 #include "ddprun/worker/errors.h"
 #include "tests/worker/rank_process.h"
@@ -25,7 +26,7 @@ namespace {
 std::string TempDir() {
   char tmpl[] = "/tmp/ddprun_ckpt_test_XXXXXX";
   REQUIRE(mkdtemp(tmpl) != nullptr);
-  return tmpl;
+  return ddprun::testing::RemoveAtExit(tmpl);
 }
 
 std::string ReadText(const std::string& path) {

@@ -12,7 +12,7 @@ cmake --install "$build" --prefix "$work/prefix" >"$work/install.log"
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S "$src/tests/worker/install_consumer" -B "$work/consumer" -G Ninja \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_PREFIX_PATH="$work/prefix" \
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$work/prefix" \
   "${launcher[@]}" >"$work/configure.log"
 cmake --build "$work/consumer" >"$work/build.log"
 

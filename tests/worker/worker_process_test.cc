@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ddprun_catch.h"
+#include "tests/common/remove_at_exit.h"
 
 #include "ddprun/worker/errors.h"
 #include "ddprun/worker/hardware.h"
@@ -29,7 +30,7 @@ std::string Helper() { return wt::BinPath("worker_rank_helper"); }
 std::string TempDir() {
   char tmpl[] = "/tmp/ddprun_worker_test_XXXXXX";
   REQUIRE(mkdtemp(tmpl) != nullptr);
-  return tmpl;
+  return ddprun::testing::RemoveAtExit(tmpl);
 }
 
 std::vector<float> ReadFloats(const std::string& path) {
