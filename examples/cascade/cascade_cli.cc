@@ -29,7 +29,7 @@ CascadeCli::CascadeCli()
           "xray_config, stage_configs, training, data) and patient folders "
           "(<id>/<id>_pa_drr.png, <id>_lat_drr.png, <id>.nii.gz). Runs "
           "alone or under ddprun / ddprun-accelerate (one process per GPU).",
-          {"runs/cascade", /*epochs (per stage)=*/8, /*synthetic_n=*/40}) {
+          {"runs/cascade", /*epochs (per stage)=*/24, /*synthetic_n=*/40}) {
   CascadeOptions& o = options_;
   o.stage_defaults.sizes = {8, 16};
   o.stage_defaults.voxel_dim = 32;

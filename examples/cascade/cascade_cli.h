@@ -22,11 +22,14 @@ struct CascadeOptions {
   XrayOptions xray;
   StageDefaults stage_defaults;
   int64_t batch_size = 4;  // per rank (per GPU), as the guide's batch_size
-  double learning_rate = 1e-3;
+  // 3e-3 and 3 DDIM steps: measured on the default synthetic run, the
+  // sampled reconstruction beats the mean training volume within 24 epochs
+  // per stage (1e-3 and 10 steps: still ~10 dB below it after 8).
+  double learning_rate = 3e-3;
   double weight_decay = 0.01;  // AdamW, as the guide's scripts
   int64_t num_timesteps = 1000;
   bool v_parameterization = true;
-  int64_t sampling_steps = 10;
+  int64_t sampling_steps = 3;
   bool train_on_sampling_steps = true;
   double gradient_clip = 1.0;
   bool gradient_checkpointing = false;

@@ -205,7 +205,8 @@ void CascadeEvaluator::EmitImages(size_t k, const torch::Tensor& truth,
   grid.title = stage.name + " " + SizeText(size) +
                ": CT truth (top) and reconstruction from the X-rays";
   StatusOr<outputs::RasterImage> image = outputs::SliceGrid(slices, grid);
-  if (image.ok()) session_->EmitImage(stage.name + "/slices", RasterToImage(*image));
+  if (image.ok())
+    session_->EmitImage(stage.name + "/slices", RasterToImage(*image));
 
   std::vector<outputs::FloatSlice> physics;
   const int64_t side = views.size(2);

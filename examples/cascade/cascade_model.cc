@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "ddprun/worker/errors.h"
+#include "examples/cascade/drr.h"
 
 namespace ddprun::examples {
 
@@ -78,7 +79,11 @@ CascadeStageImpl::CascadeStageImpl(const StageModelOptions& options)
     grid_.push_back(edge / p);
     tokens *= edge / p;
   }
-  const int64_t in_channels = options.conditioned_on_previous ? 2 : 1;
+  // The noisy volume, the previous stage's output, and each view's
+  // back-projection (drr.h): the views enter twice, as voxels on their
+  // beams here and as learned features (LiftViews).
+  const int64_t in_channels =
+      1 + (options.conditioned_on_previous ? 1 : 0) + x.num_views;
   patch_embed_ = register_module(
       "patch_embed",
       torch::nn::Conv3d(
@@ -150,8 +155,11 @@ torch::Tensor CascadeStageImpl::forward(const torch::Tensor& x_t,
                                         const torch::Tensor& previous) {
   const int64_t b = x_t.size(0);
   const int64_t p = options_.stage.patch_size;
-  const torch::Tensor input =
-      options_.conditioned_on_previous ? torch::cat({x_t, previous}, 1) : x_t;
+  std::vector<torch::Tensor> channels{x_t};
+  if (options_.conditioned_on_previous) channels.push_back(previous);
+  channels.push_back(
+      BackProjection(views, options_.stage.volume_size).to(x_t.scalar_type()));
+  const torch::Tensor input = torch::cat(channels, 1);
   torch::Tensor pooled;
   torch::Tensor tokens = patch_embed_(input).flatten(2).transpose(1, 2) +
                          positions_ + LiftViews(views, &pooled);

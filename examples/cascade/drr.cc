@@ -24,6 +24,26 @@ torch::Tensor ViewAtVolumeSize(const torch::Tensor& views, int64_t view,
       .squeeze(1);
 }
 
+torch::Tensor BackProjection(const torch::Tensor& views,
+                             const std::vector<int64_t>& volume_size) {
+  const int64_t d = volume_size.at(0), h = volume_size.at(1),
+                w = volume_size.at(2);
+  std::vector<torch::Tensor> volumes;
+  for (int64_t v = 0; v < views.size(1); ++v) {
+    // Below 1 - e^-kOpticalDepth, the brightest a view can be: the log
+    // stays finite for saturated (or 8-bit rounded up) pixels.
+    const torch::Tensor intensity =
+        ViewAtVolumeSize(views, v, volume_size).clamp(0.0, 1.0 - 1e-4);
+    const torch::Tensor attenuation =
+        (-torch::log1p(-intensity) / kOpticalDepth).clamp(0.0, 1.0);
+    const torch::Tensor value = attenuation * 2.0 - 1.0;  // [B, rows, cols]
+    // Frontal (D x W) runs along H; lateral (D x H) along W.
+    volumes.push_back(v == 0 ? value.unsqueeze(2).expand({-1, d, h, w})
+                             : value.unsqueeze(3).expand({-1, d, h, w}));
+  }
+  return torch::stack(volumes, 1);
+}
+
 torch::Tensor PhysicsLoss(const torch::Tensor& volume,
                           const torch::Tensor& views, bool per_sample) {
   const std::vector<int64_t> size(volume.sizes().end() - 3,

@@ -36,6 +36,17 @@ torch::Tensor Drr(const torch::Tensor& volume, int64_t view);
 torch::Tensor ViewAtVolumeSize(const torch::Tensor& views, int64_t view,
                                const std::vector<int64_t>& volume_size);
 
+// Unfiltered back-projection of each view into a volume of `volume_size`:
+// the Beer-Lambert inverse of a view pixel (its beam's mean attenuation,
+// -ln(1 - I) / kOpticalDepth) spread evenly along the beam, as a volume
+// value in [-1, 1]. For a patient whose tissue were uniform along every
+// beam this is the volume itself; otherwise it is where each view puts the
+// tissue, which the cascade's stages take as input channels so that they
+// start from the X-ray geometry instead of learning it. `views` [B, V, S,
+// S] in [0, 1] -> [B, V, D, H, W], float32, differentiable.
+torch::Tensor BackProjection(const torch::Tensor& views,
+                             const std::vector<int64_t>& volume_size);
+
 // The guide's physics loss: how far the projections of `volume` ([B, 1, D,
 // H, W] in [-1, 1]) are from the X-ray views the patient came with
 // ([B, V, S, S] in [0, 1]): the mean over views of the MSE between Drr and

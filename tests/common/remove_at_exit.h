@@ -7,7 +7,8 @@
 //
 // Removal happens in a static destructor, i.e. at a normal exit (Catch2's
 // main returning, std::exit); a test binary killed by a signal leaves its
-// paths behind. Thread-safe; header-only so Torch-free and Torch tests share it.
+// paths behind. Thread-safe; header-only so Torch-free and Torch tests share
+// it.
 #ifndef DDPRUN_TESTS_COMMON_REMOVE_AT_EXIT_H_
 #define DDPRUN_TESTS_COMMON_REMOVE_AT_EXIT_H_
 
@@ -34,8 +35,8 @@ class ScratchPaths {
 
   ~ScratchPaths() {
     const char* keep = std::getenv("DDPRUN_KEEP_TEST_DIRS");
-    const bool keep_all = keep != nullptr && *keep != '\0' &&
-                          std::string(keep) != "0";
+    const bool keep_all =
+        keep != nullptr && *keep != '\0' && std::string(keep) != "0";
     for (const std::string& path : paths_) {
       if (keep_all) {
         std::fprintf(stderr, "kept test scratch: %s\n", path.c_str());

@@ -26,6 +26,10 @@ namespace {
 std::string SyntheticConfig() {
   return SyntheticData("cascade", "--n 24 --seed 3", "config.json");
 }
+// The default synthetic data set (40 patients), for the learning test.
+std::string DefaultSyntheticConfig() {
+  return SyntheticData("cascade", "--seed 3", "config.json");
+}
 std::string DataDir() {
   const std::string config = SyntheticConfig();
   return config.substr(0, config.rfind('/'));
@@ -67,7 +71,7 @@ TEST_CASE("cascade_trainer: --help documents the options with defaults",
   for (const char* text : {"--dataset_path TEXT",
                            "--config",
                            "--stages INT=8 16",
-                           "--epochs INT:POSITIVE=8",
+                           "--epochs INT:POSITIVE=24",
                            "Training epochs PER STAGE",
                            "--voxel_dim INT:POSITIVE=32",
                            "--vit_depth INT:POSITIVE=2",
@@ -77,10 +81,10 @@ TEST_CASE("cascade_trainer: --help documents the options with defaults",
                            "--img_size INT:POSITIVE=32",
                            "--num_views INT:INT in [1 - 2]=2",
                            "--batch_size INT:POSITIVE=4",
-                           "--learning_rate FLOAT=0.001",
+                           "--learning_rate FLOAT=0.003",
                            "--num_timesteps INT:INT in [2 - 100000]=1000",
                            "--v_parameterization BOOLEAN",
-                           "--sampling_steps INT:POSITIVE=10",
+                           "--sampling_steps INT:POSITIVE=3",
                            "--gradient_clip FLOAT:NONNEGATIVE=1",
                            "--gradient_checkpointing",
                            "--hu_window FLOAT=-1000 1000",
@@ -112,7 +116,7 @@ TEST_CASE(
   CHECK(config["stage_configs"][1]["volume_size"] ==
         nlohmann::json::array({16, 16, 16}));
   CHECK(config["stage_configs"][1]["voxel_dim"] == 32);
-  CHECK(config["training"]["num_epochs_per_stage"] == 8);
+  CHECK(config["training"]["num_epochs_per_stage"] == 24);
   CHECK(config["training"]["num_timesteps"] == 1000);
   CHECK(config["training"]["v_parameterization"] == true);
   CHECK_FALSE(config["training"].contains("mixed_precision"));
@@ -145,7 +149,7 @@ TEST_CASE(
   REQUIRE(r.exit_code == 0);
   CHECK(r.output.find("cascade: 8 train / 4 val patients, 2 views of 32^2, "
                       "stages 8x8x8 -> 16x16x16; batch 4 per rank x 1 ranks "
-                      "x 1 accumulation = 4, 1000 timesteps (10-step DDIM "
+                      "x 1 accumulation = 4, 1000 timesteps (3-step DDIM "
                       "sampling), v-prediction, fp32") != std::string::npos);
   CHECK(r.output.find("stage 1/1 (stage1): volumes 8x8x8") !=
         std::string::npos);
@@ -290,39 +294,43 @@ namespace ddprun::examples::testing {
 namespace {
 
 // The default run under the guide's torchrun line (as ddprun), on the
-// synthetic patients and the config --make_synthetic wrote: both stages,
-// and what they learn in 24 steps each: the sampled reconstruction gains
-// 3 dB PSNR within each stage and its radiographs come twice as close to
-// the input views. It does NOT yet beat the mean training volume (the
-// metrics' val_psnr_mean_volume, ~20 dB against ~10.5 dB).
+// default synthetic data set (40 patients) and the config --make_synthetic
+// wrote: both stages, 24 epochs (96 steps) each. The sampled reconstruction
+// learns its task: at the end of each stage it beats the mean training volume
+// (the baseline the trainer prints; measured +1.8 dB at 8^3, +2.9 dB at 16^3),
+// gains over the stage's first epoch, and its radiographs come at least
+// twice as close to the input views.
 TEST_CASE(
     "cascade_trainer: the guide's torchrun line trains both stages on 2 ranks "
-    "and the reconstruction improves in each",
+    "and each stage's reconstruction beats the mean training volume",
     "[cascade][ddprun][train]") {
   const std::string out = FreshDir("cascade_2ranks");
-  CommandResult r = RunCommand(
-      Launch("") + Bin("cascade_trainer") + " --config " + SyntheticConfig() +
-          " --wandb --output_dir " + out + " --progress_interval 2",
-      600);
+  CommandResult r =
+      RunCommand(Launch("") + Bin("cascade_trainer") + " --config " +
+                     DefaultSyntheticConfig() + " --wandb --output_dir " + out +
+                     " --progress_interval 2",
+                 600);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK(LinesWith(r.output, "note: --wandb: ").size() == 1);
   CHECK(r.output.find("x 2 ranks") != std::string::npos);
   CHECK(LinesWith(r.output, "samples/s").size() >= 2);
   const auto metrics = ReadMetrics(out);
-  REQUIRE(metrics.size() == 16);
+  REQUIRE(metrics.size() == 48);
   const nlohmann::json& last = metrics.back();
-  CHECK(metrics[7]["stage"] == 1);
+  CHECK(metrics[23]["stage"] == 1);
   CHECK(last["stage"] == 2);
   CHECK(last["world_size"] == 2);
   CHECK(last["frozen_stages_changed"] == false);
-  for (int first : {0, 8}) {
+  for (int first : {0, 24}) {
     const nlohmann::json& begin = metrics[first];
-    const nlohmann::json& end = metrics[first + 7];
+    const nlohmann::json& end = metrics[first + 23];
     INFO(begin.dump());
     INFO(end.dump());
     CHECK(end["val_psnr"].get<double>() >
-          begin["val_psnr"].get<double>() + 3.0);
+          end["val_psnr_mean_volume"].get<double>());
+    CHECK(end["val_psnr"].get<double>() >
+          begin["val_psnr"].get<double>() + 2.0);
     CHECK(end["val_recon_physics_loss"].get<double>() <
           0.5 * begin["val_recon_physics_loss"].get<double>());
   }

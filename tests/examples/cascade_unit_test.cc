@@ -163,6 +163,31 @@ TEST_CASE("Drr: Beer-Lambert along each view's beam", "[cascade][drr]") {
 }
 
 TEST_CASE(
+    "BackProjection: inverts Beer-Lambert and spreads each view along "
+    "its beam",
+    "[cascade][drr]") {
+  // Views are square images; a cube keeps both at the volume's size.
+  const std::vector<int64_t> size{6, 6, 6};
+  // Constant along H (so along the frontal beam): the frontal view's
+  // back-projection is the volume itself; a black view is air everywhere.
+  const torch::Tensor volume =
+      torch::linspace(-1, 0.8, 6).view({1, 1, 6}).expand({6, 6, 6});
+  torch::Tensor bp = BackProjection(
+      torch::stack({Drr(volume, 0), torch::zeros({6, 6})}).unsqueeze(0), size);
+  REQUIRE(bp.sizes() == torch::IntArrayRef({1, 2, 6, 6, 6}));
+  CHECK((bp[0][0] - volume).abs().max().item<double>() < 1e-4);
+  CHECK(bp[0][1].max().item<double>() == Approx(-1.0));
+  // A dense rod along W at (d, h) = (1, 2): the lateral view puts all its
+  // density back on that row, none on slice 0.
+  torch::Tensor rod = torch::full({6, 6, 6}, -1.0);
+  rod.index_put_({1, 2, torch::indexing::Slice()}, 1.0);
+  bp = BackProjection(torch::stack({Drr(rod, 0), Drr(rod, 1)}).unsqueeze(0),
+                      size);
+  CHECK((bp[0][1][1][2] - 1.0).abs().max().item<double>() < 1e-4);
+  CHECK(bp[0][1][0].max().item<double>() == Approx(-1.0));
+}
+
+TEST_CASE(
     "synthetic patients: the views are radiographs of the CT volume (the "
     "physics loss of the truth is ~0, of another patient's volume is not)",
     "[cascade][drr][data]") {
