@@ -83,6 +83,9 @@ Status CheckNode(const v1::NodeInfo& n) {
     return InvalidArgumentError("master_port must be in 1..65535, got " +
                                 std::to_string(n.master_port()));
   }
+  if (n.standby_endpoint().size() > kMaxAddrBytes + 6) {
+    return InvalidArgumentError("standby_endpoint is longer than 262 bytes");
+  }
   return Status::Ok();
 }
 
@@ -240,6 +243,14 @@ StatusOr<v1::HeartbeatResponse> RendezvousState::Heartbeat(
     deadline_changed_ |= job->TakeDeadlineMoved();
   }
   return reply;
+}
+
+std::optional<Successor> RendezvousState::SuccessorOf(
+    const std::string& rdzv_id,
+    const std::vector<std::string>& own_hosts) const {
+  auto it = jobs_.find(rdzv_id);
+  if (it == jobs_.end()) return std::nullopt;
+  return ChooseSuccessor(it->second->LiveNodes(), own_hosts);
 }
 
 Status RendezvousState::ReportFailure(const v1::ReportFailureRequest& request,

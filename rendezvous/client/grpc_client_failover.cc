@@ -1,0 +1,72 @@
+#include <algorithm>
+
+#include "common/logging.h"
+#include "rendezvous/client/grpc_rendezvous_client_impl.h"
+
+// GrpcRendezvousClient's cross-host failover: when the server an agent
+// hosted is gone and nobody on its host took its port over, the successor
+// it named hosts a fresh server at its standby endpoint and every client
+// moves there.
+namespace ddprun::rendezvous::internal {
+
+bool GrpcRendezvousClient::TryFailOver(Clock::Duration unreachable) {
+  // An agent on the hosting agent's own host takes the endpoint over at its
+  // first failed heartbeat (TryTakeOver); the successor waits longer, so
+  // that such a takeover wins and the job keeps one server.
+  const Clock::Duration wait = std::max<Clock::Duration>(
+      2 * options_.rendezvous.heartbeat_interval, std::chrono::seconds(1));
+  std::string successor;
+  std::string from;
+  bool self = false;
+  {
+    MutexLock lock(&mu_);
+    if (!failover_ || stop_ || successor_endpoint_.empty() ||
+        successor_endpoint_ == target_ || unreachable < wait) {
+      return false;
+    }
+    successor = successor_endpoint_;
+    from = target_;
+    self = successor_node_ == node_.node_id();
+  }
+  if (self) {
+    if (options_.host_standby && options_.host_standby()) {
+      DDP_LOG(WARNING) << "rendezvous " << from
+                       << " stopped answering: this agent, its successor, "
+                          "hosts it at "
+                       << successor
+                       << " now (the job is rebuilt from the agents)";
+    } else {
+      DDP_LOG(WARNING) << "rendezvous " << from
+                       << " stopped answering and this agent, its "
+                          "successor, could not host it at "
+                       << successor << "; trying there anyway";
+    }
+  } else {
+    DDP_LOG(WARNING) << "rendezvous " << from
+                     << " stopped answering: moving to its successor at "
+                     << successor;
+  }
+  SwitchTo(successor);
+  return true;
+}
+
+void GrpcRendezvousClient::SwitchTo(const std::string& endpoint) {
+  std::shared_ptr<grpc::Channel> channel =
+      MakeChannel(endpoint, options_.rendezvous);
+  auto stub =
+      std::shared_ptr<v1::Rendezvous::Stub>(v1::Rendezvous::NewStub(channel));
+  MutexLock lock(&mu_);
+  target_ = endpoint;
+  channel_ = std::move(channel);
+  stub_ = std::move(stub);
+  ++generation_;
+  // The successor names its own successor in its replies.
+  successor_endpoint_.clear();
+  successor_node_.clear();
+  // Calls waiting for the old server (wait_for_ready) would wait until
+  // their deadline: they end now and OnAttempt starts them over (a call
+  // whose context is cancelled before it starts is cancelled as it starts).
+  for (grpc::ClientContext* ctx : active_) ctx->TryCancel();
+}
+
+}  // namespace ddprun::rendezvous::internal
