@@ -1,6 +1,8 @@
 #include "rendezvous/rendezvous_state.h"
 
+#include <cctype>
 #include <cstdio>
+#include <string_view>
 
 #include "common/logging.h"
 
@@ -83,8 +85,17 @@ Status CheckNode(const v1::NodeInfo& n) {
     return InvalidArgumentError("master_port must be in 1..65535, got " +
                                 std::to_string(n.master_port()));
   }
+  // Told to every node of the job (which connect to it and log it).
   if (n.standby_endpoint().size() > kMaxAddrBytes + 6) {
     return InvalidArgumentError("standby_endpoint is longer than 262 bytes");
+  }
+  for (char ch : n.standby_endpoint()) {
+    if (!std::isalnum(static_cast<unsigned char>(ch)) &&
+        std::string_view(".-_:[]%").find(ch) == std::string_view::npos) {
+      return InvalidArgumentError(
+          "standby_endpoint must be host:port (letters, digits, . - _ : [ ] "
+          "%)");
+    }
   }
   return Status::Ok();
 }

@@ -3,6 +3,7 @@
 #include "ddprun_catch.h"
 
 #include "rendezvous/successor.h"
+#include "tests/rendezvous/rendezvous_harness.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -50,6 +51,56 @@ TEST_CASE("RendezvousSuccessor: EndpointHost strips the port and brackets",
   CHECK(EndpointHost("node3") == "node3");
   CHECK(EndpointHost("fd00::3") == "fd00::3");
   CHECK(EndpointHost("") == "");
+}
+
+TEST_CASE(
+    "RendezvousSuccessor: a job's successor is a live node; a lost one is "
+    "replaced",
+    "[rendezvous][failover]") {
+  Harness h(1, 3);
+  auto join = [&](const std::string& node, const std::string& standby) {
+    v1::JoinRequest r = h.Request(node);
+    r.mutable_node()->set_standby_endpoint(standby);
+    REQUIRE(h.Join(r).ok());
+  };
+  join("a", "10.0.0.1:29400");  // on the hosting agent's host
+  join("b", "10.0.0.2:29400");
+  join("c", "10.0.0.3:29400");
+  // At max_nodes the round completes at once.
+  REQUIRE(h.Job().state() == v1::JobStatus::STATE_RUNNING);
+  const std::vector<std::string> own = {"10.0.0.1"};
+  auto next = h.state_.SuccessorOf("job", own);
+  REQUIRE(next.has_value());
+  CHECK(next->node_id == "b");
+  CHECK_FALSE(h.state_.SuccessorOf("other", own).has_value());
+  // b goes silent and is dropped: c is named from then on.
+  for (int i = 0; i < 8; ++i) {
+    h.Advance(std::chrono::milliseconds(500));
+    h.Heartbeat("a");
+    h.Heartbeat("c");
+  }
+  join("a", "10.0.0.1:29400");  // the survivors form the next round
+  join("c", "10.0.0.3:29400");
+  next = h.state_.SuccessorOf("job", own);
+  REQUIRE(next.has_value());
+  CHECK(next->node_id == "c");
+  CHECK(next->endpoint == "10.0.0.3:29400");
+}
+
+TEST_CASE(
+    "RendezvousSuccessor: a standby endpoint that is no host:port is "
+    "refused",
+    "[rendezvous][failover]") {
+  Harness h(1, 2);
+  v1::JoinRequest r = h.Request("a");
+  r.mutable_node()->set_standby_endpoint("10.0.0.1:29400\n[forged]");
+  Status s = h.Join(r);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(s.message(), Catch::Contains("standby_endpoint"));
+  r.mutable_node()->set_standby_endpoint(std::string(300, 'x'));
+  CHECK(h.Join(r).code() == StatusCode::kInvalidArgument);
+  r.mutable_node()->set_standby_endpoint("[fd00::1%eth0]:29400");
+  CHECK(h.Join(r).ok());
 }
 
 }  // namespace
