@@ -3,9 +3,11 @@
 // kill -9 of a must not end the job although b cannot bind a's address:
 // the server named b its successor (its standby endpoint, b's own address,
 // same port), b hosts a fresh server there, moves its client to it and the
-// job is rebuilt, as after a server restart. The hosts are network
-// namespaces joined by a bridge (10.231.9.0/24, which exists only inside
-// them). Needs root and `ip netns`; skipped with a message otherwise.
+// job is rebuilt, as after a server restart. An agent on a's own host
+// still takes a's port over first, and b then stays with it. The hosts are
+// network namespaces joined by a bridge (10.231.9.0/24 and 10.231.10.0/24,
+// which exist only inside them). Needs root and `ip netns`; skipped with a
+// message otherwise.
 
 #include "ddprun_catch.h"
 
@@ -13,6 +15,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <memory>
 #include <thread>
 
 #include "tests/multinode/elastic_job.h"
@@ -25,70 +28,153 @@ namespace {
 // in advance, as a real cluster's is.
 constexpr int kPort = 29431;
 
+// Agents in the testbed's namespaces on one embedded rendezvous at host
+// 1's address (host 1's first agent hosts it), running env_worker.sh.
+class NetnsJob {
+ public:
+  NetnsJob(const NetnsTestbed& net, std::string nnodes, std::string finish_ws)
+      : net_(net),
+        nnodes_(std::move(nnodes)),
+        finish_ws_(std::move(finish_ws)) {}
+
+  Child& Start(size_t host, const std::string& node) {
+    std::vector<std::string> argv = net_.Exec(host);
+    for (const std::string& a : Ddprun(
+             {"--nnodes=" + nnodes_, "--max_restarts=3", "--rdzv_backend=grpc",
+              "--rdzv_id=xfo", "--rdzv_endpoint=" + Endpoint(1), "--no_python",
+              kData + "/env_worker.sh"})) {
+      argv.push_back(a);
+    }
+    agents_.push_back(std::make_unique<Child>(
+        dir_.path(), node, argv,
+        std::map<std::string, std::string>{{"MN_OUT", dir_.path()},
+                                           {"MN_NODE", node},
+                                           {"MN_FINISH_WS", finish_ws_}}));
+    return *agents_.back();
+  }
+  // Host i's address with the endpoint's port.
+  std::string Endpoint(size_t i) const {
+    return net_.Addr(i) + ":" + std::to_string(kPort);
+  }
+  double StartedAt(const std::string& node, int world_size) const {
+    return multinode::StartedAt(ReadWorkerStarts(dir_.path()), node,
+                                world_size);
+  }
+  bool NoRestartSpent() const {
+    for (const WorkerStart& s : ReadWorkerStarts(dir_.path())) {
+      if (s.restart_count != 0) return false;
+    }
+    return true;
+  }
+  std::string Outputs() const {
+    std::string all;
+    for (const auto& a : agents_) all += a->Output();
+    return all;
+  }
+
+ private:
+  const NetnsTestbed& net_;
+  const std::string nnodes_, finish_ws_;
+  TempDir dir_;
+  std::vector<std::unique_ptr<Child>> agents_;
+};
+
+bool CanUseNetns() {
+  if (geteuid() != 0) {
+    WARN("skipped: network namespaces need root");
+    return false;
+  }
+  return true;
+}
+
+// Starts `node` on host 1 and waits until it hosts the rendezvous.
+Child& StartHost(NetnsJob& job, const std::string& node) {
+  Child& a = job.Start(1, node);
+  REQUIRE(WaitUntil(
+      [&] { return a.Stderr().find("listening on") != std::string::npos; },
+      15s));
+  return a;
+}
+
 TEST_CASE(
     "multinode: kill -9 of the agent hosting the rendezvous, the successor on "
     "another host takes over within 10 s",
     "[multinode][netns][failover]") {
-  if (geteuid() != 0) {
-    WARN("skipped: network namespaces need root");
-    return;
-  }
+  if (!CanUseNetns()) return;
   NetnsTestbed net("ddpfo", 9);
   if (!net.ok()) {
     WARN("skipped: `ip netns` / veth / bridge setup failed on this machine");
     return;
   }
-  TempDir dir;
-  const std::string endpoint = net.Addr(1) + ":" + std::to_string(kPort);
-  auto start = [&](size_t host, const std::string& node) {
-    std::vector<std::string> argv = net.Exec(host);
-    for (const std::string& a :
-         Ddprun({"--nnodes=1:2", "--max_restarts=3", "--rdzv_backend=grpc",
-                 "--rdzv_id=xfo", "--rdzv_endpoint=" + endpoint, "--no_python",
-                 kData + "/env_worker.sh"})) {
-      argv.push_back(a);
-    }
-    return std::make_unique<Child>(
-        dir.path(), node, argv,
-        std::map<std::string, std::string>{
-            {"MN_OUT", dir.path()}, {"MN_NODE", node}, {"MN_FINISH_WS", "1"}});
-  };
-  std::unique_ptr<Child> a = start(1, "a");
+  NetnsJob job(net, "1:2", "1");
+  Child& a = StartHost(job, "a");
+  Child& b = job.Start(2, "b");
+  INFO(job.Outputs());
   REQUIRE(WaitUntil(
-      [&] { return a->Stderr().find("listening on") != std::string::npos; },
-      15s));
-  std::unique_ptr<Child> b = start(2, "b");
-  INFO(a->Output() + b->Output());
-  REQUIRE(WaitUntil(
-      [&] {
-        return StartedAt(ReadWorkerStarts(dir.path()), "a", 2) > 0 &&
-               StartedAt(ReadWorkerStarts(dir.path()), "b", 2) > 0;
-      },
+      [&] { return job.StartedAt("a", 2) > 0 && job.StartedAt("b", 2) > 0; },
       30s));
   // b is on another host: it joins, it does not stand by for a's port.
-  CHECK(b->Stderr().find("already served on this host") == std::string::npos);
+  CHECK(b.Stderr().find("already served on this host") == std::string::npos);
   // Heartbeats (1 s) tell b that it is the successor.
   std::this_thread::sleep_for(3s);
   const double killed_at = WallNow();
-  a->Kill(SIGKILL);
-  REQUIRE(a->Wait(5s) == 128 + SIGKILL);
-  REQUIRE(WaitUntil(
-      [&] { return StartedAt(ReadWorkerStarts(dir.path()), "b", 1) > 0; },
-      30s));
-  const double took =
-      StartedAt(ReadWorkerStarts(dir.path()), "b", 1) - killed_at;
+  a.Kill(SIGKILL);
+  REQUIRE(a.Wait(5s) == 128 + SIGKILL);
+  REQUIRE(WaitUntil([&] { return job.StartedAt("b", 1) > 0; }, 30s));
+  const double took = job.StartedAt("b", 1) - killed_at;
   std::printf(
       "[multinode] cross-host failover: the successor's workers restarted "
       "%.2f s after kill -9 of the hosting agent\n",
       took);
   CHECK(took <= 10.0);
-  CHECK(b->Wait(20s) == 0);
-  const std::string standby = net.Addr(2) + ":" + std::to_string(kPort);
-  CHECK(b->Stderr().find("hosts it at " + standby) != std::string::npos);
+  CHECK(b.Wait(20s) == 0);
+  CHECK(b.Stderr().find("hosts it at " + job.Endpoint(2)) != std::string::npos);
   // The loss of a node spends no restart budget.
-  for (const WorkerStart& s : ReadWorkerStarts(dir.path())) {
-    CHECK(s.restart_count == 0);
+  CHECK(job.NoRestartSpent());
+}
+
+TEST_CASE(
+    "multinode: with a survivor on the hosting agent's host, it takes the "
+    "port over and the successor elsewhere stays with it",
+    "[multinode][netns][failover]") {
+  if (!CanUseNetns()) return;
+  NetnsTestbed net("ddpfp", 10);
+  if (!net.ok()) {
+    WARN("skipped: `ip netns` / veth / bridge setup failed on this machine");
+    return;
   }
+  // a and c on host 1 (a hosts, c stands by for its port), b on host 2.
+  NetnsJob job(net, "1:3", "2");
+  Child& a = StartHost(job, "a");
+  Child& c = job.Start(1, "c");
+  Child& b = job.Start(2, "b");
+  INFO(job.Outputs());
+  REQUIRE(WaitUntil(
+      [&] {
+        return job.StartedAt("a", 3) > 0 && job.StartedAt("b", 3) > 0 &&
+               job.StartedAt("c", 3) > 0;
+      },
+      30s));
+  std::this_thread::sleep_for(3s);
+  const double killed_at = WallNow();
+  a.Kill(SIGKILL);
+  REQUIRE(a.Wait(5s) == 128 + SIGKILL);
+  // One server, a's port on host 1: b and c restart together into a world
+  // of two (a second server would split them into worlds of one).
+  REQUIRE(WaitUntil(
+      [&] { return job.StartedAt("b", 2) > 0 && job.StartedAt("c", 2) > 0; },
+      30s));
+  std::printf(
+      "[multinode] same-host takeover with a cross-host successor: the "
+      "survivors restarted %.2f s after kill -9 of the hosting agent\n",
+      job.StartedAt("b", 2) - killed_at);
+  CHECK(b.Wait(20s) == 0);
+  CHECK(c.Wait(20s) == 0);
+  CHECK(c.Stderr().find("hosts it now") != std::string::npos);
+  CHECK(b.Stderr().find("successor") == std::string::npos);
+  CHECK(job.StartedAt("b", 1) == 0);
+  CHECK(job.StartedAt("c", 1) == 0);
+  CHECK(job.NoRestartSpent());
 }
 
 }  // namespace
