@@ -132,11 +132,13 @@ StatusOr<RendezvousSetup> MakeGrpc(const LaunchOptions& options,
   const bool host_it =
       is_host.has_value() ? *is_host : rendezvous::IsThisHost(ep.host);
   // Cross-host failover: every agent that may host stands by at its own
-  // address towards the endpoint (as the other nodes reach it), same port.
+  // address towards the endpoint (as the other nodes reach it), at the
+  // endpoint's port unless rdzv_conf standby_port says otherwise.
   const std::string me =
       ep.port == 0 ? "" : SourceAddressTowards(ep.host, ep.port).value_or("");
+  const int standby_port = options.rendezvous.standby_port.value_or(ep.port);
   auto with_standby = [&](std::unique_ptr<RendezvousHost> host) {
-    if (!me.empty()) host->SetStandby(me, ep.port);
+    if (!me.empty()) host->SetStandby(me, standby_port);
     return host;
   };
   if (!host_it) {

@@ -37,12 +37,18 @@ class NetnsJob {
         nnodes_(std::move(nnodes)),
         finish_ws_(std::move(finish_ws)) {}
 
-  Child& Start(size_t host, const std::string& node) {
+  // `extra`: more ddprun flags.
+  Child& Start(size_t host, const std::string& node,
+               std::vector<std::string> extra = {}) {
     std::vector<std::string> argv = net_.Exec(host);
-    for (const std::string& a : Ddprun(
-             {"--nnodes=" + nnodes_, "--max_restarts=3", "--rdzv_backend=grpc",
-              "--rdzv_id=xfo", "--rdzv_endpoint=" + Endpoint(1), "--no_python",
-              kData + "/env_worker.sh"})) {
+    for (const std::string& flag :
+         {"--nnodes=" + nnodes_, std::string("--max_restarts=3"),
+          std::string("--rdzv_backend=grpc"), std::string("--rdzv_id=xfo"),
+          "--rdzv_endpoint=" + Endpoint(1), std::string("--no_python"),
+          kData + "/env_worker.sh"}) {
+      extra.push_back(flag);
+    }
+    for (const std::string& a : Ddprun(extra)) {
       argv.push_back(a);
     }
     agents_.push_back(std::make_unique<Child>(
@@ -52,9 +58,9 @@ class NetnsJob {
                                            {"MN_FINISH_WS", finish_ws_}}));
     return *agents_.back();
   }
-  // Host i's address with the endpoint's port.
-  std::string Endpoint(size_t i) const {
-    return net_.Addr(i) + ":" + std::to_string(kPort);
+  // Host i's address with `port`.
+  std::string Endpoint(size_t i, int port = kPort) const {
+    return net_.Addr(i) + ":" + std::to_string(port);
   }
   double StartedAt(const std::string& node, int world_size) const {
     return multinode::StartedAt(ReadWorkerStarts(dir_.path()), node,
@@ -108,7 +114,8 @@ TEST_CASE(
   }
   NetnsJob job(net, "1:2", "1");
   Child& a = StartHost(job, "a");
-  Child& b = job.Start(2, "b");
+  // b stands by at its own address, on a port of its choosing.
+  Child& b = job.Start(2, "b", {"--rdzv_conf=standby_port=29432"});
   INFO(job.Outputs());
   REQUIRE(WaitUntil(
       [&] { return job.StartedAt("a", 2) > 0 && job.StartedAt("b", 2) > 0; },
@@ -128,7 +135,8 @@ TEST_CASE(
       took);
   CHECK(took <= 10.0);
   CHECK(b.Wait(20s) == 0);
-  CHECK(b.Stderr().find("hosts it at " + job.Endpoint(2)) != std::string::npos);
+  CHECK(b.Stderr().find("hosts it at " + job.Endpoint(2, 29432)) !=
+        std::string::npos);
   // The loss of a node spends no restart budget.
   CHECK(job.NoRestartSpent());
 }

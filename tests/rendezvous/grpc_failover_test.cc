@@ -14,6 +14,7 @@
 
 #include "common/net.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
+#include "rendezvous/client/rendezvous_options.h"
 #include "rendezvous/rendezvous_server.h"
 #include "tests/rendezvous/sync_client.h"
 
@@ -188,6 +189,27 @@ TEST_CASE("GrpcFailover: no successor when every standby is on the host",
   CHECK(seen.failover());
   CHECK(seen.successor_endpoint().empty());
   CHECK(seen.successor_node_id().empty());
+}
+
+TEST_CASE("ParseRendezvousOptions: standby_port is a TCP port",
+          "[rendezvous][failover]") {
+  auto parse = [](const std::string& value) {
+    return ParseRendezvousOptions("--rdzv_conf", {{"standby_port", value}},
+                                  std::nullopt, nullptr);
+  };
+  auto ok = parse("29500");
+  REQUIRE(ok.ok());
+  CHECK(ok->standby_port == 29500);
+  CHECK_FALSE(ParseRendezvousOptions("--rdzv_conf", {}, std::nullopt, nullptr)
+                  ->standby_port.has_value());
+  for (const char* bad : {"0", "65536", "-1", "x", " 80", "80x", ""}) {
+    auto refused = parse(bad);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.status().code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(refused.status().message(),
+               Catch::Contains("standby_port=" + std::string(bad) +
+                               ": expected a TCP port in 1..65535"));
+  }
 }
 
 }  // namespace
