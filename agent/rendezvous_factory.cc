@@ -150,10 +150,12 @@ StatusOr<RendezvousSetup> MakeGrpc(const LaunchOptions& options,
     if (is_host.has_value() || me.empty()) {
       return Connect(nullptr, client, loop);  // is_host=false: never hosts
     }
-    // Never serves the endpoint (port 0), only its standby.
-    DDP_ASSIGN_OR_RETURN(std::unique_ptr<RendezvousHost> standby,
-                         MakeHost("", 0, client));
-    return Connect(with_standby(std::move(standby)), client, loop);
+    // Never serves the endpoint (port 0), only its standby; not even that
+    // without a certificate of its own to serve TLS with (tls_ca alone
+    // checks the server: an agent of an external server).
+    StatusOr<std::unique_ptr<RendezvousHost>> standby = MakeHost("", 0, client);
+    if (!standby.ok()) return Connect(nullptr, client, loop);
+    return Connect(with_standby(std::move(standby).value()), client, loop);
   }
   const std::string bind_host = BindHost(ep.host);
   std::vector<std::string> own = {ep.host};
