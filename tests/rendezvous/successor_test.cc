@@ -54,7 +54,7 @@ TEST_CASE("RendezvousSuccessor: EndpointHost strips the port and brackets",
 }
 
 TEST_CASE(
-    "RendezvousSuccessor: a job's successor is a live node; a lost one is "
+    "RendezvousSuccessor: a job's successor is a live node, a lost one is "
     "replaced",
     "[rendezvous][failover]") {
   Harness h(1, 3);
