@@ -28,6 +28,10 @@ bool GrpcRendezvousClient::TryFailOver(Clock::Duration unreachable) {
     from = target_;
     self = successor_node_ == node_.node_id();
   }
+  // The heartbeats that failed did not wait for a connection: while this
+  // channel was backing off, an agent on the old server's host may have
+  // taken its port over. One call that waits for it says.
+  if (OldServerBack()) return false;
   if (self) {
     if (options_.host_standby && options_.host_standby()) {
       DDP_LOG(WARNING) << "rendezvous " << from
@@ -48,6 +52,27 @@ bool GrpcRendezvousClient::TryFailOver(Clock::Duration unreachable) {
   }
   SwitchTo(successor);
   return true;
+}
+
+bool GrpcRendezvousClient::OldServerBack() {
+  grpc::ClientContext ctx;
+  v1::HeartbeatRequest req;
+  {
+    MutexLock lock(&mu_);
+    if (stop_) return false;
+    req = HeartbeatRequestLocked();
+    beat_ = &ctx;  // StopHeartbeats cancels it
+  }
+  PrepareContext(&ctx);
+  ctx.set_wait_for_ready(true);
+  // gRPC's reconnect backoff is at most 1 s (MakeChannel).
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  v1::HeartbeatResponse resp;
+  const grpc::Status s = Stub()->Heartbeat(&ctx, req, &resp);
+  MutexLock lock(&mu_);
+  beat_ = nullptr;
+  // Its news (if any) comes again with the next heartbeat.
+  return s.ok();
 }
 
 void GrpcRendezvousClient::SwitchTo(const std::string& endpoint) {

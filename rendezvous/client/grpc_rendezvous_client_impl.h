@@ -158,10 +158,15 @@ class GrpcRendezvousClient final : public RendezvousClient {
   // grpc_client_failover.cc.
   // Cross-host failover, from the heartbeat thread, once the server has
   // been unreachable for `unreachable`: when a successor other than the
-  // current endpoint is known and max(2 x heartbeat_interval, 1 s) have
-  // passed, hosts it (this node is the successor) and moves the client
-  // there. True when the client moved.
+  // current endpoint is known, max(2 x heartbeat_interval, 1 s) have
+  // passed and the server does not answer within 1 s more
+  // (OldServerBack), hosts it (this node is the successor) and moves the
+  // client there. True when the client moved.
   bool TryFailOver(Clock::Duration unreachable) EXCLUDES(mu_);
+  // One Heartbeat to the current server that waits up to 1 s for a
+  // connection (the heartbeat thread's; Stop cancels it): true when it
+  // answered, i.e. an agent on its host took it over meanwhile.
+  bool OldServerBack() EXCLUDES(mu_);
   // Points the client at `endpoint` from now on: a new channel and stub,
   // calls in flight cancelled (their retries start over there, re-registering
   // first), generation_ bumped. Thread-safe.
