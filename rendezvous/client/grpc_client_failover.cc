@@ -31,7 +31,7 @@ bool GrpcRendezvousClient::TryFailOver(Clock::Duration unreachable) {
   // The heartbeats that failed did not wait for a connection: while this
   // channel was backing off, an agent on the old server's host may have
   // taken its port over. One call that waits for it says.
-  if (OldServerBack()) return false;
+  if (OldServerBack() || Stopped()) return false;
   if (self) {
     if (options_.host_standby && options_.host_standby()) {
       DDP_LOG(WARNING) << "rendezvous " << from
@@ -71,8 +71,12 @@ bool GrpcRendezvousClient::OldServerBack() {
   const grpc::Status s = Stub()->Heartbeat(&ctx, req, &resp);
   MutexLock lock(&mu_);
   beat_ = nullptr;
-  // Its news (if any) comes again with the next heartbeat.
-  return s.ok();
+  // Any answer from a server, even a refusal, means it is there; its news
+  // (if any) comes again with the next heartbeat.
+  const grpc::StatusCode code = s.error_code();
+  return code != grpc::StatusCode::UNAVAILABLE &&
+         code != grpc::StatusCode::DEADLINE_EXCEEDED &&
+         code != grpc::StatusCode::CANCELLED;
 }
 
 void GrpcRendezvousClient::SwitchTo(const std::string& endpoint) {
