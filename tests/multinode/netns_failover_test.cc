@@ -5,8 +5,8 @@
 // same port), b hosts a fresh server there, moves its client to it and the
 // job is rebuilt, as after a server restart. An agent on a's own host
 // still takes a's port over first, and b then stays with it. The hosts are
-// network namespaces joined by a bridge (10.231.9.0/24 and 10.231.10.0/24,
-// which exist only inside them). Needs root and `ip netns`; skipped with a
+// network namespaces joined by a bridge (10.231.9-11.0/24, which exist
+// only inside them). Needs root and `ip netns`; skipped with a
 // message otherwise.
 
 #include "ddprun_catch.h"
@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <thread>
@@ -182,6 +183,51 @@ TEST_CASE(
   CHECK(b.Stderr().find("successor") == std::string::npos);
   CHECK(job.StartedAt("b", 1) == 0);
   CHECK(job.StartedAt("c", 1) == 0);
+  CHECK(job.NoRestartSpent());
+}
+
+TEST_CASE(
+    "multinode: after the hosting agent's kill -9 every agent on other hosts "
+    "moves to the successor",
+    "[multinode][netns][failover]") {
+  if (!CanUseNetns()) return;
+  NetnsTestbed net("ddpfq", 11);
+  if (!net.ok()) {
+    WARN("skipped: `ip netns` / veth / bridge setup failed on this machine");
+    return;
+  }
+  // a hosts on host 1; b (host 2) and d (host 0) join. The successor is
+  // the smaller node id of b and d; the other one only moves.
+  NetnsJob job(net, "1:3", "2");
+  Child& a = StartHost(job, "a");
+  Child& b = job.Start(2, "b");
+  Child& d = job.Start(0, "d");
+  INFO(job.Outputs());
+  REQUIRE(WaitUntil(
+      [&] {
+        return job.StartedAt("a", 3) > 0 && job.StartedAt("b", 3) > 0 &&
+               job.StartedAt("d", 3) > 0;
+      },
+      30s));
+  std::this_thread::sleep_for(3s);
+  const double killed_at = WallNow();
+  a.Kill(SIGKILL);
+  REQUIRE(a.Wait(5s) == 128 + SIGKILL);
+  REQUIRE(WaitUntil(
+      [&] { return job.StartedAt("b", 2) > 0 && job.StartedAt("d", 2) > 0; },
+      30s));
+  std::printf(
+      "[multinode] cross-host failover of 3 agents: the survivors restarted "
+      "%.2f s after kill -9 of the hosting agent\n",
+      std::max(job.StartedAt("b", 2), job.StartedAt("d", 2)) - killed_at);
+  CHECK(b.Wait(20s) == 0);
+  CHECK(d.Wait(20s) == 0);
+  const std::string hosted = b.Stderr() + d.Stderr();
+  CHECK(hosted.find("this agent, its successor, hosts it at") !=
+        std::string::npos);
+  CHECK(hosted.find("moving to its successor at") != std::string::npos);
+  CHECK(job.StartedAt("b", 1) == 0);
+  CHECK(job.StartedAt("d", 1) == 0);
   CHECK(job.NoRestartSpent());
 }
 
