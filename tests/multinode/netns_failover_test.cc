@@ -103,6 +103,36 @@ Child& StartHost(NetnsJob& job, const std::string& node) {
   return a;
 }
 
+// Whether every one of `nodes` started workers in a world of `world_size`.
+bool AllStarted(const NetnsJob& job, const std::vector<std::string>& nodes,
+                int world_size) {
+  for (const std::string& node : nodes) {
+    if (job.StartedAt(node, world_size) == 0) return false;
+  }
+  return true;
+}
+
+// Once every agent heard who the successor is (heartbeats, 1 s): kill -9 of
+// the hosting agent `a`. Returns when it happened (WallNow).
+double KillHosting(Child& a) {
+  std::this_thread::sleep_for(3s);
+  const double killed_at = WallNow();
+  a.Kill(SIGKILL);
+  REQUIRE(a.Wait(5s) == 128 + SIGKILL);
+  return killed_at;
+}
+
+// The survivors (`agents`, named `nodes`) end well, none of them ever ran
+// in a world of one (one server: a second one would split them), and no
+// restart budget was spent.
+void CheckSurvivorsTogether(const NetnsJob& job,
+                            const std::vector<Child*>& agents,
+                            const std::vector<std::string>& nodes) {
+  for (Child* agent : agents) CHECK(agent->Wait(20s) == 0);
+  for (const std::string& node : nodes) CHECK(job.StartedAt(node, 1) == 0);
+  CHECK(job.NoRestartSpent());
+}
+
 TEST_CASE(
     "multinode: kill -9 of the agent hosting the rendezvous, the successor on "
     "another host takes over within 10 s",
@@ -123,11 +153,7 @@ TEST_CASE(
       30s));
   // b is on another host: it joins, it does not stand by for a's port.
   CHECK(b.Stderr().find("already served on this host") == std::string::npos);
-  // Heartbeats (1 s) tell b that it is the successor.
-  std::this_thread::sleep_for(3s);
-  const double killed_at = WallNow();
-  a.Kill(SIGKILL);
-  REQUIRE(a.Wait(5s) == 128 + SIGKILL);
+  const double killed_at = KillHosting(a);
   REQUIRE(WaitUntil([&] { return job.StartedAt("b", 1) > 0; }, 30s));
   const double took = job.StartedAt("b", 1) - killed_at;
   std::printf(
@@ -158,32 +184,17 @@ TEST_CASE(
   Child& c = job.Start(1, "c");
   Child& b = job.Start(2, "b");
   INFO(job.Outputs());
-  REQUIRE(WaitUntil(
-      [&] {
-        return job.StartedAt("a", 3) > 0 && job.StartedAt("b", 3) > 0 &&
-               job.StartedAt("c", 3) > 0;
-      },
-      30s));
-  std::this_thread::sleep_for(3s);
-  const double killed_at = WallNow();
-  a.Kill(SIGKILL);
-  REQUIRE(a.Wait(5s) == 128 + SIGKILL);
-  // One server, a's port on host 1: b and c restart together into a world
-  // of two (a second server would split them into worlds of one).
-  REQUIRE(WaitUntil(
-      [&] { return job.StartedAt("b", 2) > 0 && job.StartedAt("c", 2) > 0; },
-      30s));
+  REQUIRE(WaitUntil([&] { return AllStarted(job, {"a", "b", "c"}, 3); }, 30s));
+  const double killed_at = KillHosting(a);
+  // One server, a's port on host 1.
+  REQUIRE(WaitUntil([&] { return AllStarted(job, {"b", "c"}, 2); }, 30s));
   std::printf(
       "[multinode] same-host takeover with a cross-host successor: the "
       "survivors restarted %.2f s after kill -9 of the hosting agent\n",
       job.StartedAt("b", 2) - killed_at);
-  CHECK(b.Wait(20s) == 0);
-  CHECK(c.Wait(20s) == 0);
+  CheckSurvivorsTogether(job, {&b, &c}, {"b", "c"});
   CHECK(c.Stderr().find("hosts it now") != std::string::npos);
   CHECK(b.Stderr().find("successor") == std::string::npos);
-  CHECK(job.StartedAt("b", 1) == 0);
-  CHECK(job.StartedAt("c", 1) == 0);
-  CHECK(job.NoRestartSpent());
 }
 
 TEST_CASE(
@@ -203,32 +214,18 @@ TEST_CASE(
   Child& b = job.Start(2, "b");
   Child& d = job.Start(0, "d");
   INFO(job.Outputs());
-  REQUIRE(WaitUntil(
-      [&] {
-        return job.StartedAt("a", 3) > 0 && job.StartedAt("b", 3) > 0 &&
-               job.StartedAt("d", 3) > 0;
-      },
-      30s));
-  std::this_thread::sleep_for(3s);
-  const double killed_at = WallNow();
-  a.Kill(SIGKILL);
-  REQUIRE(a.Wait(5s) == 128 + SIGKILL);
-  REQUIRE(WaitUntil(
-      [&] { return job.StartedAt("b", 2) > 0 && job.StartedAt("d", 2) > 0; },
-      30s));
+  REQUIRE(WaitUntil([&] { return AllStarted(job, {"a", "b", "d"}, 3); }, 30s));
+  const double killed_at = KillHosting(a);
+  REQUIRE(WaitUntil([&] { return AllStarted(job, {"b", "d"}, 2); }, 30s));
   std::printf(
       "[multinode] cross-host failover of 3 agents: the survivors restarted "
       "%.2f s after kill -9 of the hosting agent\n",
       std::max(job.StartedAt("b", 2), job.StartedAt("d", 2)) - killed_at);
-  CHECK(b.Wait(20s) == 0);
-  CHECK(d.Wait(20s) == 0);
+  CheckSurvivorsTogether(job, {&b, &d}, {"b", "d"});
   const std::string hosted = b.Stderr() + d.Stderr();
   CHECK(hosted.find("this agent, its successor, hosts it at") !=
         std::string::npos);
   CHECK(hosted.find("moving to its successor at") != std::string::npos);
-  CHECK(job.StartedAt("b", 1) == 0);
-  CHECK(job.StartedAt("d", 1) == 0);
-  CHECK(job.NoRestartSpent());
 }
 
 }  // namespace
