@@ -1,6 +1,7 @@
 #include <algorithm>
 
 #include "common/logging.h"
+#include "common/net.h"
 #include "rendezvous/client/grpc_rendezvous_client_impl.h"
 
 // GrpcRendezvousClient's cross-host failover: when the server an agent
@@ -28,6 +29,10 @@ bool GrpcRendezvousClient::TryFailOver(Clock::Duration unreachable) {
     from = target_;
     self = successor_node_ == node_.node_id();
   }
+  // Only a server that is gone from a host that is up: a host that does
+  // not answer may be cut off from this one rather than down, and would
+  // then go on with a server of its own (two jobs).
+  if (!OldHostRefuses(from)) return false;
   // The heartbeats that failed did not wait for a connection: while this
   // channel was backing off, an agent on the old server's host may have
   // taken its port over. One call that waits for it says.
@@ -52,6 +57,23 @@ bool GrpcRendezvousClient::TryFailOver(Clock::Duration unreachable) {
   }
   SwitchTo(successor);
   return true;
+}
+
+bool GrpcRendezvousClient::OldHostRefuses(const std::string& endpoint) {
+  StatusOr<Endpoint> ep = ParseEndpoint(endpoint);
+  if (ep.ok() && ConnectRefused(ep->host, ep->port, std::chrono::seconds(1))) {
+    return true;
+  }
+  MutexLock lock(&mu_);
+  if (!partition_warned_) {
+    partition_warned_ = true;
+    DDP_LOG(WARNING) << "rendezvous " << endpoint
+                     << " does not answer and its host does not refuse "
+                        "connections either (down, or cut off from this "
+                        "one): not failing over to its successor; waiting "
+                        "for it as for a restarting server";
+  }
+  return false;
 }
 
 bool GrpcRendezvousClient::OldServerBack() {

@@ -159,10 +159,13 @@ class GrpcRendezvousClient final : public RendezvousClient {
   // Cross-host failover, from the heartbeat thread, once the server has
   // been unreachable for `unreachable`: when a successor other than the
   // current endpoint is known, max(2 x heartbeat_interval, 1 s) have
-  // passed and the server does not answer within 1 s more
-  // (OldServerBack), hosts it (this node is the successor) and moves the
-  // client there. True when the client moved.
+  // passed, its host refuses connections (OldHostRefuses) and the server
+  // does not answer within 1 s more (OldServerBack), hosts it (this node is the
+  // successor) and moves the client there. True when the client moved.
   bool TryFailOver(Clock::Duration unreachable) EXCLUDES(mu_);
+  // True when `endpoint`'s host refuses connections to its port within
+  // 1 s (up, nothing listens: the server process is gone). Else warns once.
+  bool OldHostRefuses(const std::string& endpoint) EXCLUDES(mu_);
   // One Heartbeat to the current server that waits up to 1 s for a
   // connection (the heartbeat thread's; Stop cancels it): true when it
   // answered, i.e. an agent on its host took it over meanwhile.
@@ -229,6 +232,8 @@ class GrpcRendezvousClient final : public RendezvousClient {
   // took it over (HeartbeatResponse.successor_*); empty: nowhere.
   std::string successor_endpoint_ GUARDED_BY(mu_);
   std::string successor_node_ GUARDED_BY(mu_);
+  // Said once that the old server's host does not answer (no failover).
+  bool partition_warned_ GUARDED_BY(mu_) = false;
   // The server the client talks to now (the endpoint, or a successor) and
   // how many times it moved.
   std::string target_ GUARDED_BY(mu_);
