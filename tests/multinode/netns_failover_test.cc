@@ -4,8 +4,9 @@
 // the server named b its successor (its standby endpoint, b's own address,
 // same port), b hosts a fresh server there, moves its client to it and the
 // job is rebuilt, as after a server restart. An agent on a's own host
-// still takes a's port over first, and b then stays with it. The hosts are
-// network namespaces joined by a bridge (10.231.9-11.0/24, which exist
+// still takes a's port over first, and b then stays with it; a b cut off
+// from a (a partition, not a's death) does not host. The hosts are
+// network namespaces joined by a bridge (10.231.9-12.0/24, which exist
 // only inside them). Needs root and `ip netns`; skipped with a
 // message otherwise.
 
@@ -226,6 +227,35 @@ TEST_CASE(
   CHECK(hosted.find("this agent, its successor, hosts it at") !=
         std::string::npos);
   CHECK(hosted.find("moving to its successor at") != std::string::npos);
+}
+
+TEST_CASE(
+    "multinode: a successor cut off from the hosting agent does not host a "
+    "second server",
+    "[multinode][netns][failover]") {
+  if (!CanUseNetns()) return;
+  NetnsTestbed net("ddpfr", 12);
+  if (!net.ok()) {
+    WARN("skipped: `ip netns` / veth / bridge setup failed on this machine");
+    return;
+  }
+  NetnsJob job(net, "1:2", "1");
+  Child& a = StartHost(job, "a");
+  Child& b = job.Start(2, "b", {"--rdzv_conf=connection_lost_timeout=6"});
+  INFO(job.Outputs());
+  REQUIRE(WaitUntil([&] { return AllStarted(job, {"a", "b"}, 2); }, 30s));
+  std::this_thread::sleep_for(3s);  // b heard that it is the successor
+  // a's host is cut off: to b it does not answer at all (no refusal), as
+  // if it were down. b must not go on with a job of its own beside a's.
+  REQUIRE(net.Run(net.Host(1), "link set eth0 down"));
+  REQUIRE(WaitUntil([&] { return job.StartedAt("a", 1) > 0; }, 20s));
+  CHECK(a.Wait(15s) == 0);
+  // b gives up after connection_lost_timeout instead.
+  CHECK(b.Wait(25s) == 1);
+  CHECK(job.StartedAt("b", 1) == 0);
+  CHECK(b.Stderr().find("not failing over to its successor") !=
+        std::string::npos);
+  CHECK(b.Stderr().find("hosts it at") == std::string::npos);
 }
 
 }  // namespace
