@@ -29,9 +29,11 @@ struct GrpcClientOptions {
   // Heartbeat (NodeInfo.standby_endpoint); empty = none. A server that
   // allows failover names one node's standby as the successor in its
   // heartbeat replies. When it stops answering for
-  // max(2 x heartbeat_interval, 1 s) plus a last call that waits 1 s for a
-  // connection (long enough for an agent on its own host to take its port
-  // over first), the successor calls `host_standby`
+  // max(2 x heartbeat_interval, 1 s), its host refuses connections to its
+  // port (up, the server gone: never on mere silence, which may be a
+  // partition) and a last call that waits 1 s for a connection fails (an
+  // agent on its own host takes its port over first), the successor calls
+  // `host_standby`
   // (start serving at standby_endpoint in this process; true when it
   // serves), and every agent moves its client to the successor's endpoint
   // and re-registers its round. Called from the heartbeat thread; must be
