@@ -57,12 +57,16 @@ GrpcClientOptions ClientOptions(const LaunchOptions& options,
 // tls_cert/tls_key, valid for the endpoint's name or IP) serves as the
 // server's, and tls_ca checks every client's: mutual TLS, as every node
 // holds a certificate anyway.
+// `own_hosts`: this agent's addresses (ServerOptions::own_hosts: the
+// successor is on none of them).
 StatusOr<std::unique_ptr<RendezvousHost>> MakeHost(
-    const std::string& bind_host, int port, const GrpcClientOptions& client) {
+    const std::string& bind_host, int port, const GrpcClientOptions& client,
+    std::vector<std::string> own_hosts = {}) {
   const rendezvous::RendezvousOptions& r = client.rendezvous;
   rendezvous::ServerOptions so;
   so.token = r.token;
   so.failover = true;
+  so.own_hosts = std::move(own_hosts);
   if (!r.tls_ca_pem.empty() || !r.tls_cert_pem.empty() ||
       !r.tls_key_pem.empty()) {
     if (r.tls_ca_pem.empty() || r.tls_cert_pem.empty() ||
@@ -80,24 +84,29 @@ StatusOr<std::unique_ptr<RendezvousHost>> MakeHost(
 }
 
 // Hosts the server now (see MakeHost).
-StatusOr<std::unique_ptr<RendezvousHost>> Host(const std::string& bind_host,
-                                               int port,
-                                               const GrpcClientOptions& client,
-                                               bool quiet = false) {
+StatusOr<std::unique_ptr<RendezvousHost>> Host(
+    const std::string& bind_host, int port, const GrpcClientOptions& client,
+    std::vector<std::string> own_hosts = {}, bool quiet = false) {
   DDP_ASSIGN_OR_RETURN(std::unique_ptr<RendezvousHost> host,
-                       MakeHost(bind_host, port, client));
+                       MakeHost(bind_host, port, client, std::move(own_hosts)));
   DDP_RETURN_IF_ERROR(host->Serve(quiet).status());
   return host;
 }
 
 // The client of `server`'s endpoint. A server that is not serving (yet) is
-// a standby: the client takes over hosting when the server stops answering.
+// a standby: the client takes over hosting when the server stops answering
+// (at the endpoint, or at the server's standby endpoint when it is the
+// successor).
 StatusOr<RendezvousSetup> Connect(std::unique_ptr<RendezvousHost> server,
                                   GrpcClientOptions client, EventLoop* loop) {
   RendezvousSetup setup;
   if (server != nullptr) {
     RendezvousHost* host = server.get();
     client.take_over = [host] { return host->TakeOver(); };
+    client.standby_endpoint = host->standby_endpoint();
+    if (!client.standby_endpoint.empty()) {
+      client.host_standby = [host] { return host->HostStandby(); };
+    }
   }
   setup.server = std::move(server);
   DDP_ASSIGN_OR_RETURN(setup.client,
@@ -122,15 +131,36 @@ StatusOr<RendezvousSetup> MakeGrpc(const LaunchOptions& options,
   GrpcClientOptions client = ClientOptions(options, ep.ToString());
   const bool host_it =
       is_host.has_value() ? *is_host : rendezvous::IsThisHost(ep.host);
+  // Cross-host failover: every agent that may host stands by at its own
+  // address towards the endpoint (as the other nodes reach it), at the
+  // endpoint's port unless rdzv_conf standby_port says otherwise.
+  const std::string me =
+      ep.port == 0 ? "" : SourceAddressTowards(ep.host, ep.port).value_or("");
+  const int standby_port = options.rendezvous.standby_port.value_or(ep.port);
+  auto with_standby = [&](std::unique_ptr<RendezvousHost> host) {
+    if (!me.empty()) host->SetStandby(me, standby_port);
+    return host;
+  };
   if (!host_it) {
     if (ep.port == 0) {
       return InvalidArgumentError("--rdzv_endpoint " + text +
                                   ": port 0 needs this agent to host the "
                                   "rendezvous (is_host=false given?)");
     }
-    return Connect(nullptr, client, loop);
+    if (is_host.has_value() || me.empty()) {
+      return Connect(nullptr, client, loop);  // is_host=false: never hosts
+    }
+    // Never serves the endpoint (port 0), only its standby; not even that
+    // without a certificate of its own to serve TLS with (tls_ca alone
+    // checks the server: an agent of an external server).
+    StatusOr<std::unique_ptr<RendezvousHost>> standby = MakeHost("", 0, client);
+    if (!standby.ok()) return Connect(nullptr, client, loop);
+    return Connect(with_standby(std::move(standby).value()), client, loop);
   }
   const std::string bind_host = BindHost(ep.host);
+  std::vector<std::string> own = {ep.host};
+  if (bind_host != "0.0.0.0") own.push_back(bind_host);
+  if (!me.empty()) own.push_back(me);
   const bool auto_host = !is_host.has_value();
   if (auto_host && ep.port != 0 && PortTaken(bind_host, ep.port)) {
     // torchrun's rule: several agents on the host of the endpoint; the
@@ -139,12 +169,12 @@ StatusOr<RendezvousSetup> MakeGrpc(const LaunchOptions& options,
     DDP_LOG(INFO) << "rendezvous " << ep.ToString()
                   << " is already served on this host: joining it";
     DDP_ASSIGN_OR_RETURN(std::unique_ptr<RendezvousHost> standby,
-                         MakeHost(bind_host, ep.port, client));
-    return Connect(std::move(standby), client, loop);
+                         MakeHost(bind_host, ep.port, client, own));
+    return Connect(with_standby(std::move(standby)), client, loop);
   }
   // Another agent on this host may bind between the probe and here.
   StatusOr<std::unique_ptr<RendezvousHost>> server =
-      Host(bind_host, ep.port, client, /*quiet=*/auto_host);
+      Host(bind_host, ep.port, client, own, /*quiet=*/auto_host);
   if (!server.ok()) {
     if (!auto_host || server.status().code() != StatusCode::kUnavailable) {
       return Status(server.status().code(), "hosting the rendezvous at " +
@@ -154,15 +184,15 @@ StatusOr<RendezvousSetup> MakeGrpc(const LaunchOptions& options,
     DDP_LOG(INFO) << "rendezvous " << ep.ToString()
                   << " is already served on this host: joining it";
     DDP_ASSIGN_OR_RETURN(std::unique_ptr<RendezvousHost> standby,
-                         MakeHost(bind_host, ep.port, client));
-    return Connect(std::move(standby), client, loop);
+                         MakeHost(bind_host, ep.port, client, own));
+    return Connect(with_standby(std::move(standby)), client, loop);
   }
   if (ep.port == 0) {
     // Hosted on a port only this agent knew: nobody can stand by for it.
     ep.port = *(*server)->Serve(false);
     client.endpoint = ep.ToString();
   }
-  return Connect(std::move(server).value(), client, loop);
+  return Connect(with_standby(std::move(server).value()), client, loop);
 }
 
 // Static --nnodes=N>1 over the gRPC rendezvous: node 0 hosts it at

@@ -43,7 +43,12 @@ struct RendezvousSetup {
 //   (or rdzv_conf is_host=true; is_host=false never hosts). An auto-detected
 //   host whose port is taken (another agent on this host hosts it) joins as
 //   a client that takes over hosting if that agent dies (failover: its
-//   client calls RendezvousHost::TakeOver when the server stops answering);
+//   client calls RendezvousHost::TakeOver when the server stops answering).
+//   Every such agent (unless is_host=false), on any host, also stands by
+//   at its own address towards the endpoint (rdzv_conf standby_port, else
+//   the endpoint's port): when the server named it the successor and
+//   stops answering, it hosts there and every client moves to it
+//   (cross-host failover, rendezvous/README.md);
 // - the static backend with --nnodes=N>1: the gRPC rendezvous at
 //   --master_addr:--master_port, hosted by --node_rank 0, min=max=N, node
 //   ranks as hints (group rank = node rank). Workers get MASTER_ADDR =

@@ -5,6 +5,7 @@
 #include <grpc/support/log.h>
 
 #include "common/logging.h"
+#include "rendezvous/client/endpoint.h"
 
 namespace ddprun::agent {
 namespace {
@@ -60,6 +61,38 @@ bool RendezvousHost::TakeOver() {
   DDP_LOG(WARNING) << "rendezvous " << endpoint_
                    << " stopped answering and its port was free: this agent "
                       "hosts it now (the job is rebuilt from the agents)";
+  return true;
+}
+
+void RendezvousHost::SetStandby(std::string host, int port) {
+  MutexLock lock(&mu_);
+  standby_host_ = std::move(host);
+  standby_port_ = port;
+}
+
+std::string RendezvousHost::standby_endpoint() const {
+  MutexLock lock(&mu_);
+  if (standby_port_ == 0) return "";
+  rendezvous::Endpoint ep;
+  ep.host = standby_host_;
+  ep.port = standby_port_;
+  return ep.ToString();
+}
+
+bool RendezvousHost::HostStandby() {
+  MutexLock lock(&mu_);
+  if (server_) return true;
+  if (shut_down_ || standby_port_ == 0) return false;
+  rendezvous::ServerOptions options = options_;
+  options.own_hosts = {standby_host_};
+  auto server = std::make_unique<rendezvous::RendezvousServer>();
+  StatusOr<int> port = server->Start(standby_host_, standby_port_, options);
+  if (!port.ok()) {
+    DDP_LOG(WARNING) << "hosting the rendezvous at standby " << standby_host_
+                     << ":" << standby_port_ << ": " << port.status().message();
+    return false;
+  }
+  server_ = std::move(server);
   return true;
 }
 

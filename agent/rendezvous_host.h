@@ -18,6 +18,10 @@ namespace ddprun::agent {
 // the host takes over (TakeOver(), called by its rendezvous client when
 // the server stops answering). The new server starts empty; the agents
 // rebuild the job from their running rounds, as after a server restart.
+// An agent on another host cannot bind the endpoint's address: it may
+// stand by at an address of its own (SetStandby) and serve there when the
+// server named it as the successor (HostStandby(), called by its client;
+// every client moves there).
 //
 // Threading: thread-safe. The server runs on gRPC's threads.
 class RendezvousHost {
@@ -42,6 +46,19 @@ class RendezvousHost {
   // the port is taken. Logs one line when it takes over.
   bool TakeOver() EXCLUDES(mu_);
 
+  // Cross-host failover: `host`:`port` is where this agent serves the
+  // rendezvous if it is named the successor (host: its own address as the
+  // other nodes reach it). Call before the host is shared.
+  void SetStandby(std::string host, int port) EXCLUDES(mu_);
+  // "host:port" of the standby; empty when there is none.
+  std::string standby_endpoint() const EXCLUDES(mu_);
+  // Serves at the standby address (a fresh server; its successor is
+  // chosen among the nodes not on `host`). True when it serves now (this
+  // call started it, or it served already); false without a standby,
+  // after Shutdown, or when the bind fails (logged). Logs nothing on
+  // success: the client says what happened.
+  bool HostStandby() EXCLUDES(mu_);
+
   bool serving() const EXCLUDES(mu_);
   // While serving: keeps serving until every other agent has been told the
   // job's latest news (RendezvousServer::WaitUntilAllHeard) or the real
@@ -60,6 +77,8 @@ class RendezvousHost {
   std::unique_ptr<rendezvous::RendezvousServer> server_ GUARDED_BY(mu_);
   // No takeover after the agent's own shutdown.
   bool shut_down_ GUARDED_BY(mu_) = false;
+  std::string standby_host_ GUARDED_BY(mu_);
+  int standby_port_ GUARDED_BY(mu_) = 0;
 };
 
 // Routes gRPC's own log lines through DDP_LOG (errors as warnings); lines

@@ -1,8 +1,10 @@
 #include "common/net.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -129,6 +131,32 @@ bool LoopbackPortAccepts(int port) {
     if (s.fd() >= 0 && connect(s.fd(), addr, len) == 0) return true;
   }
   return false;
+}
+
+bool ConnectRefused(const std::string& host, int port,
+                    std::chrono::milliseconds timeout) {
+  int error = 0;
+  AddrInfoList list = Resolve(host.c_str(), std::to_string(port), SOCK_STREAM,
+                              AI_NUMERICSERV, &error);
+  if (!list) return false;
+  for (addrinfo* ai = list.get(); ai != nullptr; ai = ai->ai_next) {
+    Socket s(ai->ai_family, SOCK_STREAM);
+    if (s.fd() < 0) return false;
+    fcntl(s.fd(), F_SETFL, fcntl(s.fd(), F_GETFL) | O_NONBLOCK);
+    int result = 0;
+    if (connect(s.fd(), ai->ai_addr, ai->ai_addrlen) != 0) {
+      if (errno != EINPROGRESS) {
+        result = errno;
+      } else {
+        pollfd p{s.fd(), POLLOUT, 0};
+        if (poll(&p, 1, static_cast<int>(timeout.count())) != 1) return false;
+        socklen_t len = sizeof(result);
+        getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &result, &len);
+      }
+    }
+    if (result != ECONNREFUSED) return false;
+  }
+  return true;
 }
 
 StatusOr<std::string> SourceAddressTowards(const std::string& host, int port) {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include "common/status_or.h"
@@ -30,6 +31,14 @@ StatusOr<bool> PortInUse(const std::string& host, int port);
 // then ::1) is accepted: accelerate's is_port_in_use rule. False when
 // nothing answers.
 bool LoopbackPortAccepts(int port);
+
+// True when `host` refuses a TCP connection to `port` (a reset: the host
+// is up and nothing listens there), on every address it resolves to.
+// False when one accepts, or nothing answers within `timeout` (a host that
+// is down, or a network partition), or `host` does not resolve. Blocks up
+// to `timeout` per address (plus name resolution).
+bool ConnectRefused(const std::string& host, int port,
+                    std::chrono::milliseconds timeout);
 
 // The local address (numeric, e.g. "10.0.0.5") this host's kernel uses as
 // the source towards `host`:`port`: an address the peer can reach us at,

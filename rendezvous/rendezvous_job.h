@@ -148,6 +148,9 @@ class RendezvousJob {
   }
 
   v1::JobStatus GetStatus() const;
+  // The NodeInfo of every node the job knows alive (joining, waiting,
+  // running or finished; not one a rebuild still waits for).
+  std::vector<v1::NodeInfo> LiveNodes() const;
 
   // Rebuild after a server restart: a job created from a Heartbeat of a node
   // that runs `current`. Its round is running and waits heartbeat_timeout for

@@ -87,6 +87,14 @@ void RendezvousJob::MarkHeard(const std::string& node_id, uint64_t instance) {
   if (Node* node = FindNode(node_id, instance)) node->heard = news_;
 }
 
+std::vector<v1::NodeInfo> RendezvousJob::LiveNodes() const {
+  std::vector<v1::NodeInfo> live;
+  for (const auto& [id, node] : nodes_) {
+    if (node.state != NodeState::kExpected) live.push_back(node.info);
+  }
+  return live;
+}
+
 bool RendezvousJob::AllHeard() const {
   for (const auto& [id, node] : nodes_) {
     if (node.heard < news_) return false;

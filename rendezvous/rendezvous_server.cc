@@ -60,7 +60,7 @@ StatusOr<int> RendezvousServer::Start(const std::string& host, int port,
   EnableAcceptGuard("rendezvous server");
   auto service = std::make_unique<RendezvousService>(
       options.clock, options.defaults, options.token, options.limits,
-      options.failover);
+      options.failover, options.own_hosts);
   const std::string address =
       (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
       std::to_string(port);

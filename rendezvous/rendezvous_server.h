@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/status.h"
@@ -38,6 +39,11 @@ struct ServerOptions {
   // agents may take over the endpoint when it stops answering
   // (HeartbeatResponse.failover).
   bool failover = false;
+  // With failover: the hosting agent's own addresses (the endpoint's host
+  // and this machine's address towards it). Heartbeat replies name a
+  // successor (HeartbeatResponse.successor_endpoint) among the nodes whose
+  // standby endpoint is on none of them.
+  std::vector<std::string> own_hosts;
 };
 
 // True for addresses only this machine can reach: 127.0.0.0/8, ::1,

@@ -62,10 +62,12 @@ class ParkedCall : public grpc::ServerUnaryReactor {
 
 RendezvousService::RendezvousService(Clock* clock, JobDefaults defaults,
                                      std::string token, StateLimits limits,
-                                     bool failover)
+                                     bool failover,
+                                     std::vector<std::string> own_hosts)
     : clock_(clock),
       token_(std::move(token)),
       failover_(failover),
+      own_hosts_(std::move(own_hosts)),
       state_(clock, defaults, limits) {
   timer_ = std::thread([this] { TimerLoop(); });
 }
@@ -225,6 +227,13 @@ grpc::ServerUnaryReactor* RendezvousService::Heartbeat(
   return Unary(ctx, [&](RendezvousState& state) -> ::ddprun::Status {
     DDP_ASSIGN_OR_RETURN(*response, state.Heartbeat(*request));
     response->set_failover(failover_);
+    if (failover_) {
+      if (std::optional<Successor> next =
+              state.SuccessorOf(request->rdzv_id(), own_hosts_)) {
+        response->set_successor_endpoint(next->endpoint);
+        response->set_successor_node_id(next->node_id);
+      }
+    }
     return ::ddprun::Status::Ok();
   });
 }

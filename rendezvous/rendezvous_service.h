@@ -30,10 +30,12 @@ class ParkedCall;
 class RendezvousService final : public v1::Rendezvous::CallbackService {
  public:
   // `token`: required value of the x-ddprun-token metadata; empty = none.
-  // `failover`: set HeartbeatResponse.failover (an agent hosts us).
+  // `failover`: set HeartbeatResponse.failover (an agent hosts us) and
+  // name a successor (ChooseSuccessor, never on one of `own_hosts`).
   // `clock` must outlive the service.
   RendezvousService(Clock* clock, JobDefaults defaults, std::string token,
-                    StateLimits limits = {}, bool failover = false);
+                    StateLimits limits = {}, bool failover = false,
+                    std::vector<std::string> own_hosts = {});
   ~RendezvousService() override;
 
   // Answers every parked call with UNAVAILABLE and refuses new calls
@@ -102,6 +104,7 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   Clock* const clock_;
   const std::string token_;
   const bool failover_;
+  const std::vector<std::string> own_hosts_;
 
   mutable Mutex mu_;
   CondVar cv_;        // wakes the timer thread

@@ -1,6 +1,8 @@
 #include "rendezvous/rendezvous_state.h"
 
+#include <cctype>
 #include <cstdio>
+#include <string_view>
 
 #include "common/logging.h"
 
@@ -82,6 +84,18 @@ Status CheckNode(const v1::NodeInfo& n) {
   if (n.master_port() < 1 || n.master_port() > 65535) {
     return InvalidArgumentError("master_port must be in 1..65535, got " +
                                 std::to_string(n.master_port()));
+  }
+  // Told to every node of the job (which connect to it and log it).
+  if (n.standby_endpoint().size() > kMaxAddrBytes + 6) {
+    return InvalidArgumentError("standby_endpoint is longer than 262 bytes");
+  }
+  for (char ch : n.standby_endpoint()) {
+    if (!std::isalnum(static_cast<unsigned char>(ch)) &&
+        std::string_view(".-_:[]%").find(ch) == std::string_view::npos) {
+      return InvalidArgumentError(
+          "standby_endpoint must be host:port (letters, digits, . - _ : [ ] "
+          "%)");
+    }
   }
   return Status::Ok();
 }
@@ -240,6 +254,14 @@ StatusOr<v1::HeartbeatResponse> RendezvousState::Heartbeat(
     deadline_changed_ |= job->TakeDeadlineMoved();
   }
   return reply;
+}
+
+std::optional<Successor> RendezvousState::SuccessorOf(
+    const std::string& rdzv_id,
+    const std::vector<std::string>& own_hosts) const {
+  auto it = jobs_.find(rdzv_id);
+  if (it == jobs_.end()) return std::nullopt;
+  return ChooseSuccessor(it->second->LiveNodes(), own_hosts);
 }
 
 Status RendezvousState::ReportFailure(const v1::ReportFailureRequest& request,

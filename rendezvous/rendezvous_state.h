@@ -12,6 +12,7 @@
 #include "ddprun/v1/rendezvous.pb.h"
 #include "rendezvous/rate_limiter.h"
 #include "rendezvous/rendezvous_job.h"
+#include "rendezvous/successor.h"
 
 namespace ddprun::rendezvous {
 
@@ -57,6 +58,11 @@ class RendezvousState {
   Status Leave(const v1::LeaveRequest& request);
   Status Close(const v1::CloseRequest& request);
   StatusOr<v1::StatusResponse> GetStatus(const std::string& rdzv_id) const;
+  // The successor (ChooseSuccessor) among the live nodes of job `rdzv_id`;
+  // nullopt when there is none or no such job.
+  std::optional<Successor> SuccessorOf(
+      const std::string& rdzv_id,
+      const std::vector<std::string>& own_hosts) const;
 
   // The parked call `waiter` went away; forget it (a joining node leaves).
   void CancelWaiter(WaiterId waiter);

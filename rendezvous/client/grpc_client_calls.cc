@@ -33,12 +33,21 @@ void GrpcRendezvousClient::Run(std::shared_ptr<Retry> retry) {
     Complete(retry, grpc::Status(grpc::StatusCode::CANCELLED, "left"));
     return;
   }
+  retry->generation = Generation();
   retry->attempt([this, retry](grpc::Status s) { OnAttempt(retry, s); });
 }
 
 void GrpcRendezvousClient::OnAttempt(const std::shared_ptr<Retry>& retry,
                                      const grpc::Status& s) {
   if (retries_.count(retry) == 0) return;  // answered already (Leave)
+  if (s.error_code() == grpc::StatusCode::CANCELLED && !Stopped() &&
+      retry->generation != Generation()) {
+    // Cancelled by a move to a successor endpoint: the new server learns
+    // the round, then the call starts over there.
+    retry->backoff = std::chrono::milliseconds(100);
+    Reregister([this, retry] { Run(retry); });
+    return;
+  }
   if (retry->on_job && !retry->reregistered && LostJob(s)) {
     // A new server (restarted, or hosted by another agent after a
     // failover) learns the round first, then the report about it.
@@ -96,12 +105,12 @@ void GrpcRendezvousClient::Reregister(std::function<void()> then) {
   StartCall(
       rpc,
       [this](auto* ctx, auto* req, auto* resp, auto cb) {
-        stub_->async()->Heartbeat(ctx, req, resp, std::move(cb));
+        Stub()->async()->Heartbeat(ctx, req, resp, std::move(cb));
       },
       [this, then = std::move(then)](grpc::Status s) {
         if (!s.ok()) {
           DDP_LOG(WARNING) << "re-registering with the rendezvous: "
-                           << FromGrpc(s, options_.endpoint).message();
+                           << FromGrpc(s, Target()).message();
         }
         then();
       });

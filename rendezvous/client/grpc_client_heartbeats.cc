@@ -61,7 +61,7 @@ void GrpcRendezvousClient::WatchBarrierLocked(Clock::Duration unreachable) {
   }
   if (unreachable >= std::chrono::seconds(5) &&
       unreachable < std::chrono::seconds(5) + o.heartbeat_interval) {
-    DDP_LOG(WARNING) << "exit barrier: rendezvous server " << options_.endpoint
+    DDP_LOG(WARNING) << "exit barrier: rendezvous server " << target_
                      << " not reachable for 5 s; this node's workers "
                         "succeeded, waiting up to "
                      << std::chrono::duration_cast<std::chrono::seconds>(
@@ -102,7 +102,7 @@ void GrpcRendezvousClient::HeartbeatLoop() {
     ctx.set_wait_for_ready(took_over);
     took_over = false;
     v1::HeartbeatResponse resp;
-    grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
+    grpc::Status s = Stub()->Heartbeat(&ctx, req, &resp);
     {
       MutexLock lock(&mu_);
       beat_ = nullptr;
@@ -114,6 +114,8 @@ void GrpcRendezvousClient::HeartbeatLoop() {
       {
         MutexLock lock(&mu_);
         failover_ = resp.failover();
+        successor_endpoint_ = resp.successor_endpoint();
+        successor_node_ = resp.successor_node_id();
       }
       using A = v1::HeartbeatResponse;
       switch (resp.action()) {
@@ -131,12 +133,12 @@ void GrpcRendezvousClient::HeartbeatLoop() {
       }
     } else if (Retryable(s) ||
                s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-      took_over = TryTakeOver();
       const Clock::Duration unreachable = clock_->Now() - last_ok;
+      took_over = TryTakeOver() || TryFailOver(unreachable);
       if (!took_over && unreachable > o.connection_lost_timeout) {
         Emit(
             RendezvousEventType::kConnectionLost,
-            "rendezvous " + options_.endpoint + " unreachable for " +
+            "rendezvous " + Target() + " unreachable for " +
                 std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
                                    unreachable)
                                    .count()) +
@@ -147,9 +149,8 @@ void GrpcRendezvousClient::HeartbeatLoop() {
     } else if (!warned) {
       // A refused heartbeat (token, config, identity) will not fix itself.
       warned = true;
-      DDP_LOG(ERROR) << FromGrpc(s, options_.endpoint).message();
-      Emit(RendezvousEventType::kJobFailed,
-           FromGrpc(s, options_.endpoint).message());
+      DDP_LOG(ERROR) << FromGrpc(s, Target()).message();
+      Emit(RendezvousEventType::kJobFailed, FromGrpc(s, Target()).message());
     }
   }
 }

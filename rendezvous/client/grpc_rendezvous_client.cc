@@ -27,6 +27,7 @@ GrpcRendezvousClient::GrpcRendezvousClient(
       endpoint_(std::move(endpoint)),
       loop_(loop),
       clock_(loop->clock()),
+      target_(options.endpoint),
       channel_(channel),
       stub_(v1::Rendezvous::NewStub(channel)) {
   std::random_device rd;
@@ -64,14 +65,14 @@ void GrpcRendezvousClient::WarnIfUnreachable(Clock::TimePoint deadline) {
     if (alive.expired()) return;
     warn_timer_ = 0;
     if (!joining_ ||
-        channel_->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY) {
+        Channel()->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY) {
       return;
     }
     const Clock::Duration left = deadline - clock_->Now();
     if (std::chrono::duration_cast<std::chrono::seconds>(left).count() <= 0) {
       return;
     }
-    DDP_LOG(WARNING) << "rendezvous server " << options_.endpoint
+    DDP_LOG(WARNING) << "rendezvous server " << Target()
                      << " not reachable for 5 s; still trying for "
                      << WholeSeconds(left)
                      << " s (check --rdzv_endpoint, that the server runs, and "
@@ -112,6 +113,7 @@ void GrpcRendezvousClient::Join(const JoinRequest& request,
     return;
   }
   n->set_master_port(*port);
+  n->set_standby_endpoint(options_.standby_endpoint);
   {
     MutexLock lock(&mu_);
     if (stop_) {
@@ -143,7 +145,7 @@ void GrpcRendezvousClient::Join(const JoinRequest& request,
     StartAttempt(
         req, call_deadline,
         [this](auto* ctx, auto* q, auto* p, auto cb) {
-          stub_->async()->Join(ctx, q, p, std::move(cb));
+          Stub()->async()->Join(ctx, q, p, std::move(cb));
         },
         answer, std::move(finished));
   };
@@ -164,7 +166,7 @@ StatusOr<RendezvousResult> GrpcRendezvousClient::OnJoinAnswer(
     Clock::TimePoint call_deadline) {
   if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
       clock_->Now() >= call_deadline) {
-    return DeadlineExceededError("rendezvous " + options_.endpoint +
+    return DeadlineExceededError("rendezvous " + Target() +
                                  ": round did not complete before the "
                                  "deadline (" +
                                  s.error_message() + ")");
@@ -174,7 +176,7 @@ StatusOr<RendezvousResult> GrpcRendezvousClient::OnJoinAnswer(
     // second copy of the same error from the heartbeat thread).
     MutexLock lock(&mu_);
     paused_ = true;
-    return FromGrpc(s, options_.endpoint);
+    return FromGrpc(s, target_);
   }
   if (resp.job_succeeded()) {
     // A spare: the job ended well without it. Nothing left to heartbeat.
@@ -229,13 +231,13 @@ void GrpcRendezvousClient::ReportFailure(int64_t round,
     StartAttempt(
         req, deadline,
         [this](auto* ctx, auto* q, auto* p, auto cb) {
-          stub_->async()->ReportFailure(ctx, q, p, std::move(cb));
+          Stub()->async()->ReportFailure(ctx, q, p, std::move(cb));
         },
         answer, std::move(finished));
   };
   call->done = [this, answer, done](grpc::Status s) {
     if (!s.ok()) {
-      done(FromGrpc(s, options_.endpoint));
+      done(FromGrpc(s, Target()));
       return;
     }
     done(answer->will_restart());
@@ -275,7 +277,7 @@ void GrpcRendezvousClient::ReportSuccess(int64_t round,
     StartAttempt(
         req, deadline,
         [this](auto* ctx, auto* q, auto* p, auto cb) {
-          stub_->async()->ReportSuccess(ctx, q, p, std::move(cb));
+          Stub()->async()->ReportSuccess(ctx, q, p, std::move(cb));
         },
         std::shared_ptr<v1::ReportSuccessResponse>(), std::move(finished),
         /*barrier=*/true);
@@ -301,8 +303,7 @@ Status GrpcRendezvousClient::OnBarrierAnswer(const grpc::Status& s,
   }
   if (lost) {
     return UnavailableError(
-        "exit barrier: rendezvous server " + options_.endpoint +
-        " unreachable for " +
+        "exit barrier: rendezvous server " + Target() + " unreachable for " +
         WholeSeconds(options_.rendezvous.connection_lost_timeout) +
         " s (rdzv_conf connection_lost_timeout); gave up waiting for the "
         "other nodes (this node's workers succeeded)");
@@ -312,7 +313,7 @@ Status GrpcRendezvousClient::OnBarrierAnswer(const grpc::Status& s,
         "exit barrier: not every node finished within " +
         WholeSeconds(barrier_timeout) + " s");
   }
-  return FromGrpc(s, options_.endpoint);
+  return FromGrpc(s, Target());
 }
 
 void GrpcRendezvousClient::Leave(std::function<void()> done) {
@@ -351,12 +352,12 @@ void GrpcRendezvousClient::Leave(std::function<void()> done) {
   StartCall(
       rpc,
       [this](auto* ctx, auto* q, auto* p, auto cb) {
-        stub_->async()->Leave(ctx, q, p, std::move(cb));
+        Stub()->async()->Leave(ctx, q, p, std::move(cb));
       },
       [this, done = std::move(done)](grpc::Status s) {
         if (!s.ok()) {
           DDP_LOG(WARNING) << "rendezvous leave: "
-                           << FromGrpc(s, options_.endpoint).message();
+                           << FromGrpc(s, Target()).message();
         }
         done();
       });
@@ -369,7 +370,17 @@ namespace ddprun::rendezvous {
 StatusOr<std::unique_ptr<RendezvousClient>> CreateGrpcRendezvousClient(
     const GrpcClientOptions& options, EventLoop* loop) {
   DDP_ASSIGN_OR_RETURN(Endpoint endpoint, ParseEndpoint(options.endpoint));
-  const RendezvousOptions& o = options.rendezvous;
+  auto channel = internal::MakeChannel(endpoint.ToString(), options.rendezvous);
+  return std::unique_ptr<RendezvousClient>(new internal::GrpcRendezvousClient(
+      options, std::move(endpoint), loop, std::move(channel)));
+}
+
+}  // namespace ddprun::rendezvous
+
+namespace ddprun::rendezvous::internal {
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& endpoint,
+                                           const RendezvousOptions& o) {
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (!o.tls_ca_pem.empty()) {
     grpc::SslCredentialsOptions ssl;
@@ -388,9 +399,7 @@ StatusOr<std::unique_ptr<RendezvousClient>> CreateGrpcRendezvousClient(
   // Cluster-internal traffic: an http_proxy/https_proxy set for the outside
   // world (common on clusters) must not capture the rendezvous connection.
   args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
-  auto channel = grpc::CreateCustomChannel(endpoint.ToString(), creds, args);
-  return std::unique_ptr<RendezvousClient>(new internal::GrpcRendezvousClient(
-      options, std::move(endpoint), loop, std::move(channel)));
+  return grpc::CreateCustomChannel(endpoint, creds, args);
 }
 
-}  // namespace ddprun::rendezvous
+}  // namespace ddprun::rendezvous::internal

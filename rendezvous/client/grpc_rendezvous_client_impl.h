@@ -3,7 +3,8 @@
 // The gRPC rendezvous client's class, shared by its source files
 // (grpc_rendezvous_client.cc: the calls; grpc_client_calls.cc: one call
 // on gRPC's callback API, retries and re-registration;
-// grpc_client_heartbeats.cc: the heartbeat thread and failover). Internal
+// grpc_client_heartbeats.cc: the heartbeat thread and failover;
+// grpc_client_failover.cc: the move to a successor endpoint). Internal
 // to ddprun_rendezvous_client.
 
 #include <chrono>
@@ -25,6 +26,11 @@
 namespace ddprun::rendezvous::internal {
 
 namespace v1 = ::ddprun::rendezvous::v1;
+
+// A channel to `endpoint` ("host:port") with the client's credentials
+// (TLS per `options`) and fast reconnects.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& endpoint,
+                                           const RendezvousOptions& options);
 
 inline Status FromGrpc(const grpc::Status& s, const std::string& endpoint) {
   if (s.ok()) return Status::Ok();
@@ -91,6 +97,9 @@ class GrpcRendezvousClient final : public RendezvousClient {
     bool on_job = false;
     bool reregistered = false;
     EventLoop::TimerId timer = 0;  // non-zero: waiting for the next attempt
+    // The client's generation_ when the last attempt started: a call
+    // cancelled because the client moved to a successor is tried again.
+    uint64_t generation = 0;
     // Starts one attempt; `finished` runs on the loop with its status.
     std::function<void(Finished finished)> attempt;
     Finished done;
@@ -145,6 +154,43 @@ class GrpcRendezvousClient final : public RendezvousClient {
   // While the server does not answer: lets this process take over hosting
   // its endpoint when the server allowed it (failover). True if it did.
   bool TryTakeOver() EXCLUDES(mu_);
+
+  // grpc_client_failover.cc.
+  // Cross-host failover, from the heartbeat thread, once the server has
+  // been unreachable for `unreachable`: when a successor other than the
+  // current endpoint is known, max(2 x heartbeat_interval, 1 s) have
+  // passed, its host refuses connections (OldHostRefuses) and the server
+  // does not answer within 1 s more (OldServerBack), hosts it (this node is the
+  // successor) and moves the client there. True when the client moved.
+  bool TryFailOver(Clock::Duration unreachable) EXCLUDES(mu_);
+  // True when `endpoint`'s host refuses connections to its port within
+  // 1 s (up, nothing listens: the server process is gone). Else warns once.
+  bool OldHostRefuses(const std::string& endpoint) EXCLUDES(mu_);
+  // One Heartbeat to the current server that waits up to 1 s for a
+  // connection (the heartbeat thread's; Stop cancels it): true when it
+  // answered, i.e. an agent on its host took it over meanwhile.
+  bool OldServerBack() EXCLUDES(mu_);
+  // Points the client at `endpoint` from now on: a new channel and stub,
+  // calls in flight cancelled (their retries start over there, re-registering
+  // first), generation_ bumped. Thread-safe.
+  void SwitchTo(const std::string& endpoint) EXCLUDES(mu_);
+  // The stub, channel and endpoint text the client uses now.
+  std::shared_ptr<v1::Rendezvous::Stub> Stub() const EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return stub_;
+  }
+  std::shared_ptr<grpc::Channel> Channel() const EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return channel_;
+  }
+  std::string Target() const EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return target_;
+  }
+  uint64_t Generation() const EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return generation_;
+  }
   // The heartbeat thread's verdict on an unreachable server while the node
   // waits in the exit barrier: warns once, gives up (cancels the call)
   // after connection_lost_timeout.
@@ -156,8 +202,6 @@ class GrpcRendezvousClient final : public RendezvousClient {
   const Endpoint endpoint_;
   EventLoop* const loop_;
   Clock* const clock_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::Rendezvous::Stub> stub_;
   uint64_t instance_ = 0;
 
   // Loop thread only.
@@ -184,6 +228,18 @@ class GrpcRendezvousClient final : public RendezvousClient {
   bool paused_ GUARDED_BY(mu_) = false;      // the last Join failed: no beats
   // The server said that agents may take over its endpoint (failover).
   bool failover_ GUARDED_BY(mu_) = false;
+  // Where the client goes when the server is gone and nobody on its host
+  // took it over (HeartbeatResponse.successor_*); empty: nowhere.
+  std::string successor_endpoint_ GUARDED_BY(mu_);
+  std::string successor_node_ GUARDED_BY(mu_);
+  // Said once that the old server's host does not answer (no failover).
+  bool partition_warned_ GUARDED_BY(mu_) = false;
+  // The server the client talks to now (the endpoint, or a successor) and
+  // how many times it moved.
+  std::string target_ GUARDED_BY(mu_);
+  std::shared_ptr<grpc::Channel> channel_ GUARDED_BY(mu_);
+  std::shared_ptr<v1::Rendezvous::Stub> stub_ GUARDED_BY(mu_);
+  uint64_t generation_ GUARDED_BY(mu_) = 0;
   // In the exit barrier, and whether the heartbeat thread gave up on an
   // unreachable server (it cancels the call).
   bool in_barrier_ GUARDED_BY(mu_) = false;

@@ -28,6 +28,7 @@ std::vector<RdzvConfKey> MakeKeys() {
       {"tls_ca", Kind::kFile, false},
       {"tls_cert", Kind::kFile, false},
       {"tls_key", Kind::kFile, false},
+      {"standby_port", Kind::kPort, false},
       // torchrun's c10d/static keys that ddprun's rendezvous has no use for.
       {"close_timeout", Kind::kSeconds, true},
       {"read_timeout", Kind::kSeconds, true},
@@ -74,6 +75,17 @@ StatusOr<long> ParseCount(const std::string& source, const std::string& key,
   return n;
 }
 
+StatusOr<int> ParsePort(const std::string& source, const std::string& key,
+                        const std::string& value) {
+  char* end = nullptr;
+  const long n = std::strtol(value.c_str(), &end, 10);
+  if (value.empty() || !std::isdigit(static_cast<unsigned char>(value[0])) ||
+      *end != '\0' || n < 1 || n > 65535) {
+    return Bad(source, key, value, "a TCP port in 1..65535");
+  }
+  return static_cast<int>(n);
+}
+
 StatusOr<bool> ParseBool(const std::string& source, const std::string& key,
                          const std::string& value) {
   std::string v = value;
@@ -97,6 +109,8 @@ Status CheckValue(const std::string& source, const RdzvConfKey& key,
       return ParseCount(source, key.name, value).status();
     case Kind::kBool:
       return ParseBool(source, key.name, value).status();
+    case Kind::kPort:
+      return ParsePort(source, key.name, value).status();
     case Kind::kText:
       if (value.empty()) return Bad(source, key.name, value, "a value");
       return Status::Ok();
@@ -168,6 +182,11 @@ StatusOr<std::optional<long>> RdzvConfCount(const RdzvConf& conf,
 StatusOr<std::optional<bool>> RdzvConfBool(const RdzvConf& conf,
                                            const std::string& key) {
   return Get(conf, key, ParseBool);
+}
+
+StatusOr<std::optional<int>> RdzvConfPort(const RdzvConf& conf,
+                                          const std::string& key) {
+  return Get(conf, key, ParsePort);
 }
 
 }  // namespace ddprun::rendezvous

@@ -25,6 +25,7 @@ enum class RdzvConfKind {
   kBool,     // 1/true/t/yes/y/on or 0/false/f/no/n/off (any case)
   kText,     // any non-empty text
   kFile,     // the path of a readable file
+  kPort,     // a TCP port in 1..65535
 };
 
 struct RdzvConfKey {
@@ -54,5 +55,7 @@ StatusOr<std::optional<long>> RdzvConfCount(const RdzvConf& conf,
                                             const std::string& key);
 StatusOr<std::optional<bool>> RdzvConfBool(const RdzvConf& conf,
                                            const std::string& key);
+StatusOr<std::optional<int>> RdzvConfPort(const RdzvConf& conf,
+                                          const std::string& key);
 
 }  // namespace ddprun::rendezvous

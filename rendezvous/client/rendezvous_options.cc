@@ -31,6 +31,8 @@ StatusOr<RendezvousOptions> ParseRendezvousOptions(
     options.bad_host_failures = static_cast<uint32_t>(*failures);
   }
   DDP_ASSIGN_OR_RETURN(options.is_host, RdzvConfBool(conf, "is_host"));
+  DDP_ASSIGN_OR_RETURN(options.standby_port,
+                       RdzvConfPort(conf, "standby_port"));
   if (auto it = conf.find("token"); it != conf.end()) {
     options.token = it->second;
   }

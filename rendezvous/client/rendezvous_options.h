@@ -50,6 +50,11 @@ struct RendezvousOptions {
   // false = never; nullopt = torchrun's rule (host when the endpoint names
   // this machine).
   std::optional<bool> is_host;
+  // rdzv_conf standby_port: the port this agent serves the rendezvous at,
+  // at its own address, when the agent hosting it on another host dies and
+  // this one is its successor (cross-host failover); nullopt = the
+  // endpoint's port.
+  std::optional<int> standby_port;
 };
 
 // Reads `conf` (--rdzv_conf or PET_RDZV_CONF, named by `source` in errors)

@@ -83,6 +83,22 @@ TEST_CASE("LoopbackPortAccepts: true only while something listens",
   CHECK_FALSE(LoopbackPortAccepts(port));
 }
 
+TEST_CASE(
+    "ConnectRefused: only a port nothing listens on, on a host that is up",
+    "[common][net]") {
+  int port = 0;
+  {
+    Listener listener;
+    port = listener.port();
+    // Something listens: accepted, not refused.
+    CHECK_FALSE(ConnectRefused("127.0.0.1", port, std::chrono::seconds(1)));
+  }
+  // The listener is gone: the host answers with a reset.
+  CHECK(ConnectRefused("127.0.0.1", port, std::chrono::seconds(1)));
+  CHECK_FALSE(
+      ConnectRefused("no-such-host.invalid", port, std::chrono::seconds(1)));
+}
+
 TEST_CASE("SourceAddressTowards: the local address that reaches a host",
           "[common][net]") {
   StatusOr<std::string> loopback = SourceAddressTowards("127.0.0.1", 29400);

@@ -27,6 +27,15 @@ inline double WallNow() {
       .count();
 }
 
+// The wall time of the first start of `node` with `world_size` (0: none).
+inline double StartedAt(const std::vector<WorkerStart>& starts,
+                        const std::string& node, int world_size) {
+  for (const WorkerStart& s : starts) {
+    if (s.node == node && s.world_size == world_size) return s.wall_time;
+  }
+  return 0;
+}
+
 // An external server plus agents running env_worker.sh (MN_OUT is its
 // directory; `env` adds the worker's other MN_* settings). Without the
 // external server (`external_server` false) the agents' endpoint is a free

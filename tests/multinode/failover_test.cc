@@ -20,15 +20,6 @@
 namespace ddprun::multinode {
 namespace {
 
-// The wall time of the first start of `node` with `world_size` (0: none).
-double StartedAt(const std::vector<WorkerStart>& starts,
-                 const std::string& node, int world_size) {
-  for (const WorkerStart& s : starts) {
-    if (s.node == node && s.world_size == world_size) return s.wall_time;
-  }
-  return 0;
-}
-
 // Agents "a" (hosting: it starts first) and "b" on one embedded
 // rendezvous, once both train together and b heard (heartbeats, 1 s) that
 // it may take over.

@@ -1,0 +1,216 @@
+// Cross-host failover of an embedded rendezvous, the real thing on
+// loopback: the "hosting agent's" server on 127.0.0.1, a standby on
+// 127.0.0.2 (another address of this machine stands for another host).
+// The server names the successor in its heartbeat replies; when it is
+// gone, the successor's client starts the standby server and every client
+// moves there and re-registers, calls in flight included.
+#include "ddprun_catch.h"
+
+#include <atomic>
+#include <future>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/net.h"
+#include "ddprun/v1/rendezvous.grpc.pb.h"
+#include "rendezvous/client/rendezvous_options.h"
+#include "rendezvous/rendezvous_server.h"
+#include "tests/rendezvous/sync_client.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using testing::SyncClient;
+using Steady = std::chrono::steady_clock;
+
+constexpr const char* kStandbyHost = "127.0.0.2";
+
+ServerOptions Hosted(const std::string& own_host) {
+  ServerOptions o;
+  o.failover = true;
+  o.own_hosts = {own_host};
+  return o;
+}
+
+GrpcClientOptions ClientOptions(int port) {
+  GrpcClientOptions o;
+  o.endpoint = "127.0.0.1:" + std::to_string(port);
+  o.rendezvous.heartbeat_interval = milliseconds(200);
+  o.rendezvous.heartbeat_timeout = milliseconds(2000);
+  o.rendezvous.last_call_timeout = milliseconds(300);
+  o.rendezvous.join_timeout = seconds(20);
+  return o;
+}
+
+JoinRequest Request(const std::string& node) {
+  JoinRequest r;
+  r.run_id = "job";
+  r.node_id = node;
+  r.local_world_size = 1;
+  r.local_addr = "127.0.0.1";
+  r.min_nodes = 2;
+  r.max_nodes = 2;
+  r.max_restarts = 1;
+  return r;
+}
+
+// One Heartbeat of an observer that is no node of the job.
+v1::HeartbeatResponse Observe(int port) {
+  auto stub = v1::Rendezvous::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
+  v1::HeartbeatRequest req;
+  req.set_rdzv_id("job");
+  v1::JobConfig* c = req.mutable_config();
+  c->set_min_nodes(2);
+  c->set_max_nodes(2);
+  c->set_max_restarts(1);
+  v1::NodeInfo* n = req.mutable_node();
+  n->set_node_id("observer");
+  n->set_instance(7);
+  n->set_local_world_size(1);
+  n->set_addr("127.0.0.1");
+  n->set_master_port(1);
+  v1::HeartbeatResponse resp;
+  grpc::Status s = stub->Heartbeat(&ctx, req, &resp);
+  REQUIRE(s.ok());
+  return resp;
+}
+
+v1::StatusResponse ServerStatus(const std::string& endpoint) {
+  auto stub = v1::Rendezvous::NewStub(
+      grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + seconds(2));
+  v1::StatusResponse resp;
+  (void)stub->Status(&ctx, v1::StatusRequest(), &resp);
+  return resp;
+}
+
+TEST_CASE(
+    "GrpcFailover: the successor hosts at its standby and every client moves "
+    "there, a call in flight included",
+    "[rendezvous][grpc][failover]") {
+  auto primary = std::make_unique<RendezvousServer>();
+  auto port = primary->Start("127.0.0.1", 0, Hosted("127.0.0.1"));
+  REQUIRE(port.ok());
+  StatusOr<int> standby_port = FreePort(kStandbyHost);
+  REQUIRE(standby_port.ok());
+  const std::string standby =
+      std::string(kStandbyHost) + ":" + std::to_string(*standby_port);
+
+  // node0 stands by on the hosting host (never the successor); node1 on
+  // "another host", and hosts there when asked.
+  GrpcClientOptions o0 = ClientOptions(*port);
+  o0.standby_endpoint = "127.0.0.1:" + std::to_string(*port);
+  GrpcClientOptions o1 = ClientOptions(*port);
+  o1.standby_endpoint = standby;
+  RendezvousServer successor;
+  std::atomic<int> hosted{0};
+  o1.host_standby = [&] {
+    ++hosted;
+    return successor.Start(kStandbyHost, *standby_port, Hosted(kStandbyHost))
+        .ok();
+  };
+  auto c0 = SyncClient::Grpc(o0);
+  auto c1 = SyncClient::Grpc(o1);
+  REQUIRE(c0.ok());
+  REQUIRE(c1.ok());
+  auto j0 = std::async(std::launch::async, [&] {
+    return (*c0)->Join(Request("node0"), Steady::now() + seconds(15));
+  });
+  auto r1 = (*c1)->Join(Request("node1"), Steady::now() + seconds(15));
+  auto r0 = j0.get();
+  REQUIRE(r0.ok());
+  REQUIRE(r1.ok());
+
+  // Every heartbeat reply names node1's standby.
+  v1::HeartbeatResponse seen = Observe(*port);
+  CHECK(seen.failover());
+  CHECK(seen.successor_endpoint() == standby);
+  CHECK(seen.successor_node_id() == "node1");
+  std::this_thread::sleep_for(milliseconds(600));  // the nodes heard it too
+
+  // node0 waits in the exit barrier on the primary when it goes away: its
+  // call is retried and must follow the move.
+  auto barrier0 = std::async(std::launch::async, [&] {
+    return (*c0)->ReportSuccess(r0->round, seconds(20));
+  });
+  std::this_thread::sleep_for(milliseconds(300));
+  const auto gone = Steady::now();
+  primary->Shutdown(milliseconds(0));  // all its state lost
+
+  // Both nodes re-register their running round with the successor.
+  v1::StatusResponse status;
+  const auto deadline = Steady::now() + seconds(10);
+  while (Steady::now() < deadline) {
+    status = ServerStatus(standby);
+    if (status.jobs_size() == 1 && status.jobs(0).nodes_size() == 2) break;
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  INFO("moved after "
+       << std::chrono::duration<double>(Steady::now() - gone).count() << " s");
+  REQUIRE(status.jobs_size() == 1);
+  CHECK(status.jobs(0).nodes_size() == 2);
+  CHECK(status.jobs(0).round() == r0->round);
+  CHECK(hosted.load() == 1);
+  // And the job ends well there: node0's barrier call (in flight across
+  // the move) and node1's meet on the successor.
+  CHECK((*c1)->ReportSuccess(r1->round, seconds(10)).ok());
+  CHECK(barrier0.get().ok());
+  c0->reset();
+  c1->reset();
+  successor.Shutdown(milliseconds(0));
+}
+
+TEST_CASE("GrpcFailover: no successor when every standby is on the host",
+          "[rendezvous][grpc][failover]") {
+  RendezvousServer server;
+  auto port = server.Start("127.0.0.1", 0, Hosted("127.0.0.1"));
+  REQUIRE(port.ok());
+  GrpcClientOptions o = ClientOptions(*port);
+  o.standby_endpoint = "127.0.0.1:" + std::to_string(*port);
+  std::vector<std::unique_ptr<SyncClient>> clients;
+  for (int i = 0; i < 2; ++i) {
+    auto c = SyncClient::Grpc(o);
+    REQUIRE(c.ok());
+    clients.push_back(std::move(c).value());
+  }
+  auto j0 = std::async(std::launch::async, [&] {
+    return clients[0]->Join(Request("node0"), Steady::now() + seconds(15));
+  });
+  REQUIRE(clients[1]->Join(Request("node1"), Steady::now() + seconds(15)).ok());
+  REQUIRE(j0.get().ok());
+  v1::HeartbeatResponse seen = Observe(*port);
+  CHECK(seen.failover());
+  CHECK(seen.successor_endpoint().empty());
+  CHECK(seen.successor_node_id().empty());
+}
+
+TEST_CASE("ParseRendezvousOptions: standby_port is a TCP port",
+          "[rendezvous][failover]") {
+  auto parse = [](const std::string& value) {
+    return ParseRendezvousOptions("--rdzv_conf", {{"standby_port", value}},
+                                  std::nullopt, nullptr);
+  };
+  auto ok = parse("29500");
+  REQUIRE(ok.ok());
+  CHECK(ok->standby_port == 29500);
+  CHECK_FALSE(ParseRendezvousOptions("--rdzv_conf", {}, std::nullopt, nullptr)
+                  ->standby_port.has_value());
+  for (const char* bad : {"0", "65536", "-1", "x", " 80", "80x", ""}) {
+    auto refused = parse(bad);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.status().code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(refused.status().message(),
+               Catch::Contains("standby_port=" + std::string(bad) +
+                               ": expected a TCP port in 1..65535"));
+  }
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
