@@ -85,10 +85,12 @@ void GrpcRendezvousClient::HeartbeatLoop() {
         // Woken early by Stop (and by unrelated notifications: re-check).
         const auto until =
             std::chrono::steady_clock::now() + o.heartbeat_interval;
-        while (!stop_ && std::chrono::steady_clock::now() < until) {
+        while (!stop_ && !beat_now_ &&
+               std::chrono::steady_clock::now() < until) {
           (void)cv_.WaitUntil(&mu_, until);
         }
       }
+      beat_now_ = false;
       if (stop_) break;
       if (paused_) continue;
       req = HeartbeatRequestLocked();
@@ -132,7 +134,10 @@ void GrpcRendezvousClient::HeartbeatLoop() {
           break;
       }
     } else if (Retryable(s) ||
-               s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+               s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+               // A server shutting down with the beat in flight (our own
+               // Stop broke out of the loop above): gone, not a refusal.
+               s.error_code() == grpc::StatusCode::CANCELLED) {
       const Clock::Duration unreachable = clock_->Now() - last_ok;
       took_over = TryTakeOver() || TryFailOver(unreachable);
       if (!took_over && unreachable > o.connection_lost_timeout) {

@@ -192,7 +192,9 @@ StatusOr<RendezvousResult> GrpcRendezvousClient::OnJoinAnswer(
     registered_ = true;
     running_ = true;
     event_sent_ = false;
+    beat_now_ = true;
   }
+  cv_.NotifyAll();
   RendezvousResult r;
   r.round = a.round();
   r.group_rank = a.group_rank();

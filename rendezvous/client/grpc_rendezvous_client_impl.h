@@ -226,6 +226,11 @@ class GrpcRendezvousClient final : public RendezvousClient {
   bool running_ GUARDED_BY(mu_) = false;     // workers run: events wanted
   bool event_sent_ GUARDED_BY(mu_) = false;  // one event per round
   bool paused_ GUARDED_BY(mu_) = false;      // the last Join failed: no beats
+  // A round just completed: beat now rather than a heartbeat_interval
+  // later, so that the node learns at once whether it may take over (an
+  // agent hosting the rendezvous killed right after the round otherwise
+  // leaves survivors that never heard `failover`).
+  bool beat_now_ GUARDED_BY(mu_) = false;
   // The server said that agents may take over its endpoint (failover).
   bool failover_ GUARDED_BY(mu_) = false;
   // Where the client goes when the server is gone and nobody on its host

@@ -21,10 +21,12 @@ namespace ddprun::multinode {
 namespace {
 
 // Agents "a" (hosting: it starts first) and "b" on one embedded
-// rendezvous, once both train together and b heard (heartbeats, 1 s) that
-// it may take over.
+// rendezvous, once both train together and `settle` later (by default long
+// enough for b's periodic heartbeats, 1 s, to have told it that it may
+// take over).
 std::pair<Child*, Child*> StartHostedPair(
-    ElasticJob& job, const std::vector<std::string>& args) {
+    ElasticJob& job, const std::vector<std::string>& args,
+    std::chrono::milliseconds settle = 2s) {
   Child& a = job.Start("a", args);
   REQUIRE(WaitUntil(
       [&] { return a.Stderr().find("listening on") != std::string::npos; },
@@ -38,7 +40,7 @@ std::pair<Child*, Child*> StartHostedPair(
       },
       20s));
   CHECK(b.Stderr().find("already served on this host") != std::string::npos);
-  std::this_thread::sleep_for(2s);
+  std::this_thread::sleep_for(settle);
   return {&a, &b};
 }
 
@@ -67,6 +69,34 @@ TEST_CASE(
   CHECK(b.Stderr().find("hosts it now") != std::string::npos);
   // The loss of a node spends no restart budget.
   for (const WorkerStart& s : job.Starts()) CHECK(s.restart_count == 0);
+}
+
+TEST_CASE(
+    "multinode: the hosting agent killed right after the round completes, "
+    "the survivor still takes over",
+    "[multinode][failover]") {
+  // Heartbeats every 2.5 s: b's first periodic beat would come long after
+  // the kill, so b learns that it may take over only from the beat a
+  // completed round sends at once.
+  ElasticJob job({{"MN_FINISH_WS", "1"}}, /*external_server=*/false);
+  auto [a_ptr, b_ptr] = StartHostedPair(
+      job,
+      {"--nnodes=1:2", "--max_restarts=3", "--rdzv_id=foearly",
+       "--rdzv_conf=heartbeat_interval=2.5,heartbeat_timeout=6"},
+      300ms);
+  Child& a = *a_ptr;
+  Child& b = *b_ptr;
+  const double killed_at = WallNow();
+  a.Kill(SIGKILL);
+  REQUIRE(a.Wait(5s) == 128 + SIGKILL);
+  if (!WaitUntil([&] { return StartedAt(job.Starts(), "b", 1) > 0; }, 30s))
+    FAIL("b did not restart alone\n" << job.Outputs());
+  std::printf(
+      "[multinode] failover right after the round: the survivor's workers "
+      "restarted %.2f s after kill -9 of the hosting agent\n",
+      StartedAt(job.Starts(), "b", 1) - killed_at);
+  CHECK(b.Wait(15s) == 0);
+  CHECK(b.Stderr().find("hosts it now") != std::string::npos);
 }
 
 TEST_CASE(
