@@ -2,22 +2,9 @@
 
 #include <algorithm>
 
-namespace ddprun::rendezvous {
+#include "rendezvous/client/endpoint.h"
 
-std::string EndpointHost(const std::string& endpoint) {
-  if (!endpoint.empty() && endpoint.front() == '[') {
-    const size_t close = endpoint.find(']');
-    if (close != std::string::npos) return endpoint.substr(1, close - 1);
-    return endpoint;
-  }
-  const size_t colon = endpoint.find(':');
-  // No port, or more than one colon: a bare IPv6 address.
-  if (colon == std::string::npos ||
-      endpoint.find(':', colon + 1) != std::string::npos) {
-    return endpoint;
-  }
-  return endpoint.substr(0, colon);
-}
+namespace ddprun::rendezvous {
 
 std::optional<Successor> ChooseSuccessor(
     const std::vector<v1::NodeInfo>& nodes,
@@ -25,9 +12,12 @@ std::optional<Successor> ChooseSuccessor(
   std::optional<Successor> best;
   for (const v1::NodeInfo& node : nodes) {
     if (node.standby_endpoint().empty()) continue;
-    const std::string host = EndpointHost(node.standby_endpoint());
-    if (host.empty() || std::find(own_hosts.begin(), own_hosts.end(), host) !=
-                            own_hosts.end()) {
+    // Agents write standbys with Endpoint::ToString; one that does not
+    // parse back is nowhere the others could reach.
+    StatusOr<Endpoint> standby =
+        ParseEndpoint(node.standby_endpoint(), /*default_port=*/0);
+    if (!standby.ok() || std::find(own_hosts.begin(), own_hosts.end(),
+                                   standby->host) != own_hosts.end()) {
       continue;
     }
     if (!best || node.node_id() < best->node_id) {

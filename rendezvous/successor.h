@@ -20,14 +20,11 @@ struct Successor {
 // The successor among `nodes` (a job's live nodes): the smallest node_id
 // whose standby endpoint is set and whose host is none of `own_hosts` (the
 // hosting agent's addresses: a standby there dies with it, or could bind
-// the endpoint itself). Deterministic, so that every node is told the same
-// one. nullopt when there is none.
+// the endpoint itself; a standby that is not "host:port" or "[v6]:port"
+// never is). Deterministic, so that every node is told the same one.
+// nullopt when there is none.
 std::optional<Successor> ChooseSuccessor(
     const std::vector<v1::NodeInfo>& nodes,
     const std::vector<std::string>& own_hosts);
-
-// The host of "host:port" or "[v6]:port" (the whole text when it has no
-// port; an IPv6 address without brackets is returned as is).
-std::string EndpointHost(const std::string& endpoint);
 
 }  // namespace ddprun::rendezvous

@@ -44,13 +44,23 @@ TEST_CASE("RendezvousSuccessor: none when every standby is on the host",
   CHECK_FALSE(ChooseSuccessor({}, {"10.0.0.1"}).has_value());
 }
 
-TEST_CASE("RendezvousSuccessor: EndpointHost strips the port and brackets",
-          "[rendezvous][failover]") {
-  CHECK(EndpointHost("10.0.0.3:29400") == "10.0.0.3");
-  CHECK(EndpointHost("[fd00::3]:29400") == "fd00::3");
-  CHECK(EndpointHost("node3") == "node3");
-  CHECK(EndpointHost("fd00::3") == "fd00::3");
-  CHECK(EndpointHost("") == "");
+TEST_CASE(
+    "RendezvousSuccessor: a standby's host is compared without its port and "
+    "brackets; one that does not parse is never chosen",
+    "[rendezvous][failover]") {
+  const auto chosen = [](const std::string& standby,
+                         const std::vector<std::string>& own) {
+    return ChooseSuccessor({Node("a", standby)}, own).has_value();
+  };
+  CHECK_FALSE(chosen("10.0.0.3:29400", {"10.0.0.3"}));
+  CHECK(chosen("10.0.0.3:29400", {"10.0.0.1"}));
+  CHECK_FALSE(chosen("[fd00::3]:29400", {"fd00::3"}));
+  CHECK(chosen("[fd00::3]:29400", {"fd00::1"}));
+  CHECK_FALSE(chosen("node3", {"node3"}));
+  CHECK(chosen("node3", {"node1"}));
+  // An IPv6 address without brackets, or a bad port: not host:port.
+  CHECK_FALSE(chosen("fd00::3", {"10.0.0.1"}));
+  CHECK_FALSE(chosen("10.0.0.3:99999", {"10.0.0.1"}));
 }
 
 TEST_CASE(
