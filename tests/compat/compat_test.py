@@ -35,6 +35,8 @@ Exit 0 = pass, 1 = fail (with the reason), 77 = skipped (no torch in the
 interpreter). Every launch runs under a deadline.
 """
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -171,6 +173,41 @@ def torchrun_cmd(tmp, shared, env, legacy=False):
     return [PYTHON, "-m", module, "--monitor_interval", "0.1"]
 
 
+# torchrun < 2.x binds its --standalone rendezvous store to the fixed port
+# 29400 (torch/distributed/run.py: "localhost:29400"; 2.x uses port 0). A
+# second torchrun started meanwhile does not fail at once: it becomes a
+# client of the first one's store and fails with RendezvousConnectionError
+# when the first one exits (seen as a CI failure of compat/failure_record
+# next to another compat case under ctest -j2). Reference launches with
+# --standalone therefore take this machine-wide lock; ddprun's own launches
+# never need it (its --standalone binds port 0).
+STANDALONE_LOCK = os.path.join(tempfile.gettempdir(),
+                               "ddprun-compat-torchrun-29400.lock")
+LOCK_WAIT_S = 240
+
+
+@contextlib.contextmanager
+def torchrun_port_lock(flags):
+    if "--standalone" not in flags or TORCH >= (2, 0):
+        yield
+        return
+    with open(STANDALONE_LOCK, "a") as f:
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                check(time.monotonic() < deadline,
+                      "another torchrun --standalone held port 29400's lock "
+                      "(%s) for %d s" % (STANDALONE_LOCK, LOCK_WAIT_S))
+                time.sleep(0.05)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def collect(out_dir, expected, attempt):
     """{rank: {"env": ..., "argv": ...}} of one attempt."""
     runs = {}
@@ -224,7 +261,8 @@ def side_by_side(args, flags, legacy=False, static=False, restart=False):
                                      if legacy else [])
             cmd = prefix + run_flags + [os.path.join(HERE, "env_dump.py")] \
                 + script_args
-            run(cmd, env, name)
+            with torchrun_port_lock(run_flags if name == "torchrun" else []):
+                run(cmd, env, name)
             results[name] = ([collect(out, 2, a) for a in attempts], env)
 
         (t_attempts, t_parent), (d_attempts, d_parent) = (
@@ -512,10 +550,11 @@ def failure_report(args, record):
             else:
                 prefix = [args.ddprun]
             try:
-                p = subprocess.run(prefix + flags + script, env=env,
-                                   stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT,
-                                   timeout=LAUNCH_TIMEOUT_S)
+                with torchrun_port_lock(flags if name == "torchrun" else []):
+                    p = subprocess.run(prefix + flags + script, env=env,
+                                       stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT,
+                                       timeout=LAUNCH_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 raise Failure("%s did not stop the job in %d s" %
                               (name, LAUNCH_TIMEOUT_S))
@@ -548,23 +587,24 @@ def signal_forward(args):
             env = base_env(out)
             prefix = (torchrun_cmd(tmp, args.shared, env)
                       if name == "torchrun" else [args.ddprun])
-            p = subprocess.Popen(
-                prefix + ["--standalone", "--nproc_per_node=2",
-                          os.path.join(HERE, "signal_worker.py")],
-                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-            try:
-                deadline = time.monotonic() + LAUNCH_TIMEOUT_S
-                while not all(os.path.exists(os.path.join(out, "up_%d" % r))
-                              for r in (0, 1)):
-                    check(p.poll() is None and time.monotonic() < deadline,
-                          "%s: workers did not start" % name)
-                    time.sleep(0.05)
-                p.send_signal(signal.SIGTERM)
-                output = p.communicate(timeout=LAUNCH_TIMEOUT_S)[0]
-            finally:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
+            flags = ["--standalone", "--nproc_per_node=2"]
+            with torchrun_port_lock(flags if name == "torchrun" else []):
+                p = subprocess.Popen(
+                    prefix + flags + [os.path.join(HERE, "signal_worker.py")],
+                    env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                try:
+                    deadline = time.monotonic() + LAUNCH_TIMEOUT_S
+                    while not all(os.path.exists(os.path.join(out, "up_%d" % r))
+                                  for r in (0, 1)):
+                        check(p.poll() is None and time.monotonic() < deadline,
+                              "%s: workers did not start" % name)
+                        time.sleep(0.05)
+                    p.send_signal(signal.SIGTERM)
+                    output = p.communicate(timeout=LAUNCH_TIMEOUT_S)[0]
+                finally:
+                    if p.poll() is None:
+                        p.kill()
+                        p.wait()
             for r in (0, 1):
                 path = os.path.join(out, "sig_%d" % r)
                 check(os.path.exists(path),
