@@ -8,7 +8,7 @@ PACKAGES=(
   libboost-dev libboost-filesystem-dev
   nlohmann-json3-dev catch2 libcli11-dev libspdlog-dev
   libtorch-dev libgloo-dev
-  libnifti2-dev libstb-dev libyaml-cpp-dev libcairo2-dev
+  libnifti2-dev libstb-dev libyaml-cpp-dev libcairo2-dev zlib1g-dev
   procps openssl
 )
 # Only the tests need these (torch.distributed compatibility, network

@@ -54,7 +54,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git ca-certificates
   nlohmann-json3-dev catch2 libcli11-dev libspdlog-dev
   libnifti2-dev libstb-dev libyaml-cpp-dev libprotobuf-dev protobuf-compiler
-  libcairo2-dev procps iproute2 python3
+  libcairo2-dev zlib1g-dev procps iproute2 python3
 )
 if [[ $with_launcher == 1 ]]; then
   packages+=(libgrpc++-dev protobuf-compiler-grpc libboost-dev

@@ -21,12 +21,16 @@ struct RasterImage {
 // [1, 16384] and `pixels` has exactly height * width * channels bytes.
 Status CheckRaster(const RasterImage& image);
 
-// PNG bytes (stb_image_write).
+// PNG bytes: 8-bit gray or RGB, zlib at its fastest level (the trainers
+// encode a picture at every validation, on rank 0 only).
 StatusOr<std::string> EncodePng(const RasterImage& image);
 
-// Writes the PNG to `path` through a temporary file renamed into place, so
-// a reader never sees half an image and an old image is replaced whole.
-// Errors name the path.
+// Writes `bytes` to `path` through a temporary file renamed into place, so
+// a reader never sees half a file and an old one is replaced whole. Errors
+// name the path.
+Status WriteFileAtomically(const std::string& path, const std::string& bytes);
+
+// EncodePng(image) written with WriteFileAtomically.
 Status WritePng(const std::string& path, const RasterImage& image);
 
 }  // namespace ddprun::examples::outputs

@@ -135,8 +135,8 @@ Status RunOutputs::Image(const std::string& tag, int64_t step,
   if (!valid.ok()) return valid.WithContext("image '" + tag + "'");
   DDP_ASSIGN_OR_RETURN(const std::string png, EncodePng(image));
   DDP_RETURN_IF_ERROR(MakeDir(options_.output_dir + "/images", "directory"));
-  const std::string path = ImagePath(tag, step);
-  DDP_RETURN_IF_ERROR(WritePng(path, image));
+  // Encoded once for both the file and the event record.
+  DDP_RETURN_IF_ERROR(WriteFileAtomically(ImagePath(tag, step), png));
   return events_->WriteImage(tag, step, image.width, image.height,
                              image.channels, png);
 }
