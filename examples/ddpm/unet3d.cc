@@ -21,8 +21,10 @@ nn::AnyModule Register(nn::Module* parent, const std::string& name,
   return norm;
 }
 
-nn::Conv3d Conv3(int64_t in, int64_t out) {
-  return nn::Conv3d(nn::Conv3dOptions(in, out, 3).padding(1));
+// worker::Conv3d: at 2 ranks each rank's batch is often one volume, where
+// torch's own layer takes a 20x slower CPU kernel (see conv3d.h).
+worker::Conv3d Conv3(int64_t in, int64_t out) {
+  return worker::Conv3d(nn::Conv3dOptions(in, out, 3).padding(1));
 }
 
 // Norm-SiLU-conv, + time projection, norm-SiLU-conv, + skip.
@@ -36,7 +38,7 @@ class ResBlockImpl : public nn::Module {
         conv2_(register_module("conv2", Conv3(out, out))) {
     if (in != out) {
       skip_ =
-          register_module("skip", nn::Conv3d(nn::Conv3dOptions(in, out, 1)));
+          register_module("skip", worker::Conv3d(nn::Conv3dOptions(in, out, 1)));
     }
   }
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& temb) {
@@ -48,11 +50,11 @@ class ResBlockImpl : public nn::Module {
 
  private:
   nn::AnyModule norm1_;
-  nn::Conv3d conv1_;
+  worker::Conv3d conv1_;
   nn::Linear time_;
   nn::AnyModule norm2_;
-  nn::Conv3d conv2_;
-  nn::Conv3d skip_{nullptr};
+  worker::Conv3d conv2_;
+  worker::Conv3d skip_{nullptr};
 };
 TORCH_MODULE(ResBlock);
 
@@ -75,7 +77,7 @@ UNet3dImpl::UNet3dImpl(const UNet3dOptions& o)
                                  nn::Linear(o.time_dim, o.time_dim)));
   conv_in_ = register_module("conv_in", Conv3(o.in_channels, w));
   down_ = register_module(
-      "down", nn::Conv3d(nn::Conv3dOptions(w, w, 3).stride(2).padding(1)));
+      "down", worker::Conv3d(nn::Conv3dOptions(w, w, 3).stride(2).padding(1)));
   blocks_ = register_module("blocks", nn::ModuleList());
   blocks_->push_back(ResBlock(o, w, w));          // level 1
   blocks_->push_back(ResBlock(o, w, 2 * w));      // level 2

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "ddprun/worker/conv3d.h"
 #include "ddprun/worker/world.h"
 #include "examples/ddpm/checkpointed_call.h"
 #include "examples/common/norm_layer.h"
@@ -38,7 +39,7 @@ class UNet3dImpl : public torch::nn::Module {
   bool checkpoint_;
   RecomputeAutocast recompute_autocast_;
   torch::nn::Sequential time_mlp_{nullptr};
-  torch::nn::Conv3d conv_in_{nullptr}, down_{nullptr}, conv_out_{nullptr};
+  worker::Conv3d conv_in_{nullptr}, down_{nullptr}, conv_out_{nullptr};
   torch::nn::ModuleList blocks_{nullptr};
   torch::nn::AnyModule norm_out_;
 };

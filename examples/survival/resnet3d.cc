@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "ddprun/worker/conv3d.h"
 #include "examples/common/norm_layer.h"
 
 namespace ddprun::examples {
@@ -15,8 +16,10 @@ nn::AnyModule BatchNorm3d(int64_t channels) {
                   /*groups=*/1, worker::World());
 }
 
-nn::Conv3d Conv(int64_t in, int64_t out, int64_t k, int64_t stride) {
-  return nn::Conv3d(
+// worker::Conv3d: a rank's last validation batch can be one volume (see
+// conv3d.h).
+worker::Conv3d Conv(int64_t in, int64_t out, int64_t k, int64_t stride) {
+  return worker::Conv3d(
       nn::Conv3dOptions(in, out, k).stride(stride).padding(k / 2).bias(false));
 }
 

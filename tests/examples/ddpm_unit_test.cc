@@ -2,12 +2,16 @@
 // parameterisations, activation checkpointing (same loss and gradients as
 // without, also under bf16 autocast), bf16 autocast through group norm, the
 // target/condition split and the sample picture.
+#include <atomic>
 #include <cmath>
+#include <cstring>
 
+#include <ATen/record_function.h>
 #include <torch/torch.h>
 
 #include "ddprun_catch.h"
 
+#include "ddprun/worker/conv3d.h"
 #include "ddprun/worker/precision.h"
 #include "examples/ddpm/checkpointed_call.h"
 #include "examples/ddpm/ddpm_validation.h"
@@ -16,6 +20,31 @@
 
 namespace ddprun::examples {
 namespace {
+
+// Counts the ATen operators named `op` that run on this thread while it
+// lives (CPU backward runs on the calling thread).
+class OpCounter {
+ public:
+  explicit OpCounter(const char* op) {
+    op_ = op;
+    count_ = 0;
+    handle_ = at::addThreadLocalCallback(at::RecordFunctionCallback(
+        [](const at::RecordFunction& fn)
+            -> std::unique_ptr<at::ObserverContext> {
+          if (std::strcmp(fn.name(), op_) == 0) ++count_;
+          return nullptr;
+        }));
+  }
+  ~OpCounter() { at::removeCallback(handle_); }
+  int count() const { return count_; }
+
+ private:
+  static inline const char* op_ = nullptr;
+  static inline std::atomic<int> count_{0};
+  at::CallbackHandle handle_;
+};
+
+constexpr const char* kSlowConv3d = "aten::slow_conv3d_forward";
 
 TEST_CASE("ddpm: Fast-DDPM's uniform and non-uniform timesteps",
           "[ddpm][unit]") {
@@ -178,6 +207,91 @@ TEST_CASE("ddpm: SplitTarget keeps the channel order, SamplePanel the layout",
   CHECK(panel.size(1) >= 2 * 128);
   CHECK(panel.min().item<float>() >= 0);
   CHECK(panel.max().item<float>() <= 1);
+}
+
+TEST_CASE("worker::Conv3d: a batch of one equals torch's layer, on the fast kernel",
+          "[ddpm][unit]") {
+  torch::manual_seed(11);
+  namespace nn = torch::nn;
+  for (auto options : {nn::Conv3dOptions(32, 16, 3).padding(1),
+                       nn::Conv3dOptions(16, 16, 3).stride(2).padding(1),
+                       nn::Conv3dOptions(8, 4, 1)}) {
+    nn::Conv3d plain(options);
+    worker::Conv3d ours(options);
+    {
+      torch::NoGradGuard no_grad;
+      ours->weight.copy_(plain->weight);
+      ours->bias.copy_(plain->bias);
+    }
+    const torch::Tensor x0 =
+        torch::randn({1, options.in_channels(), 12, 12, 12});
+    torch::Tensor xa = x0.clone().requires_grad_(true);
+    torch::Tensor xb = x0.clone().requires_grad_(true);
+    const torch::Tensor ya = plain->forward(xa);
+    OpCounter slow(kSlowConv3d);
+    const torch::Tensor yb = ours->forward(xb);
+    REQUIRE(yb.sizes() == ya.sizes());
+    CHECK(torch::allclose(ya, yb, 1e-4, 1e-5));
+    ya.square().sum().backward();
+    yb.square().sum().backward();
+    CHECK(torch::allclose(plain->weight.grad(), ours->weight.grad(), 1e-4, 1e-4));
+    CHECK(torch::allclose(plain->bias.grad(), ours->bias.grad(), 1e-4, 1e-4));
+    CHECK(torch::allclose(xa.grad(), xb.grad(), 1e-4, 1e-5));
+    const bool padded = worker::TakesSingleSampleNativeKernel(*plain, x0);
+    INFO("kernel " << options.kernel_size() << " stride " << options.stride());
+    CHECK(padded == (options.kernel_size()->at(0) == 3));
+    if (padded) CHECK(slow.count() == 0);
+  }
+}
+
+TEST_CASE("worker::Conv3d: only the inputs LibTorch sends to slow_conv3d",
+          "[ddpm][unit]") {
+  namespace nn = torch::nn;
+  nn::Conv3d k3(nn::Conv3dOptions(32, 32, 3).padding(1));
+  nn::Conv3d k5(nn::Conv3dOptions(32, 32, 5).padding(2));
+  nn::Conv3d grouped(nn::Conv3dOptions(32, 32, 3).padding(1).groups(2));
+  auto takes = [](const nn::Conv3d& c, std::vector<int64_t> shape) {
+    return worker::TakesSingleSampleNativeKernel(*c, torch::zeros(shape));
+  };
+  CHECK(takes(k3, {1, 32, 16, 16, 16}));        // N*C*D*H = 8192
+  CHECK(takes(k3, {1, 32, 20, 32, 16}));        // 20480
+  CHECK_FALSE(takes(k3, {1, 32, 21, 32, 16}));  // 21504: oneDNN already
+  CHECK_FALSE(takes(k3, {2, 32, 16, 16, 16}));
+  CHECK_FALSE(takes(k5, {1, 32, 16, 16, 16}));
+  CHECK_FALSE(takes(grouped, {1, 32, 16, 16, 16}));
+  CHECK_FALSE(worker::TakesSingleSampleNativeKernel(
+      *k3, torch::zeros({1, 32, 16, 16, 16}, torch::kDouble)));
+  // The positive control of the fast-kernel checks: torch's own layer at
+  // batch one does run slow_conv3d there.
+  OpCounter slow(kSlowConv3d);
+  torch::NoGradGuard no_grad;
+  k3->forward(torch::zeros({1, 32, 16, 16, 16}));
+  CHECK(slow.count() == 1);
+}
+
+TEST_CASE("ddpm: the UNet at one volume per rank takes batch two's kernels",
+          "[ddpm][unit]") {
+  // 2 ranks at the trainer's total batch 2 give each rank one volume: with
+  // torch's Conv3d this step was 3x slower than 1 rank at batch 2. Its 1x1
+  // skip convolutions run slow_conv3d at any batch on one thread (torch
+  // finds that faster), so the count must not grow at batch one.
+  torch::manual_seed(5);
+  UNet3dOptions o;
+  o.width = 32;
+  UNet3d net(o);
+  auto slow_calls = [&](int64_t batch) {
+    const torch::Tensor x = torch::randn({batch, 4, 16, 16, 16});
+    const torch::Tensor t = torch::full({batch}, int64_t{7});
+    OpCounter slow(kSlowConv3d);
+    net->forward(x, t).square().mean().backward();
+    return slow.count();
+  };
+  const int at_two = slow_calls(2);
+  CHECK(at_two == 2);  // the two 1x1 skips
+  CHECK(slow_calls(1) == at_two);
+  // Its parameters keep torch's names (checkpoints load either way).
+  CHECK(net->named_parameters().contains("conv_in.weight"));
+  CHECK(net->named_parameters().contains("blocks.0.conv1.bias"));
 }
 
 }  // namespace
