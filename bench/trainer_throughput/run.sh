@@ -9,6 +9,14 @@
 # loader threads. The number is the trainer's own samples_per_s (global
 # samples over all ranks per second since the first step, validation and
 # epoch-end work included) from the last line of its metrics.jsonl.
+# Batches are the guides' (../shared/seeds): at 2 ranks each rank gets the
+# guide's per-GPU batch (segmentation 8, vqa 16, ddpm 1) or its share of the
+# guide's total (survival 24); 1 rank runs the same total. BATCHES=small
+# runs the smaller batches of the issue's first measurement instead
+# (survival 8, segmentation 8, vqa 16, ddpm 2 in total).
+# After the table: the bare Gloo all-reduce of each trainer's gradient size
+# between two ranks on this machine (allreduce_probe.py, Debian's
+# python3-torch; skipped without it), the floor of grad_allreduce_wait.
 # The machine's load average is printed before and after: on a loaded
 # machine the ratios are noise. Not part of ctest: it takes a few minutes.
 set -euo pipefail
@@ -33,9 +41,9 @@ declare -A EXE=(
   [ddpm+syncbn]=ddpm [cascade]=cascade
 )
 declare -A SYNTH=(
-  [survival]="--n 96"
-  [segmentation]="--n 128"
-  [vqa]="--n 320"
+  [survival]="--n 384"
+  [segmentation]="--n 256"
+  [vqa]="--n 640"
   [ddpm]="--n 24 --synthetic_size 16"
   [ddpm+syncbn]="--n 24 --synthetic_size 16"
   [cascade]="--n 24"
@@ -49,15 +57,21 @@ declare -A DATA=(
   [cascade]="--dataset_path DATA"
 )
 declare -A BATCH1=(
-  [survival]="--batch_size 8" [segmentation]="--batch_size 8"
-  [vqa]="--batch_size 16" [ddpm]="--batch_size 2" [ddpm+syncbn]="--batch_size 2"
+  [survival]="--batch_size 24" [segmentation]="--batch_size 16"
+  [vqa]="--batch_size 32" [ddpm]="--batch_size 2" [ddpm+syncbn]="--batch_size 2"
   [cascade]="--batch_size 4"
 )
 declare -A BATCH2=(
-  [survival]="--batch_size 8" [segmentation]="--batch_size 4"
-  [vqa]="--batch_size 8" [ddpm]="--batch_size 1" [ddpm+syncbn]="--batch_size 1"
+  [survival]="--batch_size 24" [segmentation]="--batch_size 8"
+  [vqa]="--batch_size 16" [ddpm]="--batch_size 1" [ddpm+syncbn]="--batch_size 1"
   [cascade]="--batch_size 2"
 )
+if [[ ${BATCHES:-guides} == small ]]; then
+  SYNTH[survival]="--n 96"; SYNTH[segmentation]="--n 128"; SYNTH[vqa]="--n 320"
+  BATCH1[survival]="--batch_size 8"; BATCH2[survival]="--batch_size 8"
+  BATCH1[segmentation]="--batch_size 8"; BATCH2[segmentation]="--batch_size 4"
+  BATCH1[vqa]="--batch_size 16"; BATCH2[vqa]="--batch_size 8"
+fi
 
 # The last epoch's samples_per_s and profile of a run's metrics.jsonl.
 last_record() {
@@ -73,13 +87,18 @@ steps = p.get("steps", 0)
 per_step = p.get("wall_s", 0) * 1e3 / steps if steps else 0
 print("%.1f" % r["samples_per_s"])
 print("%.1f ms/step: " % per_step + " ".join(
-    "%s %.1f" % (short.get(k, k), p.get(k + "_ms", 0)) for k in phases))
+    "%s %.1f" % (short.get(k, k), p.get(k + "_ms", 0)) for k in phases) +
+    (" (all-reduces %.2f MB per step in %d buckets)" %
+     (p["allreduce_mb_per_step"], p["buckets"])
+     if "allreduce_mb_per_step" in p else ""))
+print("%.3f" % p.get("allreduce_mb_per_step", 0))
 EOF
 }
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 printf '%-14s %14s %14s %8s\n' trainer "1 rank (s/s)" "2 ranks (s/s)" speedup
 profiles=""
+sizes=()
 for name in "${TRAINERS[@]}"; do
   exe="$BIN/${EXE[$name]}_trainer"
   [[ -x "$exe" ]] || { printf '%-14s %14s\n' "$name" "not built"; continue; }
@@ -89,7 +108,7 @@ for name in "${TRAINERS[@]}"; do
   OMP_NUM_THREADS=1 "$exe" $flags ${BATCH1[$name]} \
     --output_dir "$WORK/$name-1" >"$WORK/$name-1.log" 2>&1
   mapfile -t one < <(last_record "$WORK/$name-1")
-  two=("n/a" "n/a")
+  two=("n/a" "n/a" "0")
   if [[ -x "$BIN/ddprun" ]]; then
     "$BIN/ddprun" --standalone --nproc_per_node=2 --no_python "$exe" $flags \
       ${BATCH2[$name]} --output_dir "$WORK/$name-2" >"$WORK/$name-2.log" 2>&1
@@ -98,8 +117,17 @@ for name in "${TRAINERS[@]}"; do
   speedup=$(python3 -c "import sys; a,b=sys.argv[1:]; print('%.2f' % (float(b)/float(a)) if b!='n/a' else 'n/a')" "${one[0]}" "${two[0]}")
   printf '%-14s %14s %14s %8s\n' "$name" "${one[0]}" "${two[0]}" "$speedup"
   profiles+="$name, 1 rank : ${one[1]}"$'\n'"$name, 2 ranks: ${two[1]}"$'\n'
+  if [[ ${two[2]} != 0.000 && ${two[2]} != 0 ]]; then sizes+=("${two[2]}"); fi
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "where a step's time goes, last epoch, rank 0 (--profile, ms per step):"
 printf '%s' "$profiles"
+if ((${#sizes[@]})) && [[ -x "$BIN/ddprun" ]] &&
+  /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
+  echo
+  echo "bare Gloo all-reduce between 2 ranks here, fp32, median of 30:"
+  PYTHON_EXEC=/usr/bin/python3 "$BIN/ddprun" --standalone --nproc_per_node=2 \
+    "$(dirname "$0")/allreduce_probe.py" "${sizes[@]}" 2>&1 |
+    sed -n 's/^\[default0\]://p'
+fi

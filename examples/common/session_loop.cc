@@ -142,6 +142,15 @@ void TrainerSession::EndEpoch(Plan& plan, int64_t epoch, nlohmann::json record,
   UpdateBest(plan.config.best, record);
   if (profiler_.enabled()) {
     record["profile"] = profiler_.Summary();
+    if (ddp_ && world_.distributed()) {
+      // What each synchronised step all-reduces: with the wait above, how
+      // much of a step the gradient exchange costs on this interconnect.
+      size_t bytes = 0;
+      const std::vector<size_t> buckets = ddp_->bucket_bytes();
+      for (size_t b : buckets) bytes += b;
+      record["profile"]["allreduce_mb_per_step"] = bytes / 1e6;
+      record["profile"]["buckets"] = buckets.size();
+    }
     LogMain(StepProfiler::Table(
         record["profile"],
         "profile of epoch " + std::to_string(epoch + 1) + " (rank 0)"));

@@ -86,6 +86,9 @@ TEST_CASE(
     CHECK(p["backward_ms"].get<double>() > 0);
     CHECK(p["grad_allreduce_wait_ms"].get<double>() > 0);  // 2 ranks: DDP
     CHECK(p["validation_ms"].get<double>() > 0);
+    // What DDP exchanges per step: survival's ResNet's fp32 gradients.
+    CHECK(p["allreduce_mb_per_step"].get<double>() > 0.1);
+    CHECK(p["buckets"].get<int64_t>() >= 1);
   }
 
   SECTION("without --profile nothing is measured or printed") {
