@@ -126,7 +126,7 @@ printf '%s' "$profiles"
 if ((${#sizes[@]})) && [[ -x "$BIN/ddprun" ]] &&
   /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
   echo
-  echo "bare Gloo all-reduce between 2 ranks here, fp32, median of 30:"
+  echo "bare Gloo all-reduce of those gradient sizes between 2 ranks here (fp32):"
   PYTHON_EXEC=/usr/bin/python3 "$BIN/ddprun" --standalone --nproc_per_node=2 \
     "$(dirname "$0")/allreduce_probe.py" "${sizes[@]}" 2>&1 |
     sed -n 's/^\[default0\]://p'

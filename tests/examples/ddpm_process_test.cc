@@ -42,18 +42,20 @@ TEST_CASE(
 }
 
 // Trains on 40 synthetic cases of `size`^3 (seed 1) with v-prediction,
-// batch 2 and no accumulation for `epochs` epochs; returns the last metrics
-// line.
-nlohmann::json LearnRun(int size, int epochs) {
+// a total batch of 2 and no accumulation for `epochs` epochs, alone or
+// under `launch` (2 ranks: batch 1 each); returns the last metrics line.
+nlohmann::json LearnRun(int size, int epochs, const std::string& launch = "") {
   const std::string edge = std::to_string(size);
   const std::string csv = SyntheticData(
       "ddpm", "--n 40 --synthetic_size " + edge + " --seed 1", "cases.csv");
-  const std::string out = FreshDir("ddpm_learn" + edge);
+  const std::string out =
+      FreshDir("ddpm_learn" + edge + (launch.empty() ? "" : "_2ranks"));
   CommandResult r =
-      RunCommand(Bin("ddpm_trainer") + " --csv_path " + csv + " --output_dir " +
-                     out + " --v_parameterization --stages " + edge +
-                     " --epochs " + std::to_string(epochs) +
-                     " --gradient_accumulation_steps 1 --batch_size 2",
+      RunCommand(launch + Bin("ddpm_trainer") + " --csv_path " + csv +
+                     " --output_dir " + out + " --v_parameterization --stages " +
+                     edge + " --epochs " + std::to_string(epochs) +
+                     " --gradient_accumulation_steps 1 --batch_size " +
+                     (launch.empty() ? "2" : "1"),
                  300);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
@@ -80,6 +82,24 @@ TEST_CASE(
   CHECK(last["val_ssim"].get<double>() >
         last["val_ssim_constant"].get<double>() + 0.3);
 }
+
+#ifdef DDPRUN_LAUNCHER_BIN
+// The same learning at 2 ranks, one volume each: the step where LibTorch's
+// CPU conv3d takes its slow batch-of-one kernel unless worker::Conv3d
+// reroutes it (a 20x slower step; the reroute must not change the model).
+TEST_CASE(
+    "ddpm_trainer: 2 ranks at batch 1 learn like 1 rank at batch 2 (SSIM + "
+    "0.3)",
+    "[ddpm][train][scaling]") {
+  const nlohmann::json last = LearnRun(12, 8, Launch(""));
+  INFO(last.dump());
+  CHECK(last["step"] == 128);
+  CHECK(last["world_size"] == 2);
+  CHECK(last["val_cases"] == 8);
+  CHECK(last["val_ssim"].get<double>() >
+        last["val_ssim_constant"].get<double>() + 0.3);
+}
+#endif
 
 // Fast PSNR margin: 8^3 volumes, 256 optimizer steps (batch 2), 8
 // validation cases sampled per epoch; ~6 s with one thread. Samples scored
