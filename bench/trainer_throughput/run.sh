@@ -13,7 +13,10 @@
 # guide's per-GPU batch (segmentation 8, vqa 16, ddpm 1) or its share of the
 # guide's total (survival 24); 1 rank runs the same total. BATCHES=small
 # runs the smaller batches of the first measurement instead
-# (survival 8, segmentation 8, vqa 16, ddpm 2 in total).
+# (survival 8, segmentation 8, vqa 16, ddpm 2 in total). NUM_WORKERS=N
+# passes --num_workers N to every run (0: batches load on the training
+# thread; by default 1 rank gets a loader thread on the second core and
+# each of 2 ranks none, see AutoNumWorkers).
 # After the table: the bare Gloo all-reduce of each trainer's gradient size
 # between two ranks on this machine (allreduce_probe.py, Debian's
 # python3-torch; skipped without it), the floor of grad_allreduce_wait.
@@ -105,6 +108,7 @@ for name in "${TRAINERS[@]}"; do
   data="$WORK/$name-data"
   "$exe" --make_synthetic "$data" ${SYNTH[$name]} >/dev/null
   flags="${DATA[$name]//DATA/$data} --epochs $EPOCHS --checkpoint_every 0 --profile"
+  if [[ -n ${NUM_WORKERS:-} ]]; then flags+=" --num_workers $NUM_WORKERS"; fi
   OMP_NUM_THREADS=1 "$exe" $flags ${BATCH1[$name]} \
     --output_dir "$WORK/$name-1" >"$WORK/$name-1.log" 2>&1
   mapfile -t one < <(last_record "$WORK/$name-1")
