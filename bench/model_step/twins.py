@@ -107,10 +107,61 @@ class TwinStep:
                                           foreach=TwinStep.adam_foreach)
 
 
+# --- worker/src/conv3d.cc: the trainers' Conv3d ---------------------------
+
+def _cpu_autocast():
+    try:
+        return torch.is_autocast_enabled("cpu")  # torch >= 2.4
+    except TypeError:
+        return torch.is_autocast_cpu_enabled()
+
+
+class Conv3d(nn.Conv3d):
+    """worker::Conv3d, the same way in Python: a CPU float batch of one that
+    torch would send to slow_conv3d (20x slower than oneDNN at batch two)
+    runs as one conv2d over its depth slices (stride 1, even zero padding)
+    or as a pair with a zero sample. The twins use it so both sides of the
+    comparison run the same kernels; it is what a Python user would write
+    around the same pitfall."""
+
+    def _takes_native(self, x):
+        if (x.dim() != 5 or x.size(0) != 1 or x.device.type != "cpu"
+                or x.dtype != torch.float32 or _cpu_autocast()
+                or self.groups != 1):
+            return False
+        k, strided = self.kernel_size, any(s != 1 for s in self.stride)
+        dilated = any(d != 1 for d in self.dilation)
+        if (not strided and not dilated and k[1] == 1 and k[2] == 1
+                and torch.get_num_threads() <= 1):
+            return False
+        if k[1] > 3 and k[2] > 3:
+            return False
+        return x.size(1) * x.size(2) * x.size(3) <= 20480
+
+    def forward(self, x):
+        if not self._takes_native(x):
+            return super().forward(x)
+        pads = self._reversed_padding_repeated_twice
+        kd = self.kernel_size[0]
+        if (all(s == 1 for s in self.stride) and all(d == 1 for d in self.dilation)
+                and self.padding_mode == "zeros" and len(set(pads)) == 1
+                and x.size(2) + 2 * pads[0] - kd + 1 >= 2):
+            p = pads[0]
+            out_depth = x.size(2) + 2 * p - kd + 1
+            slices = F.pad(x[0].transpose(0, 1), (0, 0, 0, 0, 0, 0, p, p))
+            stacked = torch.cat([slices.narrow(0, i, out_depth) for i in range(kd)], 1)
+            w = self.weight
+            w2 = w.permute(0, 2, 1, 3, 4).reshape(w.size(0), kd * w.size(1), w.size(3),
+                                                  w.size(4))
+            out = F.conv2d(stacked, w2, self.bias, padding=(p, p))
+            return out.transpose(0, 1).unsqueeze(0).contiguous()
+        return super().forward(torch.cat([x, torch.zeros_like(x)])).narrow(0, 0, 1)
+
+
 # --- survival: examples/survival/resnet3d.cc, cox_loss.cc -----------------
 
 def _conv3d(cin, cout, k, stride):
-    return nn.Conv3d(cin, cout, k, stride=stride, padding=k // 2, bias=False)
+    return Conv3d(cin, cout, k, stride=stride, padding=k // 2, bias=False)
 
 
 class ResidualBlock(nn.Module):
@@ -210,7 +261,7 @@ class GroupNorm(nn.GroupNorm):
 
 
 def _conv3(cin, cout):
-    return nn.Conv3d(cin, cout, 3, padding=1)
+    return Conv3d(cin, cout, 3, padding=1)
 
 
 class ResBlock(nn.Module):
@@ -221,7 +272,7 @@ class ResBlock(nn.Module):
         self.time = nn.Linear(time_dim, cout)
         self.norm2 = GroupNorm(math.gcd(groups, cout), cout)
         self.conv2 = _conv3(cout, cout)
-        self.skip = nn.Conv3d(cin, cout, 1) if cin != cout else None
+        self.skip = Conv3d(cin, cout, 1) if cin != cout else None
 
     def forward(self, x, temb):
         h = self.conv1(F.silu(self.norm1(x)))
@@ -238,7 +289,7 @@ class UNet3d(nn.Module):
         self.time_mlp = nn.Sequential(nn.Linear(time_dim, time_dim), nn.SiLU(),
                                       nn.Linear(time_dim, time_dim))
         self.conv_in = _conv3(in_channels, w)
-        self.down = nn.Conv3d(w, w, 3, stride=2, padding=1)
+        self.down = Conv3d(w, w, 3, stride=2, padding=1)
         self.blocks = nn.ModuleList([ResBlock(w, w, time_dim), ResBlock(w, 2 * w, time_dim),
                                      ResBlock(2 * w, 2 * w, time_dim),
                                      ResBlock(3 * w, w, time_dim)])

@@ -104,7 +104,7 @@ StatusOr<std::string> EncodePng(const RasterImage& image) {
   return png;
 }
 
-Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
+Status ReplaceFile(const std::string& path, const std::string& bytes) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -127,7 +127,7 @@ Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
 
 Status WritePng(const std::string& path, const RasterImage& image) {
   DDP_ASSIGN_OR_RETURN(const std::string png, EncodePng(image));
-  return WriteFileAtomically(path, png);
+  return ReplaceFile(path, png);
 }
 
 }  // namespace ddprun::examples::outputs

@@ -27,10 +27,12 @@ StatusOr<std::string> EncodePng(const RasterImage& image);
 
 // Writes `bytes` to `path` through a temporary file renamed into place, so
 // a reader never sees half a file and an old one is replaced whole. Errors
-// name the path.
-Status WriteFileAtomically(const std::string& path, const std::string& bytes);
+// name the path. Unlike common/file_util.h's WriteFileAtomically it does
+// not fsync: a picture lost to a power cut is drawn again at the next
+// validation, and rank 0 would pay the sync inside every validation.
+Status ReplaceFile(const std::string& path, const std::string& bytes);
 
-// EncodePng(image) written with WriteFileAtomically.
+// EncodePng(image) written with ReplaceFile.
 Status WritePng(const std::string& path, const RasterImage& image);
 
 }  // namespace ddprun::examples::outputs

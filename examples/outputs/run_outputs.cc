@@ -136,7 +136,7 @@ Status RunOutputs::Image(const std::string& tag, int64_t step,
   DDP_ASSIGN_OR_RETURN(const std::string png, EncodePng(image));
   DDP_RETURN_IF_ERROR(MakeDir(options_.output_dir + "/images", "directory"));
   // Encoded once for both the file and the event record.
-  DDP_RETURN_IF_ERROR(WriteFileAtomically(ImagePath(tag, step), png));
+  DDP_RETURN_IF_ERROR(ReplaceFile(ImagePath(tag, step), png));
   return events_->WriteImage(tag, step, image.width, image.height,
                              image.channels, png);
 }
