@@ -37,8 +37,8 @@ class ResBlockImpl : public nn::Module {
         norm2_(Register(this, "norm2", Norm(o, out))),
         conv2_(register_module("conv2", Conv3(out, out))) {
     if (in != out) {
-      skip_ =
-          register_module("skip", worker::Conv3d(nn::Conv3dOptions(in, out, 1)));
+      skip_ = register_module("skip",
+                              worker::Conv3d(nn::Conv3dOptions(in, out, 1)));
     }
   }
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& temb) {

@@ -94,8 +94,8 @@ StatusOr<std::string> EncodePng(const RasterImage& image) {
   std::string header;
   AppendU32(static_cast<uint32_t>(image.width), &header);
   AppendU32(static_cast<uint32_t>(image.height), &header);
-  header.push_back(8);                              // bits per channel
-  header.push_back(image.channels == 1 ? 0 : 2);    // gray or RGB
+  header.push_back(8);                            // bits per channel
+  header.push_back(image.channels == 1 ? 0 : 2);  // gray or RGB
   header.append(3, '\0');  // deflate, adaptive filtering, no interlace
   std::string png("\x89PNG\r\n\x1a\n", 8);
   AppendChunk("IHDR", header, &png);

@@ -28,9 +28,9 @@ class OpCounter {
   explicit OpCounter(const char* op) {
     op_ = op;
     count_ = 0;
-    handle_ = at::addThreadLocalCallback(at::RecordFunctionCallback(
-        [](const at::RecordFunction& fn)
-            -> std::unique_ptr<at::ObserverContext> {
+    handle_ = at::addThreadLocalCallback(
+        at::RecordFunctionCallback([](const at::RecordFunction& fn)
+                                       -> std::unique_ptr<at::ObserverContext> {
           if (std::strcmp(fn.name(), op_) == 0) ++count_;
           return nullptr;
         }));
@@ -209,15 +209,16 @@ TEST_CASE("ddpm: SplitTarget keeps the channel order, SamplePanel the layout",
   CHECK(panel.max().item<float>() <= 1);
 }
 
-TEST_CASE("worker::Conv3d: a batch of one equals torch's layer, on the fast kernel",
-          "[ddpm][unit]") {
+TEST_CASE(
+    "worker::Conv3d: a batch of one equals torch's layer, on the fast kernel",
+    "[ddpm][unit]") {
   torch::manual_seed(11);
   namespace nn = torch::nn;
   for (auto options : {nn::Conv3dOptions(32, 16, 3).padding(1),  // 2D slices
-                       nn::Conv3dOptions(16, 8, 3).bias(false),   // no pad
+                       nn::Conv3dOptions(16, 8, 3).bias(false),  // no pad
                        nn::Conv3dOptions(16, 16, 3).stride(2).padding(1),
                        nn::Conv3dOptions(16, 8, 3).padding(1).padding_mode(
-                           torch::kReplicate),  // both: zero sample
+                           torch::kReplicate),         // zero sample
                        nn::Conv3dOptions(8, 4, 1)}) {  // torch's own
     nn::Conv3d plain(options);
     worker::Conv3d ours(options);
@@ -237,7 +238,8 @@ TEST_CASE("worker::Conv3d: a batch of one equals torch's layer, on the fast kern
     CHECK(torch::allclose(ya, yb, 1e-4, 1e-5));
     ya.square().sum().backward();
     yb.square().sum().backward();
-    CHECK(torch::allclose(plain->weight.grad(), ours->weight.grad(), 1e-4, 1e-4));
+    CHECK(
+        torch::allclose(plain->weight.grad(), ours->weight.grad(), 1e-4, 1e-4));
     if (plain->bias.defined()) {
       CHECK(torch::allclose(plain->bias.grad(), ours->bias.grad(), 1e-4, 1e-4));
     }

@@ -68,8 +68,7 @@ RasterImage Noise(int width, int height, int channels, uint32_t seed) {
   return image;
 }
 
-TEST_CASE("PNG: gray and RGB come back pixel-exact from libpng",
-          "[outputs]") {
+TEST_CASE("PNG: gray and RGB come back pixel-exact from libpng", "[outputs]") {
   for (int channels : {1, 3}) {
     for (auto [w, h] : {std::pair{1, 1}, {7, 3}, {33, 17}, {800, 520}}) {
       const RasterImage image = Noise(w, h, channels, 7u * w + h + channels);

@@ -68,12 +68,12 @@ std::optional<at::Tensor> Conv3dImpl::DepthSlicedForward(
     slices = at::constant_pad_nd(slices, {0, 0, 0, 0, 0, 0, pad, pad}, 0);
   }
   std::vector<at::Tensor> taps;
-  for (int64_t i = 0; i < kd; ++i) taps.push_back(slices.narrow(0, i, out_depth));
+  for (int64_t i = 0; i < kd; ++i)
+    taps.push_back(slices.narrow(0, i, out_depth));
   const at::Tensor stacked = at::cat(taps, 1);
-  const at::Tensor w2 =
-      weight.permute({0, 2, 1, 3, 4})
-          .reshape({weight.size(0), kd * weight.size(1), weight.size(3),
-                    weight.size(4)});
+  const at::Tensor w2 = weight.permute({0, 2, 1, 3, 4})
+                            .reshape({weight.size(0), kd * weight.size(1),
+                                      weight.size(3), weight.size(4)});
   const at::Tensor out =
       at::conv2d(stacked, w2, bias, /*stride=*/{1, 1}, /*padding=*/{pad, pad});
   return out.transpose(0, 1).unsqueeze(0).contiguous();
