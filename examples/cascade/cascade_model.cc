@@ -59,10 +59,6 @@ torch::Tensor VitBlockImpl::forward(const torch::Tensor& x,
   return out + Tokens(m[5]) * fc2_(torch::gelu(fc1_(h)));
 }
 
-at::Tensor VitBlockImpl::Recompute(const std::vector<at::Tensor>& inputs) {
-  return forward(inputs.at(0), inputs.at(1));
-}
-
 CascadeStageImpl::CascadeStageImpl(const StageModelOptions& options)
     : options_(options), dim_(options.stage.voxel_dim) {
   const StageConfig& s = options.stage;
@@ -167,7 +163,12 @@ torch::Tensor CascadeStageImpl::forward(const torch::Tensor& x_t,
   for (const auto& module : *blocks_) {
     auto* block = module->as<VitBlock>();
     tokens = options_.gradient_checkpointing
-                 ? CheckpointedCall(block, {tokens, cond}, options_.recompute)
+                 ? CheckpointedForward(
+                       *block,
+                       [block](const std::vector<torch::Tensor>& in) {
+                         return block->forward(in[0], in[1]);
+                       },
+                       {tokens, cond}, AutocastRecompute(options_.recompute))
                  : block->forward(tokens, cond);
   }
   const auto m = final_modulation_(torch::silu(cond)).chunk(2, -1);

@@ -6,7 +6,7 @@
 #include <torch/torch.h>
 
 #include "examples/cascade/cascade_config.h"
-#include "examples/cascade/grad_checkpoint.h"
+#include "examples/common/activation_checkpoint.h"
 
 namespace ddprun::examples {
 
@@ -31,15 +31,11 @@ struct StageModelOptions {
 // One transformer block with adaptive layer norm (DiT's adaLN): the
 // conditioning vector sets a shift, scale and gate for each half
 // (self-attention over all voxel tokens, then an MLP).
-class VitBlockImpl : public torch::nn::Module, public Recomputable {
+class VitBlockImpl : public torch::nn::Module {
  public:
   VitBlockImpl(int64_t dim, int64_t heads);
   // x [B, N, dim], cond [B, dim].
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cond);
-  at::Tensor Recompute(const std::vector<at::Tensor>& inputs) override;
-  std::vector<at::Tensor> RecomputeParameters() override {
-    return parameters();
-  }
 
  private:
   int64_t heads_;

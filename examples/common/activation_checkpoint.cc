@@ -5,6 +5,8 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "ddprun/worker/precision.h"
+
 namespace ddprun::examples {
 namespace {
 
@@ -16,24 +18,26 @@ using torch::autograd::variable_list;
 // buffers, and the scope to recompute in. Travels in ctx->saved_data as a
 // capsule.
 struct Recompute : torch::CustomClassHolder {
-  std::function<torch::Tensor(const torch::Tensor&)> fn;
+  std::function<torch::Tensor(const std::vector<torch::Tensor>&)> fn;
   std::vector<torch::Tensor> params;
   std::vector<torch::Tensor> buffers;
   RecomputeScope scope;
-  bool input_requires_grad = false;
+  std::vector<bool> input_requires_grad;
 };
 
-// Inputs: x, then the parameters (so the node is part of the graph and
-// returns their gradients, even when x needs none), then the state.
+// Inputs: the computation's inputs, then the parameters (so the node is
+// part of the graph and returns their gradients, even when no input needs
+// one), then the state.
 class CheckpointFunction
     : public torch::autograd::Function<CheckpointFunction> {
  public:
-  static variable_list forward(AutogradContext* ctx, torch::Tensor x,
+  static variable_list forward(AutogradContext* ctx, at::TensorList inputs,
                                at::TensorList params,
                                c10::intrusive_ptr<Recompute> state) {
     // apply() runs this without grad mode: no graph, no activations kept.
-    torch::Tensor out = state->fn(x);
-    ctx->save_for_backward({x});
+    std::vector<torch::Tensor> in(inputs.begin(), inputs.end());
+    torch::Tensor out = state->fn(in);
+    ctx->save_for_backward(in);
     ctx->saved_data["state"] = c10::IValue::make_capsule(state);
     return {out};
   }
@@ -42,9 +46,12 @@ class CheckpointFunction
                                 variable_list grad_outputs) {
     auto* state =
         static_cast<Recompute*>(ctx->saved_data["state"].toCapsule().get());
-    const torch::Tensor saved = ctx->get_saved_variables()[0];
-    torch::Tensor x = saved.detach();
-    x.requires_grad_(state->input_requires_grad);
+    std::vector<torch::Tensor> inputs;
+    for (const torch::Tensor& saved : ctx->get_saved_variables()) {
+      torch::Tensor x = saved.detach();
+      x.requires_grad_(state->input_requires_grad[inputs.size()]);
+      inputs.push_back(x);
+    }
     std::vector<torch::Tensor> snapshot;
     {
       torch::NoGradGuard no_grad;
@@ -55,7 +62,7 @@ class CheckpointFunction
     torch::Tensor out;
     {
       c10::AutoGradMode grad(true);
-      auto run = [&] { out = state->fn(x); };
+      auto run = [&] { out = state->fn(inputs); };
       if (state->scope) {
         state->scope(run);
       } else {
@@ -65,7 +72,9 @@ class CheckpointFunction
     // Gradients of the inputs that need them, computed here and returned
     // (torch::autograd::grad accumulates nothing into .grad).
     std::vector<torch::Tensor> wrt;
-    if (state->input_requires_grad) wrt.push_back(x);
+    for (const torch::Tensor& x : inputs) {
+      if (x.requires_grad()) wrt.push_back(x);
+    }
     for (const torch::Tensor& p : state->params) wrt.push_back(p);
     variable_list grads;
     if (out.requires_grad() && !wrt.empty()) {
@@ -86,8 +95,9 @@ class CheckpointFunction
     }
     variable_list result;
     size_t next = 0;
-    result.push_back(state->input_requires_grad ? grads[next++]
-                                                : torch::Tensor());
+    for (const torch::Tensor& x : inputs) {
+      result.push_back(x.requires_grad() ? grads[next++] : torch::Tensor());
+    }
     for (size_t i = 0; i < state->params.size(); ++i) {
       result.push_back(grads[next++]);
     }
@@ -98,23 +108,44 @@ class CheckpointFunction
 
 }  // namespace
 
+RecomputeScope AutocastRecompute(const RecomputeAutocast& a) {
+  if (!a.enabled) return {};
+  return [a](const std::function<void()>& run) {
+    worker::AutocastScope autocast(a.enabled, a.device, a.dtype);
+    run();
+  };
+}
+
 torch::Tensor CheckpointedForward(
     torch::nn::Module& module,
-    const std::function<torch::Tensor(const torch::Tensor&)>& fn,
-    const torch::Tensor& x, const RecomputeScope& scope) {
-  if (!torch::GradMode::is_enabled()) return fn(x);
+    const std::function<torch::Tensor(const std::vector<torch::Tensor>&)>& fn,
+    const std::vector<torch::Tensor>& inputs, const RecomputeScope& scope) {
+  if (!torch::GradMode::is_enabled()) return fn(inputs);
   auto state = c10::make_intrusive<Recompute>();
   for (const torch::Tensor& p : module.parameters()) {
     if (p.requires_grad()) state->params.push_back(p);
   }
-  state->input_requires_grad = x.requires_grad();
-  if (state->params.empty() && !state->input_requires_grad) return fn(x);
+  bool any_input = false;
+  for (const torch::Tensor& x : inputs) {
+    state->input_requires_grad.push_back(x.requires_grad());
+    any_input = any_input || x.requires_grad();
+  }
+  if (state->params.empty() && !any_input) return fn(inputs);
   state->buffers = module.buffers();
   state->fn = fn;
   state->scope = scope;
-  variable_list out =
-      CheckpointFunction::apply(x, at::TensorList(state->params), state);
+  variable_list out = CheckpointFunction::apply(
+      at::TensorList(inputs), at::TensorList(state->params), state);
   return out[0];
+}
+
+torch::Tensor CheckpointedForward(
+    torch::nn::Module& module,
+    const std::function<torch::Tensor(const torch::Tensor&)>& fn,
+    const torch::Tensor& x, const RecomputeScope& scope) {
+  return CheckpointedForward(
+      module, [fn](const std::vector<torch::Tensor>& in) { return fn(in[0]); },
+      {x}, scope);
 }
 
 }  // namespace ddprun::examples

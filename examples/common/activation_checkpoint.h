@@ -1,6 +1,7 @@
 #pragma once
 
 #include <functional>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -12,6 +13,17 @@ namespace ddprun::examples {
 //     auto autocast = session.Autocast(); run(); }
 // Empty: run as is.
 using RecomputeScope = std::function<void(const std::function<void()>&)>;
+
+// The autocast a training forward ran under, as plain data (model options
+// carry it; backward runs outside the forward's autocast scope).
+struct RecomputeAutocast {
+  bool enabled = false;
+  c10::Device device = c10::Device(c10::kCPU);
+  at::ScalarType dtype = at::kBFloat16;
+};
+
+// A RecomputeScope that recomputes under `autocast` (empty when it is off).
+RecomputeScope AutocastRecompute(const RecomputeAutocast& autocast);
 
 // Activation (gradient) checkpointing, written against the autograd API
 // LibTorch 1.13 and 2.x share (torch::utils::checkpoint is Python only):
@@ -38,5 +50,14 @@ torch::Tensor CheckpointedForward(
     torch::nn::Module& module,
     const std::function<torch::Tensor(const torch::Tensor&)>& fn,
     const torch::Tensor& x, const RecomputeScope& scope = {});
+
+// The same for a computation of several tensors (a block's input and a
+// conditioning vector, say): fn(inputs), the gradients of every input that
+// requires grad and of `module`'s parameters. fn gets the inputs as a
+// vector, so it must not capture tensors of the graph itself.
+torch::Tensor CheckpointedForward(
+    torch::nn::Module& module,
+    const std::function<torch::Tensor(const std::vector<torch::Tensor>&)>& fn,
+    const std::vector<torch::Tensor>& inputs, const RecomputeScope& scope = {});
 
 }  // namespace ddprun::examples

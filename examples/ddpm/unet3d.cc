@@ -99,11 +99,12 @@ torch::Tensor UNet3dImpl::forward(torch::Tensor x, torch::Tensor t) {
   auto block = [&](size_t i, const torch::Tensor& h) {
     ResBlockImpl* b = blocks_[i]->as<ResBlock>();
     if (!checkpoint_) return b->forward(h, temb);
-    return CheckpointedCall(
+    return CheckpointedForward(
+        *b,
         [b](const std::vector<torch::Tensor>& in) {
-          return std::vector<torch::Tensor>{b->forward(in[0], in[1])};
+          return b->forward(in[0], in[1]);
         },
-        {h, temb}, recompute_autocast_)[0];
+        {h, temb}, AutocastRecompute(recompute_autocast_));
   };
   torch::Tensor h1 = block(0, conv_in_->forward(x));
   torch::Tensor h2 = block(2, block(1, down_->forward(h1)));

@@ -4,7 +4,7 @@
 
 #include "ddprun/worker/conv3d.h"
 #include "ddprun/worker/world.h"
-#include "examples/ddpm/checkpointed_call.h"
+#include "examples/common/activation_checkpoint.h"
 #include "examples/common/norm_layer.h"
 
 namespace ddprun::examples {
@@ -17,7 +17,7 @@ struct UNet3dOptions {
   NormKind norm = NormKind::kGroup;
   worker::World world;  // for NormKind::kSyncBatch
   // Activation checkpointing of the four residual blocks (group norm only:
-  // see CheckpointedCall's contract): their activations are recomputed in
+  // see CheckpointedForward's contract): their activations are recomputed in
   // the backward pass, under `recompute_autocast`, instead of kept.
   bool gradient_checkpointing = false;
   RecomputeAutocast recompute_autocast;

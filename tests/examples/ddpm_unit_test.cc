@@ -13,7 +13,7 @@
 
 #include "ddprun/worker/conv3d.h"
 #include "ddprun/worker/precision.h"
-#include "examples/ddpm/checkpointed_call.h"
+#include "examples/common/activation_checkpoint.h"
 #include "examples/ddpm/ddpm_validation.h"
 #include "examples/ddpm/fast_ddpm.h"
 #include "examples/ddpm/unet3d.h"
@@ -142,26 +142,33 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("ddpm: CheckpointedCall recomputes with gradients for its inputs",
-          "[ddpm][unit][checkpointing]") {
-  torch::Tensor w = torch::randn({3}, torch::requires_grad());
+TEST_CASE(
+    "CheckpointedForward: recomputes in backward and gives every input and "
+    "parameter its gradient",
+    "[ddpm][unit][checkpointing]") {
+  struct Scale : torch::nn::Module {
+    Scale() { w = register_parameter("w", torch::randn({3})); }
+    torch::Tensor w;
+  } module;
   torch::Tensor x = torch::randn({3}, torch::requires_grad());
+  torch::Tensor z = torch::randn({3}, torch::requires_grad());
+  const torch::Tensor constant = torch::randn({3});  // needs no gradient
   int calls = 0;
   auto fn = [&](const std::vector<torch::Tensor>& in) {
     ++calls;
-    return std::vector<torch::Tensor>{(in[0] * w).sin().sum()};
+    return (in[0] * module.w).sin().sum() + (in[1] * in[2]).sum();
   };
-  torch::Tensor y = CheckpointedCall(fn, {x}, {})[0];
+  torch::Tensor y = CheckpointedForward(module, fn, {x, z, constant});
   CHECK(calls == 1);
   y.backward();
   CHECK(calls == 2);  // recomputed in the backward pass
-  const torch::Tensor expected_x = (x * w).cos() * w;
-  const torch::Tensor expected_w = (x * w).cos() * x;
-  CHECK(torch::allclose(x.grad(), expected_x.detach()));
-  CHECK(torch::allclose(w.grad(), expected_w.detach()));
-  // Without an input that needs a gradient it is a plain call.
+  const torch::Tensor w = module.w.detach();
+  CHECK(torch::allclose(x.grad(), ((x * w).cos() * w).detach()));
+  CHECK(torch::allclose(module.w.grad(), ((x * w).cos() * x).detach()));
+  CHECK(torch::allclose(z.grad(), constant));
+  // Without grad mode it is a plain call.
   torch::NoGradGuard no_grad;
-  CheckpointedCall(fn, {x}, {});
+  CheckpointedForward(module, fn, {x, z, constant});
   CHECK(calls == 3);
 }
 
