@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "ddprun_catch.h"
 #include "tests/multinode/multinode_util.h"
 
 namespace ddprun::multinode {
@@ -25,6 +26,15 @@ inline double WallNow() {
   return std::chrono::duration<double>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+// kill -9 of `agent` (the one hosting the rendezvous, in the failover
+// tests), requiring it dead within 5 s; returns the wall time of the kill.
+inline double KillHostingAgent(Child& agent) {
+  const double killed_at = WallNow();
+  agent.Kill(SIGKILL);
+  REQUIRE(agent.Wait(std::chrono::seconds(5)) == 128 + SIGKILL);
+  return killed_at;
 }
 
 // The wall time of the first start of `node` with `world_size` (0: none).

@@ -117,10 +117,7 @@ bool AllStarted(const NetnsJob& job, const std::vector<std::string>& nodes,
 // the hosting agent `a`. Returns when it happened (WallNow).
 double KillHosting(Child& a) {
   std::this_thread::sleep_for(3s);
-  const double killed_at = WallNow();
-  a.Kill(SIGKILL);
-  REQUIRE(a.Wait(5s) == 128 + SIGKILL);
-  return killed_at;
+  return KillHostingAgent(a);
 }
 
 // The survivors (`agents`, named `nodes`) end well, none of them ever ran
