@@ -57,13 +57,13 @@ Status WriteFileAtomically(const std::string& path,
       return fail("write", err);
     }
   }
-  if (::fsync(fd) != 0) return fail("fsync", errno);
+  if (options.durable && ::fsync(fd) != 0) return fail("fsync", errno);
   const int closed = ::close(fd);
   fd = -1;
   if (closed != 0) return fail("close", errno);
   if (options.before_rename) options.before_rename(tmp);
   if (::rename(tmp.c_str(), path.c_str()) != 0) return fail("rename", errno);
-  return FsyncDir(Dirname(path));
+  return options.durable ? FsyncDir(Dirname(path)) : Status::Ok();
 }
 
 std::string Dirname(const std::string& path) {

@@ -22,6 +22,10 @@ Status FsyncDir(const std::string& dir);
 
 struct AtomicWriteOptions {
   int mode = 0644;
+  // false: no fsync of the file or the directory. Readers still see the old
+  // file or the whole new one, but a crash of the machine may lose the
+  // write: for files that are made again anyway (pictures of a run).
+  bool durable = true;
   // Test hook: runs once the temporary file is complete, synced and
   // closed, before it is renamed over the target.
   std::function<void(const std::string& tmp_path)> before_rename;

@@ -1,12 +1,10 @@
 #include "examples/outputs/raster_image.h"
 
-#include <errno.h>
-#include <stdio.h>
-
 #include <cstring>
-#include <fstream>
 
 #include <zlib.h>
+
+#include "common/file_util.h"
 
 namespace ddprun::examples::outputs {
 
@@ -105,24 +103,9 @@ StatusOr<std::string> EncodePng(const RasterImage& image) {
 }
 
 Status ReplaceFile(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return ErrnoStatus("cannot write " + path, errno);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) {
-      const int err = errno;
-      ::remove(tmp.c_str());
-      return ErrnoStatus("cannot write " + path, err);
-    }
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::remove(tmp.c_str());
-    return ErrnoStatus("cannot write " + path, err);
-  }
-  return Status::Ok();
+  AtomicWriteOptions not_durable;
+  not_durable.durable = false;
+  return WriteFileAtomically(path, {bytes}, not_durable);
 }
 
 Status WritePng(const std::string& path, const RasterImage& image) {

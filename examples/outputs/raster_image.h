@@ -25,10 +25,9 @@ Status CheckRaster(const RasterImage& image);
 // encode a picture at every validation, on rank 0 only).
 StatusOr<std::string> EncodePng(const RasterImage& image);
 
-// Writes `bytes` to `path` through a temporary file renamed into place, so
-// a reader never sees half a file and an old one is replaced whole. Errors
-// name the path. Unlike common/file_util.h's WriteFileAtomically it does
-// not fsync: a picture lost to a power cut is drawn again at the next
+// common/file_util.h's WriteFileAtomically without its fsyncs: a reader
+// never sees half a file, an old one is replaced whole, errors name the
+// path; a picture lost to a power cut is drawn again at the next
 // validation, and rank 0 would pay the sync inside every validation.
 Status ReplaceFile(const std::string& path, const std::string& bytes);
 
