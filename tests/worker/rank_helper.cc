@@ -89,19 +89,23 @@ int Collectives() {
 // Small conv net; `extra` adds a branch that is only used when asked
 // (use_extra), to exercise find_unused_parameters.
 struct NetImpl : torch::nn::Module {
-  explicit NetImpl(bool extra) {
+  explicit NetImpl(bool extra, bool batch_norm = false) {
     conv = register_module(
         "conv",
         torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3).padding(1)));
+    if (batch_norm) bn = register_module("bn", torch::nn::BatchNorm2d(4));
     fc = register_module("fc", torch::nn::Linear(4 * 8 * 8, 3));
     if (extra) unused = register_module("unused", torch::nn::Linear(3, 3));
   }
   at::Tensor forward(const at::Tensor& x) {
-    at::Tensor y = fc(torch::relu(conv(x)).flatten(1));
+    at::Tensor h = conv(x);
+    if (bn) h = bn(h);
+    at::Tensor y = fc(torch::relu(h).flatten(1));
     return use_extra ? unused(y) : y;
   }
   bool use_extra = false;
   torch::nn::Conv2d conv{nullptr};
+  torch::nn::BatchNorm2d bn{nullptr};
   torch::nn::Linear fc{nullptr};
   torch::nn::Linear unused{nullptr};
 };
@@ -118,13 +122,16 @@ Data MakeData(int64_t n) {
 // N ranks x batch B (split in `accum` micro-batches, the first ones under
 // NoSync) for STEPS SGD steps; rank 0 writes the flat parameters to OUT.
 // `branch`: "unused" adds a layer no step uses; "switch" uses it from the
-// second half of the steps on (the set of unused parameters changes).
+// second half of the steps on (the set of unused parameters changes);
+// "bn" adds a batch norm layer whose buffers DDP keeps equal to rank 0's
+// (each rank prints them). DDP_RANK1_EXITS_AT=S: rank 1 exits before the
+// backward of step S (a peer dying mid-training).
 int Ddp(const std::string& out, int steps, int batch, int accum,
         const std::string& branch) {
   const bool unused = branch == "unused" || branch == "switch";
   w::World world = w::InitFromEnv();
   torch::manual_seed(1000 + world.rank());  // different init per rank:
-  Net net(unused);                          // DDP must broadcast rank 0's
+  Net net(unused, branch == "bn");          // DDP must broadcast rank 0's
   w::DdpOptions opts;
   // 0.001 MB = 1048 B: the 3244 B of gradients (conv 160 B, fc.weight
   // 3072 B, fc.bias 12 B) need two buckets, so bucketing is exercised.
@@ -136,7 +143,13 @@ int Ddp(const std::string& out, int steps, int batch, int accum,
   int64_t global = static_cast<int64_t>(batch) * n;
   Data d = MakeData(global * steps);
   int micro = batch / accum;
+  const char* exit_at = std::getenv("DDP_RANK1_EXITS_AT");
+  std::printf("rank %d transport %s\n", world.rank(), ddp.gradient_transport());
+  std::fflush(stdout);
   for (int s = 0; s < steps; ++s) {
+    if (exit_at != nullptr && world.rank() == 1 && s == std::atoi(exit_at)) {
+      std::_Exit(3);
+    }
     sgd.zero_grad();
     net->use_extra = branch == "switch" && 2 * s >= steps;
     for (int m = 0; m < accum; ++m) {
@@ -160,6 +173,13 @@ int Ddp(const std::string& out, int steps, int batch, int accum,
             net->unused->weight.grad().abs().sum().item<float>() == 0,
         "unused parameter got a gradient");
   if (r == 0) WriteFloats(out, FlatParams(*net));
+  if (net->bn) {
+    std::printf("rank %d buffers %.9g %.9g %lld\n", r,
+                net->bn->running_mean.sum().item<double>(),
+                net->bn->running_var.sum().item<double>(),
+                static_cast<long long>(
+                    net->bn->num_batches_tracked.item<int64_t>()));
+  }
   size_t bytes = 0;
   for (size_t b : ddp.bucket_bytes()) bytes += b;
   std::printf("rank %d buckets %zu bytes %zu\n", r, ddp.bucket_bytes().size(),

@@ -217,6 +217,7 @@ TEST_CASE("DistributedDataParallel: 2 ranks x batch 8 equal 1 rank x batch 16",
     for (auto& r : results) {
       INFO(r.output);
       REQUIRE(r.output.find("buckets 2 bytes 3244") != std::string::npos);
+      REQUIRE(r.output.find("transport shared_memory") != std::string::npos);
     }
     wt::RankProcess p({Helper(), "ddp", single, "5", "16"}, {});
     REQUIRE(p.Wait(std::chrono::seconds(60)));
@@ -251,6 +252,68 @@ TEST_CASE("DistributedDataParallel: 2 ranks x batch 8 equal 1 rank x batch 16",
     REQUIRE(p.exit_code() == 0);
     REQUIRE(MaxAbsDiff(ReadFloats(multi), ReadFloats(single)) < 1e-5);
   }
+}
+
+TEST_CASE("DistributedDataParallel: shared memory gradients and buffers "
+          "train like Gloo's; DDPRUN_SHM_ALLREDUCE=0 is Gloo",
+          "[worker][process][ddp][shm]") {
+  std::string dir = TempDir();
+  std::string shm = dir + "/shm.bin", gloo = dir + "/gloo.bin";
+  // A batch norm layer: its running statistics are buffers, which DDP
+  // broadcasts from rank 0 after every synchronised backward.
+  auto with_shm = wt::RunRanks({Helper(), "ddp", shm, "5", "8", "1", "bn"}, 2);
+  auto with_gloo = wt::RunRanks({Helper(), "ddp", gloo, "5", "8", "1", "bn"},
+                                2, {{"DDPRUN_SHM_ALLREDUCE", "0"}});
+  RequireAllOk(with_shm);
+  RequireAllOk(with_gloo);
+  auto buffers = [](const std::string& out) {
+    size_t at = out.find("buffers ");
+    return at == std::string::npos ? std::string()
+                                   : out.substr(at, out.find('\n', at) - at);
+  };
+  for (int r = 0; r < 2; ++r) {
+    INFO(with_shm[r].output << with_gloo[r].output);
+    REQUIRE(with_shm[r].output.find("transport shared_memory") !=
+            std::string::npos);
+    REQUIRE(with_gloo[r].output.find("transport process_group") !=
+            std::string::npos);
+  }
+  // Every rank holds rank 0's buffers after the last step (5 batches seen).
+  REQUIRE_FALSE(buffers(with_shm[0].output).empty());
+  REQUIRE(buffers(with_shm[0].output).find(" 5") != std::string::npos);
+  REQUIRE(buffers(with_shm[0].output) == buffers(with_shm[1].output));
+  REQUIRE(buffers(with_gloo[0].output) == buffers(with_gloo[1].output));
+  // Same averaged gradients up to the order of fp32 sums.
+  REQUIRE(MaxAbsDiff(ReadFloats(shm), ReadFloats(gloo)) < 1e-5);
+
+  auto bad = wt::RunRanks({Helper(), "ddp", shm, "1", "8"}, 2,
+                          {{"DDPRUN_SHM_ALLREDUCE", "yes"}});
+  for (auto& r : bad) {
+    INFO(r.output);
+    REQUIRE(r.exit_code == ddprun::worker::kExitUsage);
+    REQUIRE(r.output.find("DDPRUN_SHM_ALLREDUCE must be 0 or 1") !=
+            std::string::npos);
+  }
+}
+
+TEST_CASE("DistributedDataParallel: a rank that dies mid-training fails its "
+          "shared memory peer at once, naming it",
+          "[worker][process][ddp][shm]") {
+  // Without the liveness check rank 0 would wait the collective timeout
+  // (30 min) in the gradient all-reduce; RunRanks kills it after 60 s.
+  std::string dir = TempDir();
+  const auto start = std::chrono::steady_clock::now();
+  auto results = wt::RunRanks({Helper(), "ddp", dir + "/p.bin", "5", "8"}, 2,
+                              {{"DDP_RANK1_EXITS_AT", "2"}});
+  const double seconds = std::chrono::duration<double>(
+                             std::chrono::steady_clock::now() - start)
+                             .count();
+  INFO(results[0].output);
+  REQUIRE(results[1].exit_code == 3);
+  REQUIRE(results[0].exit_code == kExitCollective);
+  REQUIRE(results[0].output.find("rank 1 (pid") != std::string::npos);
+  REQUIRE(results[0].output.find("exited") != std::string::npos);
+  REQUIRE(seconds < 30);
 }
 
 TEST_CASE("RunMain: an exception writes torchrun's error file and exits 1",

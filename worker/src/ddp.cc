@@ -8,6 +8,8 @@
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
 #include "ddprun/worker/errors.h"
+#include "ddprun/worker/shared_memory_group.h"
+#include "shared_memory_join.h"
 #include "torch_compat.h"
 
 namespace ddprun::worker {
@@ -16,6 +18,65 @@ namespace {
 constexpr size_t kBroadcastBucketBytes = 250u << 20;  // Python's default
 
 size_t MbToBytes(double mb) { return static_cast<size_t>(mb * 1024 * 1024); }
+
+// DDPRUN_SHM_ALLREDUCE: "0" off, "1" or unset on.
+bool SharedMemoryAllowedByEnv() {
+  const char* v = std::getenv("DDPRUN_SHM_ALLREDUCE");
+  if (v == nullptr || std::string(v) == "1" || std::string(v).empty()) {
+    return true;
+  }
+  if (std::string(v) == "0") return false;
+  throw ConfigError(std::string("DDPRUN_SHM_ALLREDUCE must be 0 or 1, not \"") +
+                    v + "\"");
+}
+
+bool SharedMemoryCapable(const at::Tensor& t) {
+  return t.device().is_cpu() && t.is_contiguous() &&
+         (t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble);
+}
+
+// Averages a gradient bucket through the shared memory group, synchronously
+// on the autograd thread (the reducer launches buckets in the same order on
+// every rank). With a comm hook the reducer leaves the division by the world
+// size to the hook, as Python's builtin ALLREDUCE hook does. A bucket the
+// group cannot take (CUDA, half precision) goes to the process group.
+class SharedMemoryAllReduceHook : public c10d::CommHookInterface {
+ public:
+  SharedMemoryAllReduceHook(std::shared_ptr<SharedMemoryGroup> group,
+                            c10::intrusive_ptr<c10d::ProcessGroup> pg)
+      : group_(std::move(group)), pg_(std::move(pg)) {}
+
+  c10::intrusive_ptr<c10::ivalue::Future> runHook(
+      c10d::GradBucket& bucket) override {
+    at::Tensor& t = bucket.getBufferRef();
+    if (!SharedMemoryCapable(t)) {
+      t.div_(group_->size());
+      std::vector<at::Tensor> tensors{t};
+      return pg_->allreduce(tensors)->getFuture();
+    }
+    const size_t n = static_cast<size_t>(t.numel());
+    Status s = t.scalar_type() == at::kFloat
+                   ? group_->AllReduceSum(t.data_ptr<float>(), n,
+                                          1.0f / group_->size())
+                   : group_->AllReduceSum(t.data_ptr<double>(), n,
+                                          1.0 / group_->size());
+    // c10::Error: the reducer's caller (Backward) turns it into a
+    // CollectiveError naming the rank.
+    TORCH_CHECK(s.ok(), s.message());
+    auto future =
+        c10::make_intrusive<c10::ivalue::Future>(c10::TensorType::get());
+    future->markCompleted(c10::IValue(t));
+    return future;
+  }
+
+  at::Tensor parseHookResult(const c10::IValue& result) override {
+    return result.isTensor() ? result.toTensor() : result.toTensorVector()[0];
+  }
+
+ private:
+  std::shared_ptr<SharedMemoryGroup> group_;
+  c10::intrusive_ptr<c10d::ProcessGroup> pg_;
+};
 
 }  // namespace
 
@@ -27,6 +88,11 @@ struct DistributedDataParallel::Impl {
   // e.g. when the set of unused parameters changes between steps; without
   // one that report dereferences a null pointer.
   std::shared_ptr<c10d::Logger> logger;
+  // Set when every rank is on this host (DdpOptions::shared_memory).
+  std::shared_ptr<SharedMemoryGroup> shm;
+  std::string why_not_shm;
+  // Buffers all CPU and contiguous: broadcast through `shm`.
+  bool buffers_on_shm = false;
 };
 
 DistributedDataParallel::DistributedDataParallel(
@@ -76,6 +142,22 @@ DistributedDataParallel::DistributedDataParallel(
   impl_->reducer = torch_compat::MakeReducer(std::move(args), pg);
   impl_->logger = std::make_shared<c10d::Logger>(impl_->reducer);
   impl_->reducer->set_logger(impl_->logger);
+
+  // Decided by every rank alike: options and the job's environment.
+  if (!options_.shared_memory || !SharedMemoryAllowedByEnv()) {
+    impl_->why_not_shm = "turned off";
+    return;
+  }
+  std::shared_ptr<SharedMemoryGroup> shm = JoinSharedMemoryGroup(
+      world_, world_.collective_timeout(), &impl_->why_not_shm);
+  if (!shm) return;
+  impl_->shm = shm;
+  impl_->reducer->register_comm_hook(
+      std::make_unique<SharedMemoryAllReduceHook>(shm, pg));
+  impl_->buffers_on_shm = true;
+  for (const at::Tensor& b : impl_->buffers) {
+    if (!b.device().is_cpu() || !b.is_contiguous()) impl_->buffers_on_shm = false;
+  }
 }
 
 DistributedDataParallel::~DistributedDataParallel() = default;
@@ -130,7 +212,17 @@ void DistributedDataParallel::Backward(const at::Tensor& output,
     throw CollectiveError("DDP gradient all-reduce failed on rank " +
                           std::to_string(world_.rank()) + ": " + msg);
   }
-  if (sync_enabled_ && options_.broadcast_buffers && !impl_->buffers.empty()) {
+  if (sync_enabled_ && options_.broadcast_buffers && !impl_->buffers.empty() &&
+      impl_->buffers_on_shm) {
+    std::vector<SharedMemoryGroup::Buffer> bufs;
+    for (auto& b : impl_->buffers) bufs.push_back({b.data_ptr(), b.nbytes()});
+    Status s = impl_->shm->Broadcast(bufs, 0);
+    if (!s.ok()) {
+      throw CollectiveError("DDP buffer broadcast on rank " +
+                            std::to_string(world_.rank()) + ": " + s.message());
+    }
+  } else if (sync_enabled_ && options_.broadcast_buffers &&
+             !impl_->buffers.empty()) {
     std::vector<at::Tensor> bufs;
     for (auto& b : impl_->buffers) bufs.push_back(b.detach());
     try {
@@ -150,6 +242,15 @@ std::vector<size_t> DistributedDataParallel::bucket_bytes() const {
     out.push_back(b.getBuffer().nbytes());
   }
   return out;
+}
+
+const char* DistributedDataParallel::gradient_transport() const {
+  if (!impl_->reducer) return "none";
+  return impl_->shm ? "shared_memory" : "process_group";
+}
+
+const std::string& DistributedDataParallel::why_not_shared_memory() const {
+  return impl_->why_not_shm;
 }
 
 DistributedDataParallel::NoSyncScope::NoSyncScope(DistributedDataParallel* ddp)

@@ -25,6 +25,7 @@ struct World::Impl {
   c10::Device device = c10::Device(c10::kCPU);
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  std::chrono::milliseconds collective_timeout = std::chrono::seconds(1800);
 };
 
 namespace {
@@ -159,6 +160,9 @@ int World::rank() const { return impl_->env.rank; }
 int World::world_size() const { return impl_->env.world_size; }
 int World::local_rank() const { return impl_->env.local_rank; }
 int World::local_world_size() const { return impl_->env.local_world_size; }
+std::chrono::milliseconds World::collective_timeout() const {
+  return impl_->collective_timeout;
+}
 const WorkerEnv& World::env() const { return impl_->env; }
 const std::string& World::backend() const { return impl_->backend; }
 c10::Device World::device() const { return impl_->device; }
@@ -311,6 +315,7 @@ World InitWorld(const WorkerEnv& env, const InitOptions& options) {
                       "but this LibTorch was built without CUDA");
 #endif
   }
+  impl->collective_timeout = options.collective_timeout;
   if (env.standalone) return World(impl);
 
   impl->backend = backend;

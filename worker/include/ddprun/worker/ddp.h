@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ddprun/worker/world.h"
@@ -26,6 +27,14 @@ struct DdpOptions {
   // Broadcast rank 0's buffers (batch-norm running stats) after every
   // synchronised backward so all ranks keep identical buffers.
   bool broadcast_buffers = true;
+  // When every rank is on this host, CPU gradients (float32/float64) and
+  // buffers travel through a shared memory segment (SharedMemoryGroup)
+  // instead of the process group: on a small CPU model Gloo's TCP loopback
+  // hand-offs cost milliseconds per step. Results equal the process group's
+  // up to the order of the fp32 sums. DDPRUN_SHM_ALLREDUCE=0 in the
+  // environment turns it off for the job ("1" or unset: on; anything else is
+  // a ConfigError). Ignored for CUDA tensors (NCCL or Gloo move those).
+  bool shared_memory = true;
 };
 
 // Distributed data parallel for a torch::nn::Module, built on c10d's
@@ -79,6 +88,11 @@ class DistributedDataParallel {
 
   // Number of buckets and their sizes in bytes (for tests/diagnostics).
   std::vector<size_t> bucket_bytes() const;
+  // How gradients travel: "shared_memory", "process_group", or "none" (a
+  // standalone world); with why_not_shared_memory() saying why not the
+  // first when it was wanted (e.g. "the ranks span hosts").
+  const char* gradient_transport() const;
+  const std::string& why_not_shared_memory() const;
 
   torch::nn::Module& module() { return *module_; }
   const World& world() const { return world_; }

@@ -78,6 +78,8 @@ class World {
   // copy on device() and results come back on the caller's device (a CPU
   // RNG state gathers fine under NCCL), at the cost of two copies.
   c10::Device device() const;
+  // InitOptions::collective_timeout this world was made with.
+  std::chrono::milliseconds collective_timeout() const;
 
   // In-place all-reduce of `t`.
   void AllReduce(at::Tensor& t, ReduceOp op = ReduceOp::kSum) const;

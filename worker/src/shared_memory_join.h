@@ -1,0 +1,27 @@
+// Agreeing on a SharedMemoryGroup through the job's c10d store. Internal to
+// worker/ (DDP uses it).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "ddprun/worker/shared_memory_group.h"
+#include "ddprun/worker/world.h"
+
+namespace ddprun::worker {
+
+// Collective: every rank of `world` calls it at the same point. When all
+// ranks are on this host (LOCAL_WORLD_SIZE == WORLD_SIZE) rank 0 makes a
+// segment, publishes its name in the store, every other rank maps it and
+// reports through the store whether it could; rank 0 then unlinks the name.
+// Returns the group on every rank when all could, else null on every rank
+// with the first failure in *why (ranks on other hosts, a full /dev/shm).
+// No store traffic when the ranks span hosts. `collective_timeout` bounds
+// every later barrier; the store's own timeout bounds this agreement.
+// Throws CollectiveError when the store fails.
+std::unique_ptr<SharedMemoryGroup> JoinSharedMemoryGroup(
+    const World& world, std::chrono::milliseconds collective_timeout,
+    std::string* why);
+
+}  // namespace ddprun::worker
