@@ -150,6 +150,9 @@ void TrainerSession::EndEpoch(Plan& plan, int64_t epoch, nlohmann::json record,
       for (size_t b : buckets) bytes += b;
       record["profile"]["allreduce_mb_per_step"] = bytes / 1e6;
       record["profile"]["buckets"] = buckets.size();
+      // "shared_memory" or "process_group" (ddp.h): a job whose ranks
+      // share a host but exchange over Gloo shows it here.
+      record["profile"]["grad_transport"] = ddp_->gradient_transport();
     }
     LogMain(StepProfiler::Table(
         record["profile"],

@@ -105,6 +105,14 @@ std::string StepProfiler::Table(const nlohmann::json& summary,
     row(PhaseName(static_cast<Phase>(i)));
   }
   row("other");
+  if (summary.contains("grad_transport")) {
+    std::snprintf(line, sizeof(line),
+                  "\n  gradients: %.2f MB a step in %lld bucket(s) over %s",
+                  summary.value("allreduce_mb_per_step", 0.0),
+                  static_cast<long long>(summary.value("buckets", 0)),
+                  summary["grad_transport"].get<std::string>().c_str());
+    out += line;
+  }
   return out;
 }
 

@@ -89,7 +89,11 @@ TEST_CASE(
     // What DDP exchanges per step: survival's ResNet's fp32 gradients.
     CHECK(p["allreduce_mb_per_step"].get<double>() > 0.1);
     CHECK(p["buckets"].get<int64_t>() >= 1);
+    // Both ranks on this host: the gradients go through shared memory, not
+    // Gloo's loopback TCP (milliseconds a step on a small CPU model).
+    CHECK(p["grad_transport"] == "shared_memory");
   }
+  CHECK(LinesWith(r.output, "over shared_memory").size() == 2);
 
   SECTION("without --profile nothing is measured or printed") {
     const std::string plain = FreshDir("scaling_plain");

@@ -24,11 +24,14 @@ namespace {
 
 constexpr size_t kSlot = 4096;  // small slots: most tests run in chunks
 
+// Segments this test process made (their names carry the maker's pid; other
+// tests running at the same time make their own).
 std::vector<std::string> ShmEntries() {
+  const std::string mine = "ddprun-shm-" + std::to_string(getpid()) + "-";
   std::vector<std::string> out;
   if (DIR* d = opendir("/dev/shm")) {
     while (dirent* e = readdir(d)) {
-      if (std::strncmp(e->d_name, "ddprun-shm-", 11) == 0)
+      if (std::string(e->d_name).rfind(mine, 0) == 0)
         out.push_back(e->d_name);
     }
     closedir(d);

@@ -9,7 +9,7 @@
 
 #include "ddprun/worker/errors.h"
 #include "ddprun/worker/shared_memory_group.h"
-#include "shared_memory_join.h"
+#include "ddprun/worker/shared_memory_join.h"
 #include "torch_compat.h"
 
 namespace ddprun::worker {

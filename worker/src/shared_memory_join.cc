@@ -1,4 +1,4 @@
-#include "shared_memory_join.h"
+#include "ddprun/worker/shared_memory_join.h"
 
 #include <string>
 #include <vector>

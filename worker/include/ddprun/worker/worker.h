@@ -6,6 +6,7 @@
 #include "ddprun/worker/ddp.h"
 #include "ddprun/worker/env.h"
 #include "ddprun/worker/errors.h"
+#include "ddprun/worker/fused_adam.h"
 #include "ddprun/worker/hardware.h"
 #include "ddprun/worker/host_allocator.h"
 #include "ddprun/worker/metrics.h"
@@ -13,4 +14,5 @@
 #include "ddprun/worker/run_main.h"
 #include "ddprun/worker/sampler.h"
 #include "ddprun/worker/sharded_adam.h"
+#include "ddprun/worker/shared_memory_group.h"
 #include "ddprun/worker/world.h"

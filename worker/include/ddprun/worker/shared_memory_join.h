@@ -1,5 +1,5 @@
-// Agreeing on a SharedMemoryGroup through the job's c10d store. Internal to
-// worker/ (DDP uses it).
+// Agreeing on a SharedMemoryGroup through the job's c10d store (DDP uses it;
+// so can any code that wants its own shared memory collectives).
 #pragma once
 
 #include <chrono>
