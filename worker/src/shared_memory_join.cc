@@ -1,5 +1,6 @@
 #include "ddprun/worker/shared_memory_join.h"
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,16 @@ std::unique_ptr<SharedMemoryGroup> JoinSharedMemoryGroup(
   const int rank = world.rank(), size = world.world_size();
   SharedMemoryGroup::Options options;
   options.timeout = collective_timeout;
+  if (const char* poll = std::getenv("DDPRUN_SHM_POLL_US")) {
+    char* end = nullptr;
+    const long us = std::strtol(poll, &end, 10);
+    if (end == poll || *end != '\0' || us < 0 || us > 1000000) {
+      throw ConfigError(std::string("DDPRUN_SHM_POLL_US must be an integer "
+                                    "in [0, 1000000], not \"") +
+                        poll + "\"");
+    }
+    options.poll = std::chrono::microseconds(us);
+  }
   try {
     // Groups joined through this store so far, counted the same on every
     // rank: a join completes on all ranks before any starts the next one.
