@@ -350,6 +350,18 @@ TEST_CASE("FusedAdam/FusedAdamW: the same steps as Torch's, state "
     Train(torch_adamw, pt, fused, pf, 30);
     REQUIRE(MaxDiff(pt, pf) < 1e-5);
   }
+  SECTION("a step bumps the parameters' versions like Torch's in-place ops") {
+    // Caches keyed by version (oneDNN's bf16 weights under Torch 2.x CPU
+    // autocast) otherwise keep serving the old weights: survival --amp
+    // diverged to NaN in the LibTorch 2.6 build without this.
+    auto pf = AdamParams();
+    worker::FusedAdam fused(pf, torch::optim::AdamOptions(1e-3));
+    for (auto& p : pf) p.mutable_grad() = torch::ones_like(p);
+    std::vector<int64_t> before;
+    for (auto& p : pf) before.push_back(p._version());
+    fused.step();
+    for (size_t i = 0; i < pf.size(); ++i) REQUIRE(pf[i]._version() > before[i]);
+  }
   SECTION("double parameters take Torch's step: identical bits") {
     auto pt = AdamParams(torch::kDouble), pf = Clone(pt);
     auto o = torch::optim::AdamOptions(1e-2);

@@ -221,6 +221,9 @@ void DistributedDataParallel::Backward(const at::Tensor& output,
       throw CollectiveError("DDP buffer broadcast on rank " +
                             std::to_string(world_.rank()) + ": " + s.message());
     }
+    // Written through raw pointers: tell version-keyed caches, as an
+    // in-place copy_ would (see fused_adam.cc).
+    for (auto& b : impl_->buffers) b.unsafeGetTensorImpl()->bump_version();
   } else if (sync_enabled_ && options_.broadcast_buffers &&
              !impl_->buffers.empty()) {
     std::vector<at::Tensor> bufs;

@@ -86,6 +86,13 @@ void FusedStep(torch::optim::Optimizer& opt, bool decoupled) {
         const float denom = std::sqrt(v[i]) / sqrt_bias2 + eps;
         w[i] = w[i] + neg_step * (m[i] / denom);
       }
+      // What Torch's in-place updates do: caches keyed by a tensor's version
+      // (e.g. oneDNN's prepacked bf16 weights under CPU autocast in Torch
+      // 2.x) must see new weights; without it 2.6 trained on stale ones and
+      // diverged.
+      p.unsafeGetTensorImpl()->bump_version();
+      state.exp_avg().unsafeGetTensorImpl()->bump_version();
+      state.exp_avg_sq().unsafeGetTensorImpl()->bump_version();
     }
   }
 }
