@@ -95,7 +95,7 @@ int Train(int argc, char** argv) {
   CascadeModel model(cli.stages(), opt.xray, opt.gradient_checkpointing,
                      recompute);
   session.PlaceOnDevice(*model);
-  dw::FusedAdamW optimizer(model->parameters(),
+  torch::optim::AdamW optimizer(model->parameters(),
                                 torch::optim::AdamWOptions(opt.learning_rate)
                                     .weight_decay(opt.weight_decay));
   const VDiffusion diffusion(opt.num_timesteps, opt.v_parameterization,

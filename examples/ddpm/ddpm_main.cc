@@ -252,7 +252,7 @@ int Train(int argc, char** argv) {
       session.precision().autocast, world.device(), session.precision().dtype};
   UNet3d model(model_options);
   session.PlaceOnDevice(*model);
-  dw::FusedAdam optimizer(model->parameters(),
+  torch::optim::Adam optimizer(model->parameters(),
                                torch::optim::AdamOptions(opt.learning_rate)
                                    .weight_decay(opt.weight_decay));
   TrainingSetup setup;

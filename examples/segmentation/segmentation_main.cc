@@ -198,7 +198,7 @@ int Train(int argc, char** argv) {
   model_options.width = opt.width;
   PromptUNet model(model_options);
   session.PlaceOnDevice(*model);
-  dw::FusedAdam optimizer(model->parameters(),
+  torch::optim::Adam optimizer(model->parameters(),
                                torch::optim::AdamOptions(lr));
   session.Prepare({model.ptr(), &optimizer});
 

@@ -230,11 +230,11 @@ int Train(int argc, char** argv) {
   model_options.world = world;
   VqaModel model(model_options);
   session.PlaceOnDevice(*model);
-  std::unique_ptr<dw::FusedAdam> adam;
+  std::unique_ptr<torch::optim::Adam> adam;
   std::unique_ptr<dw::ShardedAdam> sharded;
   const int zero = opt.guide.zero;
   if (zero == 0) {
-    adam = std::make_unique<dw::FusedAdam>(
+    adam = std::make_unique<torch::optim::Adam>(
         model->parameters(), torch::optim::AdamOptions(opt.learning_rate));
   } else {
     dw::ShardedAdamOptions so;

@@ -161,7 +161,8 @@ std::optional<Result> Baseline(int world, int64_t steps) {
   ::mkdir(cache.c_str(), 0755);
   const std::string key = std::to_string(st.st_mtim.tv_sec) + "_" +
                           std::to_string(st.st_size) + "_w" +
-                          std::to_string(world) + "_s" + std::to_string(steps);
+                          std::to_string(world) + "_s" + std::to_string(steps) +
+                          "_gloo";
   const std::string dir = cache + "/" + key;
   int lock =
       ::open((cache + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -178,7 +179,12 @@ std::optional<Result> Baseline(int world, int64_t steps) {
          "--no_python", DDPRUN_CHAOS_WORKLOAD, "--out", tmp.path(),
          "--ckpt_dir", tmp.path() + "/ckpt", "--steps", std::to_string(steps),
          "--ckpt_every", "0", "--step_ms", "0"});
-    Child run(tmp.path(), "baseline", argv, {{"OMP_NUM_THREADS", "1"}});
+    // The scenarios' jobs span two agents, so their gradients go over Gloo
+    // (ranks on several "hosts" never share memory); so must the baseline's,
+    // whose ranks would otherwise sum through shared memory, in another
+    // order (bit-exact comparisons, 4 ranks).
+    Child run(tmp.path(), "baseline", argv,
+              {{"OMP_NUM_THREADS", "1"}, {"DDPRUN_SHM_ALLREDUCE", "0"}});
     if (run.Wait(120s) == 0) {
       result = ReadResult(tmp.path());
       if (result) {

@@ -56,7 +56,8 @@ std::string Fnv(const Result& r);
 
 // The uninterrupted run's result with `world` ranks: computed once with
 // `ddprun --standalone` and cached in the build tree, keyed by the workload
-// binary (mtime and size), under a file lock. nullopt when that run failed.
+// binary (mtime and size), under a file lock. Its gradients go over Gloo,
+// as the scenarios' two-agent jobs' do. nullopt when that run failed.
 std::optional<Result> Baseline(int world, int64_t steps);
 
 double WallNow();

@@ -18,7 +18,6 @@
 #include "examples/survival/cox_loss.h"
 #include "examples/survival/smart_cache.h"
 #include "examples/vqa/vqa_data.h"
-#include "ddprun/worker/fused_adam.h"
 #include "tests/common/remove_at_exit.h"
 
 namespace ddprun::examples {
@@ -265,111 +264,4 @@ TEST_CASE(
 }
 
 }  // namespace
-}  // namespace ddprun::examples
-
-namespace ddprun::examples {
-namespace {
-
-// Two copies of the same parameters (a conv and a linear layer's shapes).
-std::vector<torch::Tensor> AdamParams(torch::Dtype dtype = torch::kFloat) {
-  torch::manual_seed(5);
-  return {torch::randn({8, 4, 3, 3, 3}, dtype).requires_grad_(),
-          torch::randn({8}, dtype).requires_grad_(),
-          torch::randn({10, 37}, dtype).requires_grad_()};
-}
-
-std::vector<torch::Tensor> Clone(const std::vector<torch::Tensor>& ps) {
-  std::vector<torch::Tensor> out;
-  for (auto& p : ps) out.push_back(p.detach().clone().requires_grad_());
-  return out;
-}
-
-// Runs `steps` steps with the same pseudo-random gradients on both.
-void Train(torch::optim::Optimizer& a, std::vector<torch::Tensor>& pa,
-           torch::optim::Optimizer& b, std::vector<torch::Tensor>& pb,
-           int steps) {
-  torch::manual_seed(9);
-  for (int s = 0; s < steps; ++s) {
-    for (size_t i = 0; i < pa.size(); ++i) {
-      torch::Tensor g = torch::randn_like(pa[i]) * (1 + s % 3);
-      pa[i].mutable_grad() = g.clone();
-      pb[i].mutable_grad() = g.clone();
-    }
-    a.step();
-    b.step();
-  }
-}
-
-double MaxDiff(const std::vector<torch::Tensor>& a,
-               const std::vector<torch::Tensor>& b) {
-  double d = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    d = std::max(d, (a[i] - b[i]).abs().max().item<double>());
-  return d;
-}
-
-}  // namespace
-
-TEST_CASE("FusedAdam/FusedAdamW: the same steps as Torch's, state "
-          "interchangeable through a checkpoint", "[examples][optimizer]") {
-  SECTION("Adam with L2 weight decay, 30 steps") {
-    auto pt = AdamParams(), pf = Clone(pt);
-    auto o = torch::optim::AdamOptions(3e-3).weight_decay(0.01);
-    torch::optim::Adam torch_adam(pt, o);
-    worker::FusedAdam fused(pf, o);
-    Train(torch_adam, pt, fused, pf, 30);
-    REQUIRE(MaxDiff(pt, AdamParams()) > 0.05);  // they did move
-    REQUIRE(MaxDiff(pt, pf) < 1e-5);
-    // Checkpoints: Fused's state loads into Torch's Adam and both go on alike.
-    std::stringstream saved;
-    torch::serialize::OutputArchive out;
-    fused.save(out);
-    out.save_to(saved);
-    auto pt2 = Clone(pf);
-    torch::optim::Adam resumed(pt2, o);
-    torch::serialize::InputArchive in;
-    in.load_from(saved);
-    resumed.load(in);
-    auto pf2 = Clone(pf);
-    worker::FusedAdam fused2(pf2, o);
-    std::stringstream saved2;
-    torch::serialize::OutputArchive out2;
-    torch_adam.save(out2);
-    out2.save_to(saved2);
-    torch::serialize::InputArchive in2;
-    in2.load_from(saved2);
-    fused2.load(in2);
-    Train(resumed, pt2, fused2, pf2, 10);
-    REQUIRE(MaxDiff(pt2, pf2) < 1e-5);
-  }
-  SECTION("AdamW with decoupled weight decay, 30 steps") {
-    auto pt = AdamParams(), pf = Clone(pt);
-    auto o = torch::optim::AdamWOptions(3e-3).weight_decay(0.05);
-    torch::optim::AdamW torch_adamw(pt, o);
-    worker::FusedAdamW fused(pf, o);
-    Train(torch_adamw, pt, fused, pf, 30);
-    REQUIRE(MaxDiff(pt, pf) < 1e-5);
-  }
-  SECTION("a step bumps the parameters' versions like Torch's in-place ops") {
-    // Caches keyed by version (oneDNN's bf16 weights under Torch 2.x CPU
-    // autocast) otherwise keep serving the old weights: survival --amp
-    // diverged to NaN in the LibTorch 2.6 build without this.
-    auto pf = AdamParams();
-    worker::FusedAdam fused(pf, torch::optim::AdamOptions(1e-3));
-    for (auto& p : pf) p.mutable_grad() = torch::ones_like(p);
-    std::vector<int64_t> before;
-    for (auto& p : pf) before.push_back(p._version());
-    fused.step();
-    for (size_t i = 0; i < pf.size(); ++i) REQUIRE(pf[i]._version() > before[i]);
-  }
-  SECTION("double parameters take Torch's step: identical bits") {
-    auto pt = AdamParams(torch::kDouble), pf = Clone(pt);
-    auto o = torch::optim::AdamOptions(1e-2);
-    torch::optim::Adam torch_adam(pt, o);
-    worker::FusedAdam fused(pf, o);
-    Train(torch_adam, pt, fused, pf, 5);
-    REQUIRE(MaxDiff(pt, pf) == 0.0);
-  }
-}
-
 }  // namespace ddprun::examples

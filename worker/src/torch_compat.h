@@ -23,9 +23,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <sstream>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -99,19 +97,5 @@ void SetAutocastDtype(c10::DeviceType device, at::ScalarType dtype);
 // `dtype` (kBFloat16 or kHalf): CUDA both; CPU bfloat16, and float16 from
 // LibTorch 2.2 on.
 bool AutocastSupports(c10::DeviceType device, at::ScalarType dtype);
-
-// The key of parameter `p` in Optimizer::state(): up to Torch 1.13 the
-// address of its TensorImpl as a string, since 2.0 the address itself.
-template <typename Optimizer>
-auto OptimizerStateKey(const Optimizer& optimizer, const at::Tensor& p) {
-  using Key = typename std::decay_t<decltype(optimizer.state())>::key_type;
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream address;  // what 1.13's c10::guts::to_string does
-    address << p.unsafeGetTensorImpl();
-    return address.str();
-  } else {
-    return static_cast<Key>(p.unsafeGetTensorImpl());
-  }
-}
 
 }  // namespace ddprun::worker::torch_compat

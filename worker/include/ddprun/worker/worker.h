@@ -6,7 +6,6 @@
 #include "ddprun/worker/ddp.h"
 #include "ddprun/worker/env.h"
 #include "ddprun/worker/errors.h"
-#include "ddprun/worker/fused_adam.h"
 #include "ddprun/worker/hardware.h"
 #include "ddprun/worker/host_allocator.h"
 #include "ddprun/worker/metrics.h"
