@@ -283,6 +283,39 @@ TEST_CASE("worker::Conv3d: only the inputs LibTorch sends to slow_conv3d",
   CHECK(slow.count() == 1);
 }
 
+TEST_CASE("worker::Conv3d: under CPU autocast an input smaller than the "
+          "kernel runs in float32, equal to the float32 layer",
+          "[ddpm][unit]") {
+  // LibTorch 2.6's bf16 CPU convolution gave such layers non-finite weight
+  // gradients (ResNet-50's 1^3 and 2^3 stages: NaN after one --amp step).
+  namespace nn = torch::nn;
+  torch::manual_seed(3);
+  worker::Conv3d ours(nn::Conv3dOptions(8, 8, 3).padding(1));
+  nn::Conv3d plain(nn::Conv3dOptions(8, 8, 3).padding(1));
+  {
+    torch::NoGradGuard no_grad;
+    plain->weight.copy_(ours->weight);
+    plain->bias.copy_(ours->bias);
+  }
+  const torch::Tensor x = torch::randn({4, 8, 2, 1, 2});
+  const torch::Tensor big = torch::randn({4, 8, 3, 3, 3});
+  torch::Tensor y, expected = plain->forward(x);
+  {
+    worker::AutocastScope autocast(true);
+    CHECK(worker::SmallerThanKernelUnderCpuAutocast(*ours, x));
+    CHECK_FALSE(worker::SmallerThanKernelUnderCpuAutocast(*ours, big));
+    y = ours->forward(x);
+    // Larger inputs keep autocast's bfloat16, and autocast stays on.
+    CHECK(ours->forward(big).scalar_type() == torch::kBFloat16);
+  }
+  CHECK_FALSE(worker::SmallerThanKernelUnderCpuAutocast(*ours, x));
+  REQUIRE(y.scalar_type() == torch::kFloat);
+  CHECK(torch::allclose(y, expected, 1e-5, 1e-6));
+  y.square().sum().backward();
+  expected.square().sum().backward();
+  CHECK(torch::allclose(ours->weight.grad(), plain->weight.grad(), 1e-4, 1e-5));
+}
+
 TEST_CASE("ddpm: the UNet at one volume per rank takes batch two's kernels",
           "[ddpm][unit]") {
   // 2 ranks at the trainer's total batch 2 give each rank one volume: with

@@ -79,7 +79,38 @@ std::optional<at::Tensor> Conv3dImpl::DepthSlicedForward(
   return out.transpose(0, 1).unsqueeze(0).contiguous();
 }
 
+bool SmallerThanKernelUnderCpuAutocast(const torch::nn::Conv3dImpl& conv,
+                                       const at::Tensor& input) {
+  if (!input.defined() || input.dim() != 5 || !input.device().is_cpu() ||
+      !torch_compat::AutocastEnabled(c10::kCPU)) {
+    return false;
+  }
+  const auto& k = *conv.options.kernel_size();
+  for (int d = 0; d < 3; ++d) {
+    if (input.size(2 + d) >= k[d]) return false;
+  }
+  return true;
+}
+
+namespace {
+
+// Turns CPU autocast off for its lifetime and back on after, also when the
+// layer throws.
+class CpuAutocastOff {
+ public:
+  CpuAutocastOff() { torch_compat::SetAutocastEnabled(c10::kCPU, false); }
+  ~CpuAutocastOff() { torch_compat::SetAutocastEnabled(c10::kCPU, true); }
+  CpuAutocastOff(const CpuAutocastOff&) = delete;
+  CpuAutocastOff& operator=(const CpuAutocastOff&) = delete;
+};
+
+}  // namespace
+
 at::Tensor Conv3dImpl::forward(const at::Tensor& input) {
+  if (SmallerThanKernelUnderCpuAutocast(*this, input)) {
+    CpuAutocastOff off;
+    return torch::nn::Conv3dImpl::forward(input.to(weight.scalar_type()));
+  }
   if (!TakesSingleSampleNativeKernel(*this, input)) {
     return torch::nn::Conv3dImpl::forward(input);
   }

@@ -28,7 +28,8 @@ namespace ddprun::worker {
 //    zeros, returning the first; the zero sample adds nothing to any
 //    gradient, at the cost of the fast kernel on two samples.
 // Every other input, and CPU autocast (whose bfloat16 convolutions go to
-// oneDNN anyway), takes torch's path unchanged.
+// oneDNN anyway), takes torch's path unchanged, except an input smaller
+// than the kernel under CPU autocast (SmallerThanKernelUnderCpuAutocast).
 // Parameters and their names are torch::nn::Conv3d's, so checkpoints of
 // either load into the other. clone() is torch::nn::Conv3d's (it returns
 // the base module).
@@ -42,6 +43,16 @@ class Conv3dImpl : public torch::nn::Conv3dImpl {
   std::optional<at::Tensor> DepthSlicedForward(const at::Tensor& input);
 };
 TORCH_MODULE(Conv3d);
+
+// Whether `input` is smaller than `conv`'s kernel in every spatial dimension
+// while CPU autocast is on: Conv3d then runs the layer in its weights' dtype
+// (float32) with autocast off. LibTorch 2.6's CPU bfloat16 convolution gave
+// such layers (ResNet-50's last stages at 1^3 and 2^3 voxels under --amp)
+// non-finite weight gradients that varied from run to run: NaN weights
+// after one step. Such a layer costs next to nothing in float32. Exposed for
+// tests.
+bool SmallerThanKernelUnderCpuAutocast(const torch::nn::Conv3dImpl& conv,
+                                       const at::Tensor& input);
 
 // Whether LibTorch sends `input` through `conv` on its native kernel only
 // because the batch is one: what Conv3d pads. Exposed for tests.
