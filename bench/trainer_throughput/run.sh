@@ -31,7 +31,8 @@ TRAINERS=("$@")
   TRAINERS=(survival segmentation vqa ddpm ddpm+syncbn cascade)
 BIN="$BUILD/bin"
 WORK=$(mktemp -d /tmp/trainer_throughput.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
+# KEEP_WORK=1 keeps the data, logs and outputs (the path is printed).
+if [[ -n ${KEEP_WORK:-} ]]; then echo "work dir: $WORK"; else trap 'rm -rf "$WORK"' EXIT; fi
 
 # name | synthetic flags | training flags (DATA replaced by the data dir) |
 # batch flags at 1 rank | at 2 ranks (the same total batch: survival's
@@ -69,9 +70,25 @@ declare -A BATCH2=(
   [vqa]="--batch_size 16" [ddpm]="--batch_size 1" [ddpm+syncbn]="--batch_size 1"
   [cascade]="--batch_size 2"
 )
+# A ceiling copy's data: half the bench's cases by default (the split of the
+# half is each rank's share); where the validation cases do not split evenly
+# (ddpm and cascade: 19 train / 5 val, 10 / 3 on rank 0) the copies get the
+# busier rank's share instead: 13 cases, 3 of them validation.
+declare -A SOLO_SPLIT=(
+  [ddpm]="13 --val_fraction 0.23" [ddpm+syncbn]="13 --val_fraction 0.23"
+  [cascade]="13 --val_fraction 0.23"
+)
+# The per-rank batch of a 2-rank run, as one process's --batch_size.
+declare -A BATCH_SOLO=(
+  [survival]="--batch_size 12" [segmentation]="--batch_size 8"
+  [vqa]="--batch_size 16" [ddpm]="--batch_size 1" [ddpm+syncbn]="--batch_size 1"
+  [cascade]="--batch_size 2"
+)
 if [[ ${BATCHES:-guides} == small ]]; then
   SYNTH[survival]="--n 96"; SYNTH[segmentation]="--n 128"; SYNTH[vqa]="--n 320"
   BATCH1[survival]="--batch_size 8"; BATCH2[survival]="--batch_size 8"
+  BATCH_SOLO[survival]="--batch_size 4"; BATCH_SOLO[segmentation]="--batch_size 4"
+  BATCH_SOLO[vqa]="--batch_size 8"
   BATCH1[segmentation]="--batch_size 8"; BATCH2[segmentation]="--batch_size 4"
   BATCH1[vqa]="--batch_size 16"; BATCH2[vqa]="--batch_size 8"
 fi
@@ -98,34 +115,61 @@ print("%.3f" % p.get("allreduce_mb_per_step", 0))
 EOF
 }
 
+REPEATS=${REPEATS:-3}
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
-printf '%-14s %14s %14s %8s\n' trainer "1 rank (s/s)" "2 ranks (s/s)" speedup
+echo "medians of $REPEATS rounds (each round: 1 rank, 2 ranks, ceiling pair)"
+printf '%-14s %14s %14s %8s %9s %14s\n' trainer "1 rank (s/s)" "2 ranks (s/s)" \
+  speedup ceiling "2 ranks/ceil"
 profiles=""
 sizes=()
+median() { python3 -c 'import statistics,sys; print("%.1f" % statistics.median(map(float, sys.argv[1:])))' "$@"; }
 for name in "${TRAINERS[@]}"; do
   exe="$BIN/${EXE[$name]}_trainer"
   [[ -x "$exe" ]] || { printf '%-14s %14s\n' "$name" "not built"; continue; }
+  [[ -x "$BIN/ddprun" ]] || { printf '%-14s %14s\n' "$name" "no ddprun"; continue; }
   data="$WORK/$name-data"
   "$exe" --make_synthetic "$data" ${SYNTH[$name]} >/dev/null
   flags="${DATA[$name]//DATA/$data} --epochs $EPOCHS --checkpoint_every 0 --profile"
   if [[ -n ${NUM_WORKERS:-} ]]; then flags+=" --num_workers $NUM_WORKERS"; fi
-  OMP_NUM_THREADS=1 "$exe" $flags ${BATCH1[$name]} \
-    --output_dir "$WORK/$name-1" >"$WORK/$name-1.log" 2>&1
-  mapfile -t one < <(last_record "$WORK/$name-1")
-  two=("n/a" "n/a" "0")
-  if [[ -x "$BIN/ddprun" ]]; then
+  # The ceiling: two processes that never talk, each alone (OMP_NUM_THREADS=1,
+  # the loader threads a rank gets at 2 ranks) on the busier rank's share of
+  # the data with the per-rank batch, at the same time: the per-rank work of
+  # the 2-rank run without any of its communication, which no data-parallel
+  # scheme can beat on this machine. Their samples/s summed against 1 rank.
+  half="$WORK/$name-half"
+  n=$(sed -n 's/.*--n \([0-9]*\).*/\1/p' <<<"${SYNTH[$name]}")
+  read -r solo_n solo_split <<<"${SOLO_SPLIT[$name]:-$((n / 2))}"
+  "$exe" --make_synthetic "$half" ${SYNTH[$name]/--n $n/--n $solo_n} >/dev/null
+  solo_flags="${DATA[$name]//DATA/$half} $solo_split --epochs $EPOCHS --checkpoint_every 0 --profile --num_workers ${NUM_WORKERS:-0}"
+  ones=() twos=() ceils=()
+  for ((round = 0; round < REPEATS; round++)); do
+    rm -rf "$WORK/$name-1" "$WORK/$name-2" "$WORK/$name-solo-"{a,b}
+    OMP_NUM_THREADS=1 "$exe" $flags ${BATCH1[$name]} \
+      --output_dir "$WORK/$name-1" >"$WORK/$name-1.log" 2>&1
+    mapfile -t one < <(last_record "$WORK/$name-1")
     "$BIN/ddprun" --standalone --nproc_per_node=2 --no_python "$exe" $flags \
       ${BATCH2[$name]} --output_dir "$WORK/$name-2" >"$WORK/$name-2.log" 2>&1
     mapfile -t two < <(last_record "$WORK/$name-2")
-  fi
-  speedup=$(python3 -c "import sys; a,b=sys.argv[1:]; print('%.2f' % (float(b)/float(a)) if b!='n/a' else 'n/a')" "${one[0]}" "${two[0]}")
-  printf '%-14s %14s %14s %8s\n' "$name" "${one[0]}" "${two[0]}" "$speedup"
-  profiles+="$name, 1 rank : ${one[1]}"$'\n'"$name, 2 ranks: ${two[1]}"$'\n'
+    for copy in a b; do
+      OMP_NUM_THREADS=1 "$exe" $solo_flags ${BATCH_SOLO[$name]} \
+        --output_dir "$WORK/$name-solo-$copy" >"$WORK/$name-solo-$copy.log" 2>&1 &
+    done
+    wait
+    mapfile -t solo_a < <(last_record "$WORK/$name-solo-a")
+    mapfile -t solo_b < <(last_record "$WORK/$name-solo-b")
+    ones+=("${one[0]}") twos+=("${two[0]}")
+    ceils+=("$(python3 -c 'import sys; print(float(sys.argv[1]) + float(sys.argv[2]))' "${solo_a[0]}" "${solo_b[0]}")")
+  done
+  [[ -z ${SHOW_ROUNDS:-} ]] || echo "  rounds: 1 rank ${ones[*]}; 2 ranks ${twos[*]}; ceiling ${ceils[*]}"
+  read -r m1 m2 mc <<<"$(median "${ones[@]}") $(median "${twos[@]}") $(median "${ceils[@]}")"
+  python3 -c 'import sys; n,a,b,c=sys.argv[1:]; a,b,c=map(float,(a,b,c)); print("%-14s %14.1f %14.1f %8.2f %9.2f %13.0f%%" % (n, a, b, b/a, c/a, 100*b/c))' "$name" "$m1" "$m2" "$mc"
+  profiles+="$name, 1 rank      : ${one[1]}"$'\n'"$name, 2 ranks     : ${two[1]}"$'\n'
+  profiles+="$name, ceiling copy: ${solo_a[1]}"$'\n'
   if [[ ${two[2]} != 0.000 && ${two[2]} != 0 ]]; then sizes+=("${two[2]}"); fi
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-echo "where a step's time goes, last epoch, rank 0 (--profile, ms per step):"
+echo "where a step's time goes, last epoch of the last round, rank 0 (--profile, ms per step):"
 printf '%s' "$profiles"
 if ((${#sizes[@]})) && [[ -x "$BIN/ddprun" ]] &&
   /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then

@@ -1,7 +1,7 @@
 // One rank of the worker runtime's multi-process tests. The test driver
 // (worker_process_test.cc) starts N copies with RANK/WORLD_SIZE/MASTER_* set
 // and checks their exit codes, stdout and output files.
-//   rank_helper collectives
+//   rank_helper collectives [shm]
 //   rank_helper ddp OUT STEPS BATCH [accum] [unused]
 //   rank_helper sampler N SEED EPOCH SHUFFLE DROP_LAST
 //   rank_helper throw KIND            (RunMain error file)
@@ -25,6 +25,7 @@
 #include <torch/optim.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "ddprun/worker/shared_memory_join.h"
 #include "ddprun/worker/sync_batch_norm.h"
 #include "ddprun/worker/worker.h"
 #include "worker/src/torch_compat.h"
@@ -51,8 +52,8 @@ at::Tensor FlatParams(torch::nn::Module& m) {
   return at::cat(v);
 }
 
-int Collectives() {
-  w::World world = w::InitFromEnv();
+// The checks of World's collectives; `how` names the transport in messages.
+void CheckCollectives(const w::World& world, const std::string& how) {
   int r = world.rank(), n = world.world_size();
   at::Tensor t = at::full({4}, static_cast<float>(r + 1));
   world.AllReduce(t);
@@ -79,10 +80,50 @@ int Collectives() {
   double wm = w::AllReduceWeightedMean(world, r, r + 1);
   double num = 0, den = 0;
   for (int k = 0; k < n; ++k) num += k * (k + 1.0), den += k + 1.0;
-  CHECK_OR_THROW(std::abs(wm - num / den) < 1e-12, "weighted mean");
+  CHECK_OR_THROW(std::abs(wm - num / den) < 1e-12, "weighted mean " + how);
+  // Longer than a shared memory slot (1 MB): chunks in both halves.
+  at::Tensor big = at::arange(600000, at::kFloat) + r;
+  world.AllReduce(big);
+  CHECK_OR_THROW(big[599999].item<float>() == n * 599999.0f + n * (n - 1) / 2,
+                 "chunked all_reduce " + how);
+  at::Tensor d = at::full({5}, 0.25 * (r + 1), at::kDouble);
+  world.AllReduce(d, w::ReduceOp::kAvg);
+  CHECK_OR_THROW(std::abs(d[4].item<double>() - 0.125 * (n + 1)) < 1e-15,
+                 "double all_reduce avg " + how);
+  at::Tensor i = at::full({3}, r + 1, at::kLong);  // the process group's
+  world.AllReduce(i, w::ReduceOp::kMax);
+  CHECK_OR_THROW(i[0].item<int64_t>() == n, "int64 all_reduce max " + how);
+  at::Tensor from_last = at::full({7}, r == n - 1 ? 2.5 : 0.0, at::kDouble);
+  world.Broadcast(from_last, n - 1);
+  CHECK_OR_THROW(from_last[6].item<double>() == 2.5, "broadcast root " + how);
+  // Written in place, through a raw pointer or not, the tensor's version
+  // moves, as version-keyed caches and autograd's checks expect of an
+  // in-place op (standalone: nothing is written).
+  at::Tensor v2 = at::ones({2});
+  const auto before = v2._version();
+  world.AllReduce(v2);
+  CHECK_OR_THROW(v2._version() > before || !world.distributed(),
+                 "version bump " + how);
   world.Barrier();
-  std::printf("rank %d of %d ok backend %s agent_store %d\n", r, n,
-              world.backend().c_str(), world.env().use_agent_store ? 1 : 0);
+}
+
+int Collectives(bool shm) {
+  w::World world = w::InitFromEnv();
+  CheckCollectives(world, "process group");
+  if (shm) {
+    std::string why;
+    std::shared_ptr<w::SharedMemoryGroup> group = w::JoinSharedMemoryGroup(
+        world, world.collective_timeout(), &why);
+    CHECK_OR_THROW(group != nullptr, "no shared memory group: " + why);
+    world.AttachSharedMemory(group);
+    w::World copy = world;  // copies share the attachment
+    CHECK_OR_THROW(copy.shared_memory() == group, "attached to copies");
+    CheckCollectives(copy, "shared memory");
+    std::printf("rank %d shared memory ok\n", world.rank());
+  }
+  std::printf("rank %d of %d ok backend %s agent_store %d\n", world.rank(),
+              world.world_size(), world.backend().c_str(),
+              world.env().use_agent_store ? 1 : 0);
   return 0;
 }
 
@@ -354,6 +395,10 @@ int SyncBn(const std::string& out, int steps, int batch, int dims) {
   net->push_back(torch::nn::Flatten());
   net->push_back(fc);
   w::DistributedDataParallel ddp(world, net.ptr());
+  // DDP attaches its shared memory group to the World that SyncBatchNorm's
+  // statistics all-reduces go through.
+  std::printf("rank %d world collectives %s\n", r,
+              world.shared_memory() ? "shared_memory" : "process_group");
   torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.1));
   int64_t global = static_cast<int64_t>(batch) * n;
   auto gen = at::detail::createCPUGenerator(77);
@@ -472,7 +517,9 @@ int main(int argc, char** argv) {
     std::vector<std::string> a(argv, argv + argc);
     if (a.size() < 2) throw w::ConfigError("usage: rank_helper MODE ...");
     const std::string& mode = a[1];
-    if (mode == "collectives") return Collectives();
+    if (mode == "collectives") {
+      return Collectives(a.size() > 2 && a[2] == "shm");
+    }
     if (mode == "ddp") {
       return Ddp(a.at(2), std::stoi(a.at(3)), std::stoi(a.at(4)),
                  a.size() > 5 ? std::stoi(a[5]) : 1,

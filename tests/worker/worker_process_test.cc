@@ -77,6 +77,22 @@ TEST_CASE("World: all-reduce, broadcast and variable all-gather on 3 ranks",
   }
 }
 
+TEST_CASE("World: with a shared memory group attached, every collective gives "
+          "the process group's results on 3 ranks",
+          "[worker][process][shm]") {
+  // Sums and averages of float and double (chunked past a 1 MB slot),
+  // broadcast from the last rank, and what the group cannot take (int64
+  // max) through the process group, all checked by the helper; the version
+  // of a tensor written through the segment moves.
+  auto results = wt::RunRanks({Helper(), "collectives", "shm"}, 3);
+  RequireAllOk(results);
+  for (int r = 0; r < 3; ++r) {
+    INFO(results[r].output);
+    REQUIRE(results[r].output.find("rank " + std::to_string(r) +
+                                   " shared memory ok") != std::string::npos);
+  }
+}
+
 TEST_CASE("World: DDPRUN_BACKEND picks the backend or names what is wrong",
           "[worker][process]") {
   SECTION("gloo forced") {
@@ -533,7 +549,8 @@ TEST_CASE("ShardedAdam: CPU offload of the state trains like no offload",
   }
 }
 
-TEST_CASE("SyncBatchNorm: 2 ranks x batch 4 normalise like 1 rank x batch 8",
+TEST_CASE("SyncBatchNorm: 2 ranks x batch 4 normalise like 1 rank x batch 8, "
+          "through DDP's shared memory group as over Gloo",
           "[worker][process][syncbn]") {
   // Tolerance 1e-4 absolute on parameters and running stats after 4 steps
   // (statistics summed in a different order).
@@ -541,12 +558,27 @@ TEST_CASE("SyncBatchNorm: 2 ranks x batch 4 normalise like 1 rank x batch 8",
     CAPTURE(dims);
     std::string dir = TempDir();
     std::string multi = dir + "/multi.bin", single = dir + "/single.bin";
-    RequireAllOk(wt::RunRanks({Helper(), "syncbn", multi, "4", "4", dims}, 2));
+    auto ranks = wt::RunRanks({Helper(), "syncbn", multi, "4", "4", dims}, 2);
+    RequireAllOk(ranks);
+    // The statistics' all-reduces go through DDP's shared memory group.
+    for (const auto& r : ranks) {
+      INFO(r.output);
+      REQUIRE(r.output.find("world collectives shared_memory") !=
+              std::string::npos);
+    }
     wt::RankProcess p({Helper(), "syncbn", single, "4", "8", dims}, {});
     REQUIRE(p.Wait(std::chrono::seconds(60)));
     INFO(p.Output());
     REQUIRE(p.exit_code() == 0);
     REQUIRE(MaxAbsDiff(ReadFloats(multi), ReadFloats(single)) < 1e-4);
+    // Over Gloo alone the same training, to float rounding.
+    std::string gloo = dir + "/gloo.bin";
+    auto over_gloo = wt::RunRanks({Helper(), "syncbn", gloo, "4", "4", dims},
+                                  2, {{"DDPRUN_SHM_ALLREDUCE", "0"}});
+    RequireAllOk(over_gloo);
+    REQUIRE(over_gloo[0].output.find("world collectives process_group") !=
+            std::string::npos);
+    REQUIRE(MaxAbsDiff(ReadFloats(multi), ReadFloats(gloo)) < 1e-5);
   }
 }
 

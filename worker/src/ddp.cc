@@ -19,22 +19,6 @@ constexpr size_t kBroadcastBucketBytes = 250u << 20;  // Python's default
 
 size_t MbToBytes(double mb) { return static_cast<size_t>(mb * 1024 * 1024); }
 
-// DDPRUN_SHM_ALLREDUCE: "0" off, "1" or unset on.
-bool SharedMemoryAllowedByEnv() {
-  const char* v = std::getenv("DDPRUN_SHM_ALLREDUCE");
-  if (v == nullptr || std::string(v) == "1" || std::string(v).empty()) {
-    return true;
-  }
-  if (std::string(v) == "0") return false;
-  throw ConfigError(std::string("DDPRUN_SHM_ALLREDUCE must be 0 or 1, not \"") +
-                    v + "\"");
-}
-
-bool SharedMemoryCapable(const at::Tensor& t) {
-  return t.device().is_cpu() && t.is_contiguous() &&
-         (t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble);
-}
-
 // Averages a gradient bucket through the shared memory group, synchronously
 // on the autograd thread (the reducer launches buckets in the same order on
 // every rank). With a comm hook the reducer leaves the division by the world
@@ -49,7 +33,7 @@ class SharedMemoryAllReduceHook : public c10d::CommHookInterface {
   c10::intrusive_ptr<c10::ivalue::Future> runHook(
       c10d::GradBucket& bucket) override {
     at::Tensor& t = bucket.getBufferRef();
-    if (!SharedMemoryCapable(t)) {
+    if (!SharedMemoryReducible(t)) {
       t.div_(group_->size());
       std::vector<at::Tensor> tensors{t};
       return pg_->allreduce(tensors)->getFuture();
@@ -148,9 +132,15 @@ DistributedDataParallel::DistributedDataParallel(
     impl_->why_not_shm = "turned off";
     return;
   }
-  std::shared_ptr<SharedMemoryGroup> shm = JoinSharedMemoryGroup(
-      world_, world_.collective_timeout(), &impl_->why_not_shm);
-  if (!shm) return;
+  // One group per job: a second DDP model (a GAN's two networks) reuses the
+  // one the first joined and World's collectives already use.
+  std::shared_ptr<SharedMemoryGroup> shm = world_.shared_memory();
+  if (!shm) {
+    shm = JoinSharedMemoryGroup(world_, world_.collective_timeout(),
+                                &impl_->why_not_shm);
+    if (!shm) return;
+    world_.AttachSharedMemory(shm);
+  }
   impl_->shm = shm;
   impl_->reducer->register_comm_hook(
       std::make_unique<SharedMemoryAllReduceHook>(shm, pg));
@@ -221,8 +211,9 @@ void DistributedDataParallel::Backward(const at::Tensor& output,
       throw CollectiveError("DDP buffer broadcast on rank " +
                             std::to_string(world_.rank()) + ": " + s.message());
     }
-    // Written through raw pointers: tell version-keyed caches, as an
-    // in-place copy_ would (see fused_adam.cc).
+    // Written through raw pointers: tell version-keyed caches (autocast's
+    // weight cache, autograd's saved-tensor checks), as an in-place copy_
+    // would.
     for (auto& b : impl_->buffers) b.unsafeGetTensorImpl()->bump_version();
   } else if (sync_enabled_ && options_.broadcast_buffers &&
              !impl_->buffers.empty()) {

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include <ATen/core/Tensor.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "ddprun/worker/errors.h"
@@ -88,6 +89,21 @@ std::unique_ptr<SharedMemoryGroup> JoinSharedMemoryGroup(
     throw CollectiveError(std::string("joining the shared memory group: ") +
                           e.what());
   }
+}
+
+bool SharedMemoryReducible(const at::Tensor& t) {
+  return t.device().is_cpu() && t.is_contiguous() &&
+         (t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble);
+}
+
+bool SharedMemoryAllowedByEnv() {
+  const char* v = std::getenv("DDPRUN_SHM_ALLREDUCE");
+  if (v == nullptr || std::string(v) == "1" || std::string(v).empty()) {
+    return true;
+  }
+  if (std::string(v) == "0") return false;
+  throw ConfigError(std::string("DDPRUN_SHM_ALLREDUCE must be 0 or 1, not \"") +
+                    v + "\"");
 }
 
 }  // namespace ddprun::worker

@@ -15,6 +15,8 @@
 #include "common/net.h"
 #include "ddprun/worker/errors.h"
 #include "ddprun/worker/host_allocator.h"
+#include "ddprun/worker/shared_memory_group.h"
+#include "ddprun/worker/shared_memory_join.h"
 #include "torch_compat.h"
 
 namespace ddprun::worker {
@@ -26,6 +28,7 @@ struct World::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
   std::chrono::milliseconds collective_timeout = std::chrono::seconds(1800);
+  std::shared_ptr<SharedMemoryGroup> shm;  // World::AttachSharedMemory
 };
 
 namespace {
@@ -67,6 +70,13 @@ void Collective(const char* what, const World::Impl& w, F&& f) {
 // on a copy on the world's device and the result is copied back.
 at::Tensor OnDevice(const at::Tensor& t, c10::Device device) {
   return t.device() == device ? t : t.to(device);
+}
+
+void ThrowIfFailed(const char* what, const World::Impl& w, const Status& s) {
+  if (s.ok()) return;
+  throw CollectiveError(std::string(what) + " (shared memory) failed on rank " +
+                        std::to_string(w.env.rank) + " of " +
+                        std::to_string(w.env.world_size) + ": " + s.message());
 }
 
 int EnvSeconds(const char* name, int fallback) {
@@ -170,26 +180,62 @@ c10::intrusive_ptr<c10d::ProcessGroup> World::process_group() const {
   return impl_->pg;
 }
 c10::intrusive_ptr<c10d::Store> World::store() const { return impl_->store; }
+void World::AttachSharedMemory(std::shared_ptr<SharedMemoryGroup> group) {
+  impl_->shm = std::move(group);
+}
+std::shared_ptr<SharedMemoryGroup> World::shared_memory() const {
+  return impl_->shm;
+}
 
 void World::AllReduce(at::Tensor& t, ReduceOp op) const {
   if (!impl_->pg) return;
+  if (impl_->shm && (op == ReduceOp::kSum || op == ReduceOp::kAvg) &&
+      SharedMemoryReducible(t)) {
+    const double scale = op == ReduceOp::kAvg ? 1.0 / world_size() : 1.0;
+    const size_t n = static_cast<size_t>(t.numel());
+    ThrowIfFailed("all_reduce", *impl_,
+                  t.scalar_type() == at::kFloat
+                      ? impl_->shm->AllReduceSum(t.data_ptr<float>(), n,
+                                                 static_cast<float>(scale))
+                      : impl_->shm->AllReduceSum(t.data_ptr<double>(), n,
+                                                 scale));
+    // Written through a raw pointer: bump the version as an in-place op
+    // would, for version-keyed caches and autograd's checks.
+    t.unsafeGetTensorImpl()->bump_version();
+    return;
+  }
   std::vector<at::Tensor> v{OnDevice(t, impl_->device)};
   c10d::AllreduceOptions opts;
   opts.reduceOp = ToC10d(op);
   Collective("all_reduce", *impl_,
              [&] { return impl_->pg->allreduce(v, opts); });
-  if (!v[0].is_same(t)) t.copy_(v[0]);
+  if (!v[0].is_same(t)) {
+    t.copy_(v[0]);
+  } else {
+    // The process group wrote `t` itself, behind autograd's back.
+    t.unsafeGetTensorImpl()->bump_version();
+  }
   if (op == ReduceOp::kAvg) t.div_(world_size());
 }
 
 void World::Broadcast(at::Tensor& t, int root) const {
   if (!impl_->pg) return;
+  if (impl_->shm && t.device().is_cpu() && t.is_contiguous()) {
+    ThrowIfFailed("broadcast", *impl_,
+                  impl_->shm->Broadcast({{t.data_ptr(), t.nbytes()}}, root));
+    t.unsafeGetTensorImpl()->bump_version();
+    return;
+  }
   std::vector<at::Tensor> v{OnDevice(t, impl_->device)};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
   Collective("broadcast", *impl_,
              [&] { return impl_->pg->broadcast(v, opts); });
-  if (!v[0].is_same(t)) t.copy_(v[0]);
+  if (!v[0].is_same(t)) {
+    t.copy_(v[0]);
+  } else {
+    t.unsafeGetTensorImpl()->bump_version();
+  }
 }
 
 std::vector<at::Tensor> World::AllGather(const at::Tensor& t) const {

@@ -24,4 +24,12 @@ std::unique_ptr<SharedMemoryGroup> JoinSharedMemoryGroup(
     const World& world, std::chrono::milliseconds collective_timeout,
     std::string* why);
 
+// Whether SharedMemoryGroup::AllReduceSum can reduce `t` in place: a
+// contiguous float32 or float64 CPU tensor.
+bool SharedMemoryReducible(const at::Tensor& t);
+
+// DDPRUN_SHM_ALLREDUCE: unset, "" or "1": shared memory collectives where
+// possible; "0": the process group only. Throws ConfigError otherwise.
+bool SharedMemoryAllowedByEnv();
+
 }  // namespace ddprun::worker
