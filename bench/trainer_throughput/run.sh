@@ -17,11 +17,22 @@
 # passes --num_workers N to every run (0: batches load on the training
 # thread; by default 1 rank gets a loader thread on the second core and
 # each of 2 ranks none, see AutoNumWorkers).
-# After the table: the bare Gloo all-reduce of each trainer's gradient size
-# between two ranks on this machine (allreduce_probe.py, Debian's
-# python3-torch; skipped without it), the floor of grad_allreduce_wait.
+# Beside the speedup: the ceiling, two processes that never communicate,
+# each alone on the busier rank's share of the data with the per-rank batch,
+# run at the same time (the 2-rank run's work without any of its exchange:
+# no data-parallel scheme beats it on this machine), and how much of it the
+# 2-rank run reaches. Each number is the median of REPEATS rounds (default
+# 3; SHOW_ROUNDS=1 prints them), a round running 1 rank, 2 ranks and the
+# ceiling pair back to back. KEEP_WORK=1 keeps data, logs and outputs.
+# After the table: how evenly the two cores ran with both busy
+# (core_probe.py: synchronous DDP steps at its slowest rank's pace, the
+# ceiling adds up whatever each core gives); then the bare Gloo all-reduce
+# of each trainer's gradient size between two ranks on this machine
+# (allreduce_probe.py), the floor of grad_allreduce_wait without shared
+# memory. Both need Debian's python3-torch and are skipped without it.
 # The machine's load average is printed before and after: on a loaded
-# machine the ratios are noise. Not part of ctest: it takes a few minutes.
+# machine the ratios are noise. Not part of ctest: it takes a few minutes
+# (about 3 at REPEATS=3 and 3 epochs on 2 cores).
 set -euo pipefail
 BUILD=${1:-build}
 EPOCHS=${2:-2}
@@ -31,7 +42,6 @@ TRAINERS=("$@")
   TRAINERS=(survival segmentation vqa ddpm ddpm+syncbn cascade)
 BIN="$BUILD/bin"
 WORK=$(mktemp -d /tmp/trainer_throughput.XXXXXX)
-# KEEP_WORK=1 keeps the data, logs and outputs (the path is printed).
 if [[ -n ${KEEP_WORK:-} ]]; then echo "work dir: $WORK"; else trap 'rm -rf "$WORK"' EXIT; fi
 
 # name | synthetic flags | training flags (DATA replaced by the data dir) |
@@ -168,6 +178,9 @@ for name in "${TRAINERS[@]}"; do
   if [[ ${two[2]} != 0.000 && ${two[2]} != 0 ]]; then sizes+=("${two[2]}"); fi
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  /usr/bin/python3 "$(dirname "$0")/core_probe.py" 2 3
+fi
 echo
 echo "where a step's time goes, last epoch of the last round, rank 0 (--profile, ms per step):"
 printf '%s' "$profiles"
