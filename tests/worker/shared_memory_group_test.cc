@@ -109,6 +109,20 @@ GroupRun RunGroup(int size, Group::Options options,
   return run;
 }
 
+// Options with kSlot-byte slots, so that small tests cross chunks.
+Group::Options SmallSlots() {
+  Group::Options options;
+  options.slot_bytes = kSlot;
+  return options;
+}
+
+void RequireAllExitedZero(const GroupRun& run) {
+  for (size_t r = 0; r < run.exit_codes.size(); ++r) {
+    INFO("rank " << r << ": " << run.outputs[r]);
+    REQUIRE(run.exit_codes[r] == 0);
+  }
+}
+
 float Value(int rank, size_t i) {
   return static_cast<float>((rank + 1) * 0.25 + std::sin(0.001 * i) * 3.0);
 }
@@ -117,8 +131,7 @@ float Value(int rank, size_t i) {
 
 TEST_CASE("SharedMemoryGroup: all-reduce sums in chunks, the same bits on "
           "every rank", "[worker][shm]") {
-  Group::Options options;
-  options.slot_bytes = kSlot;
+  Group::Options options = SmallSlots();
   const int size = 3;
   // 0: nothing; 5: fewer elements than ranks' parts; 1024: one full slot;
   // 2.5 slots: a partial last chunk.
@@ -147,10 +160,7 @@ TEST_CASE("SharedMemoryGroup: all-reduce sums in chunks, the same bits on "
     std::fprintf(out, "%llx", static_cast<unsigned long long>(hash));
     return 0;
   });
-  for (int r = 0; r < size; ++r) {
-    INFO("rank " << r << ": " << run.outputs[r]);
-    REQUIRE(run.exit_codes[r] == 0);
-  }
+  RequireAllExitedZero(run);
   const std::vector<std::string>& hashes = run.outputs;
   REQUIRE(hashes[0] == hashes[1]);
   REQUIRE(hashes[0] == hashes[2]);
@@ -159,8 +169,7 @@ TEST_CASE("SharedMemoryGroup: all-reduce sums in chunks, the same bits on "
 
 TEST_CASE("SharedMemoryGroup: broadcast of several buffers across chunks",
           "[worker][shm]") {
-  Group::Options options;
-  options.slot_bytes = kSlot;
+  Group::Options options = SmallSlots();
   GroupRun run = RunGroup(3, options, [](Group& g, FILE* out) {
     // 3 buffers of 10 KB, 0 B and 3 B: the stream crosses chunk and buffer
     // boundaries; root 1's bytes must arrive everywhere.
@@ -181,17 +190,13 @@ TEST_CASE("SharedMemoryGroup: broadcast of several buffers across chunks",
       if (x != 7) return 3;
     return 0;
   });
-  for (size_t r = 0; r < run.exit_codes.size(); ++r) {
-    INFO("rank " << r << ": " << run.outputs[r]);
-    REQUIRE(run.exit_codes[r] == 0);
-  }
+  RequireAllExitedZero(run);
   REQUIRE(ShmEntries().empty());
 }
 
 TEST_CASE("SharedMemoryGroup: a peer that exits is named at once, a late "
           "peer after the timeout", "[worker][shm]") {
-  Group::Options options;
-  options.slot_bytes = kSlot;
+  Group::Options options = SmallSlots();
   SECTION("rank 2 exits before the all-reduce: the others fail in < 2 s") {
     options.timeout = std::chrono::seconds(60);
     const auto start = std::chrono::steady_clock::now();
@@ -238,8 +243,7 @@ TEST_CASE("SharedMemoryGroup: a peer that exits is named at once, a late "
 
 TEST_CASE("SharedMemoryGroup: bad segments and a full /dev/shm are errors, "
           "not crashes", "[worker][shm]") {
-  Group::Options options;
-  options.slot_bytes = kSlot;
+  Group::Options options = SmallSlots();
   SECTION("a name that is not here (another host) is NotFound") {
     auto opened = Group::Open("/ddprun-shm-0-nosuchsegment", 1, 2, options);
     REQUIRE_FALSE(opened.ok());

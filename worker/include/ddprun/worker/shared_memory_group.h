@@ -118,7 +118,6 @@ class SharedMemoryGroup {
   uint32_t barriers_ = 0;  // barriers this rank has passed
   uint64_t chunks_ = 0;    // chunks moved so far (picks the half)
   bool broken_ = false;    // a barrier failed: refuse further collectives
-  std::vector<pid_t> peers_;
 };
 
 }  // namespace ddprun::worker
