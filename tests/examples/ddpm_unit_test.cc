@@ -46,6 +46,20 @@ class OpCounter {
 
 constexpr const char* kSlowConv3d = "aten::slow_conv3d_forward";
 
+// LibTorch picks its conv3d kernel by the number of intra-op threads too: the
+// kernel-counting tests assume one, as every rank under ddprun has, whatever
+// OMP_NUM_THREADS the test binary was started with.
+class OneIntraOpThread {
+ public:
+  OneIntraOpThread() : before_(torch::get_num_threads()) {
+    torch::set_num_threads(1);
+  }
+  ~OneIntraOpThread() { torch::set_num_threads(before_); }
+
+ private:
+  int before_;
+};
+
 TEST_CASE("ddpm: Fast-DDPM's uniform and non-uniform timesteps",
           "[ddpm][unit]") {
   FastDdpmOptions o;
@@ -219,6 +233,7 @@ TEST_CASE("ddpm: SplitTarget keeps the channel order, SamplePanel the layout",
 TEST_CASE(
     "worker::Conv3d: a batch of one equals torch's layer, on the fast kernel",
     "[ddpm][unit]") {
+  OneIntraOpThread one_thread;
   torch::manual_seed(11);
   namespace nn = torch::nn;
   for (auto options : {nn::Conv3dOptions(32, 16, 3).padding(1),  // 2D slices
@@ -260,6 +275,7 @@ TEST_CASE(
 
 TEST_CASE("worker::Conv3d: only the inputs LibTorch sends to slow_conv3d",
           "[ddpm][unit]") {
+  OneIntraOpThread one_thread;
   namespace nn = torch::nn;
   nn::Conv3d k3(nn::Conv3dOptions(32, 32, 3).padding(1));
   nn::Conv3d k5(nn::Conv3dOptions(32, 32, 5).padding(2));
@@ -318,6 +334,7 @@ TEST_CASE("worker::Conv3d: under CPU autocast an input smaller than the "
 
 TEST_CASE("ddpm: the UNet at one volume per rank takes batch two's kernels",
           "[ddpm][unit]") {
+  OneIntraOpThread one_thread;
   // 2 ranks at the trainer's total batch 2 give each rank one volume: with
   // torch's Conv3d this step was 3x slower than 1 rank at batch 2. Its 1x1
   // skip convolutions run slow_conv3d at any batch on one thread (torch
