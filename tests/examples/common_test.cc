@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -39,6 +40,63 @@ TEST_CASE("ReadNifti: round-trips a 4D volume in C,D,H,W order", "[nifti]") {
   CHECK(back->sizes() == v.sizes());
   CHECK(torch::equal(*back, v));
   CHECK(ReadNiftiChecked(path, 2, {3, 4, 5}).ok());
+}
+
+// An uncompressed NIfTI-1 file of int16 voxels 0..n-1 with a scale and an
+// offset, as scanners write them (WriteNifti writes float32 only).
+void WriteInt16Nifti(const std::string& path, int nx, int ny, int nz,
+                     float slope, float inter) {
+  std::string file(352, '\0');
+  auto put = [&](size_t at, const void* v, size_t n) {
+    std::memcpy(&file[at], v, n);
+  };
+  const int32_t sizeof_hdr = 348;
+  put(0, &sizeof_hdr, 4);
+  const int16_t dim[8] = {3, static_cast<int16_t>(nx),
+                          static_cast<int16_t>(ny), static_cast<int16_t>(nz),
+                          1, 1, 1, 1};
+  put(40, dim, sizeof(dim));
+  const int16_t datatype = 4, bitpix = 16;  // DT_INT16
+  put(70, &datatype, 2);
+  put(72, &bitpix, 2);
+  const float pixdim[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  put(76, pixdim, sizeof(pixdim));
+  const float vox_offset = 352;
+  put(108, &vox_offset, 4);
+  put(112, &slope, 4);
+  put(116, &inter, 4);
+  put(344, "n+1\0", 4);
+  for (int16_t i = 0; i < nx * ny * nz; ++i) {
+    file.append(reinterpret_cast<const char*>(&i), sizeof(i));
+  }
+  std::ofstream(path, std::ios::binary) << file;
+}
+
+TEST_CASE("ReadNifti: integer voxels come back as float32, scaled",
+          "[nifti]") {
+  const std::string path = TempDir() + "/scaled.nii";
+  WriteInt16Nifti(path, 5, 4, 3, /*slope=*/2.0f, /*inter=*/1.0f);
+  auto v = ReadNifti(path);
+  REQUIRE(v.ok());
+  CHECK(v->scalar_type() == torch::kFloat32);
+  CHECK(v->sizes() == torch::IntArrayRef({1, 3, 4, 5}));
+  // Stored x-fastest: index [0, z, y, x] holds z*20 + y*5 + x.
+  const torch::Tensor want =
+      torch::arange(60, torch::kFloat32).reshape({1, 3, 4, 5}) * 2 + 1;
+  CHECK(torch::equal(*v, want));
+}
+
+TEST_CASE("ReadNifti: float volumes read twice are independent tensors",
+          "[nifti]") {
+  const std::string path = TempDir() + "/twice.nii";
+  REQUIRE(WriteNifti(path, torch::full({4, 4, 4}, 3.0)).ok());
+  auto a = ReadNifti(path);
+  auto b = ReadNifti(path);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  a->add_(1);  // writable, and owned by the tensor alone
+  CHECK(a->eq(4).all().item<bool>());
+  CHECK(b->eq(3).all().item<bool>());
 }
 
 TEST_CASE(

@@ -14,6 +14,7 @@
 #include "ddprun_catch.h"
 
 #include "ddprun/worker/precision.h"
+#include "examples/common/nifti_io.h"
 #include "examples/survival/cox_loss.h"
 #include "examples/survival/kaplan_meier.h"
 #include "examples/survival/resnet3d.h"
@@ -225,6 +226,38 @@ std::string WriteFile(const std::string& name, const std::string& text) {
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/" + name) << text;
   return dir + "/" + name;
+}
+
+TEST_CASE(
+    "survival LoadSurvivalVolume: resized to the model's size and z-scored "
+    "with the sample standard deviation",
+    "[survival]") {
+  const std::string dir = "/tmp/ddprun_survival_load_" +
+                          std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/v.nii";
+  const torch::Tensor raw =
+      torch::arange(8 * 8 * 8, torch::kFloat32).reshape({8, 8, 8}) * 0.5 + 7;
+  REQUIRE(WriteNifti(path, raw).ok());
+
+  auto same = LoadSurvivalVolume(path, {8, 8, 8});
+  REQUIRE(same.ok());
+  const torch::Tensor want = (raw - raw.mean()) / (raw.std() + 1e-6);
+  CHECK(same->sizes() == torch::IntArrayRef({1, 8, 8, 8}));
+  CHECK(torch::allclose(same->squeeze(0), want, 1e-5, 1e-5));
+
+  auto small = LoadSurvivalVolume(path, {4, 4, 4});
+  REQUIRE(small.ok());
+  CHECK(small->sizes() == torch::IntArrayRef({1, 4, 4, 4}));
+  CHECK(std::abs(small->mean().item<double>()) < 1e-5);
+  CHECK(std::abs(small->std().item<double>() - 1.0) < 1e-4);
+
+  // A constant volume has no spread: zeros, not NaN.
+  REQUIRE(WriteNifti(path, torch::full({8, 8, 8}, 5.0)).ok());
+  auto flat = LoadSurvivalVolume(path, {8, 8, 8});
+  REQUIRE(flat.ok());
+  CHECK(flat->eq(0).all().item<bool>());
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("survival CSV: the guide's columns and its Fold_1 split",
