@@ -104,6 +104,33 @@ void CheckCollectives(const w::World& world, const std::string& how) {
   world.AllReduce(v2);
   CHECK_OR_THROW(v2._version() > before || !world.distributed(),
                  "version bump " + how);
+  // Fixed-size all-gathers: int64, a scalar, and floats past a 1 MB slot.
+  std::vector<at::Tensor> ints =
+      world.AllGather(at::tensor({int64_t{10} * r, int64_t{10} * r + 1}));
+  CHECK_OR_THROW(static_cast<int>(ints.size()) == n, "all_gather count " + how);
+  for (int k = 0; k < n; ++k) {
+    CHECK_OR_THROW(ints[k].sizes() == at::IntArrayRef({2}) &&
+                       ints[k][1].item<int64_t>() == 10 * k + 1,
+                   "int64 all_gather " + how);
+  }
+  std::vector<at::Tensor> scalars =
+      world.AllGather(at::scalar_tensor(0.5 * r, at::kDouble));
+  CHECK_OR_THROW(scalars[n - 1].dim() == 0 &&
+                     scalars[n - 1].item<double>() == 0.5 * (n - 1),
+                 "scalar all_gather " + how);
+  std::vector<at::Tensor> wide =
+      world.AllGather(at::arange(300001, at::kFloat) * (r + 1));
+  for (int k = 0; k < n; ++k) {
+    CHECK_OR_THROW(wide[k][300000].item<float>() == 300000.0f * (k + 1) &&
+                       wide[k][262144].item<float>() == 262144.0f * (k + 1),
+                   "chunked all_gather " + how);
+  }
+  // Reduce-scatter: rank r keeps elements [5r, 5r+5) of the sum.
+  at::Tensor rs = world.ReduceScatter(at::arange(5 * n, at::kFloat) + r);
+  CHECK_OR_THROW(rs.numel() == 5 &&
+                     rs[4].item<float>() == n * (5.0f * r + 4) +
+                                                n * (n - 1) / 2.0f,
+                 "reduce_scatter " + how);
   world.Barrier();
 }
 
@@ -118,7 +145,16 @@ int Collectives(bool shm) {
     world.AttachSharedMemory(group);
     w::World copy = world;  // copies share the attachment
     CHECK_OR_THROW(copy.shared_memory() == group, "attached to copies");
+    const uint64_t before = group->completed();
     CheckCollectives(copy, "shared memory");
+    // Through the group, not the process group: 7 all-reduces (sum, avg,
+    // AllReduceMean, weighted mean, chunked, double avg, version), 2
+    // broadcasts, 3 all-gathers and AllGatherVariable's 2, the
+    // reduce-scatter (one sum); the int64 max and the barrier stay on the
+    // process group.
+    const uint64_t through = group->completed() - before;
+    CHECK_OR_THROW(through == 15, "collectives through shared memory: " +
+                                      std::to_string(through) + ", want 15");
     std::printf("rank %d shared memory ok\n", world.rank());
   }
   std::printf("rank %d of %d ok backend %s agent_store %d\n", world.rank(),

@@ -194,6 +194,43 @@ TEST_CASE("SharedMemoryGroup: broadcast of several buffers across chunks",
   REQUIRE(ShmEntries().empty());
 }
 
+TEST_CASE("SharedMemoryGroup: all-gather in rank order across chunks, "
+          "between other collectives",
+          "[worker][shm]") {
+  Group::Options options = SmallSlots();
+  GroupRun run = RunGroup(3, options, [](Group& g, FILE* out) {
+    auto fail = [&](const ddprun::Status& s) {
+      std::fprintf(out, "%s", s.message().c_str());
+      return 1;
+    };
+    // Parts of 0 B, 3 B and ~2.5 slots: every rank's bytes land at
+    // rank * bytes, whichever half each chunk used; a broadcast and an
+    // all-reduce in between keep the halves alternating across kinds.
+    for (size_t bytes : {size_t{0}, size_t{3}, size_t{10007}}) {
+      std::vector<unsigned char> mine(bytes), all(3 * bytes, 0xEE);
+      for (size_t i = 0; i < bytes; ++i) mine[i] = (i * 7 + g.rank()) % 253;
+      if (ddprun::Status s = g.AllGather(mine.data(), bytes, all.data());
+          !s.ok()) {
+        return fail(s);
+      }
+      for (int r = 0; r < 3; ++r) {
+        for (size_t i = 0; i < bytes; ++i) {
+          if (all[r * bytes + i] != (i * 7 + r) % 253) return 2;
+        }
+      }
+      float v = 1.0f;
+      if (ddprun::Status s = g.AllReduceSum(&v, 1); !s.ok()) return fail(s);
+      if (v != 3.0f) return 3;
+      unsigned char b = g.rank() == 2 ? 9 : 0;
+      if (ddprun::Status s = g.Broadcast({{&b, 1}}, 2); !s.ok()) return fail(s);
+      if (b != 9) return 4;
+    }
+    return g.completed() == 9 ? 0 : 5;
+  });
+  RequireAllExitedZero(run);
+  REQUIRE(ShmEntries().empty());
+}
+
 TEST_CASE("SharedMemoryGroup: a peer that exits is named at once, a late "
           "peer after the timeout", "[worker][shm]") {
   Group::Options options = SmallSlots();

@@ -364,6 +364,7 @@ Status SharedMemoryGroup::AllReduceSumImpl(T* data, size_t n, T scale) {
       }
     }
   }
+  ++completed_;
   return Status::Ok();
 }
 
@@ -416,6 +417,32 @@ Status SharedMemoryGroup::Broadcast(const std::vector<Buffer>& buffers,
     if (Status s = Barrier(); !s.ok()) return s;
     if (rank_ != root) stream(false);
   }
+  ++completed_;
+  return Status::Ok();
+}
+
+// Like Broadcast with every rank a root at once: a chunk of each rank's part
+// goes into the rank's own slot, and after the barrier every rank copies all
+// slots out. A rank fills the same half again two chunks later, after the
+// next chunk's barrier, which every rank reaches only once it has copied
+// this chunk out.
+Status SharedMemoryGroup::AllGather(const void* in, size_t bytes, void* out) {
+  if (broken_) {
+    return FailedPreconditionError(
+        "shared memory collective after an earlier failure");
+  }
+  const auto* mine = static_cast<const unsigned char*>(in);
+  auto* all = static_cast<unsigned char*>(out);
+  for (size_t off = 0; off < bytes; off += options_.slot_bytes) {
+    const size_t m = std::min(options_.slot_bytes, bytes - off);
+    const int half = static_cast<int>(chunks_++ & 1);
+    std::memcpy(Slot(half, rank_), mine + off, m);
+    if (Status s = Barrier(); !s.ok()) return s;
+    for (int r = 0; r < size_; ++r) {
+      std::memcpy(all + r * bytes + off, Slot(half, r), m);
+    }
+  }
+  ++completed_;
   return Status::Ok();
 }
 

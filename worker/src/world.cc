@@ -240,6 +240,16 @@ void World::Broadcast(at::Tensor& t, int root) const {
 
 std::vector<at::Tensor> World::AllGather(const at::Tensor& t) const {
   if (!impl_->pg) return {t.clone()};
+  if (impl_->shm && t.device().is_cpu()) {
+    const at::Tensor in = t.contiguous();
+    std::vector<int64_t> shape{world_size()};
+    for (int64_t d : in.sizes()) shape.push_back(d);
+    at::Tensor out = at::empty(shape, in.options());
+    ThrowIfFailed("all_gather", *impl_,
+                  impl_->shm->AllGather(in.data_ptr(), in.nbytes(),
+                                        out.data_ptr()));
+    return out.unbind(0);
+  }
   at::Tensor in = OnDevice(t, impl_->device).contiguous();
   std::vector<std::vector<at::Tensor>> out(1);
   for (int i = 0; i < world_size(); ++i) out[0].push_back(at::empty_like(in));
@@ -283,6 +293,13 @@ at::Tensor World::ReduceScatter(const at::Tensor& input) const {
   }
   if (!impl_->pg) return input.clone();
   const int64_t chunk = input.numel() / n;
+  if (impl_->shm && SharedMemoryReducible(input)) {
+    // Through the segment the whole sum costs about what the ring's first
+    // step would: sum everything, keep this rank's chunk.
+    at::Tensor sum = input.clone();
+    AllReduce(sum);
+    return sum.narrow(0, r * chunk, chunk).clone();
+  }
   if (impl_->backend == "nccl") {
     at::Tensor on_device = OnDevice(input, impl_->device).contiguous();
     std::vector<at::Tensor> out{at::empty({chunk}, on_device.options())};

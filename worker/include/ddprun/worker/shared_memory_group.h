@@ -88,6 +88,15 @@ class SharedMemoryGroup {
   };
   Status Broadcast(const std::vector<Buffer>& buffers, int root);
 
+  // Every rank's `bytes` bytes of `in`, in rank order: rank r's land at
+  // out + r * bytes (`out` holds size() * bytes; `bytes` equal on all
+  // ranks). One barrier per slot_bytes of each rank's part.
+  Status AllGather(const void* in, size_t bytes, void* out);
+
+  // Collectives this rank has completed through the group (for tests and
+  // diagnostics: which path a collective took).
+  uint64_t completed() const { return completed_; }
+
   const std::string& name() const { return name_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -118,6 +127,7 @@ class SharedMemoryGroup {
   uint32_t barriers_ = 0;  // barriers this rank has passed
   uint64_t chunks_ = 0;    // chunks moved so far (picks the half)
   bool broken_ = false;    // a barrier failed: refuse further collectives
+  uint64_t completed_ = 0;  // collectives completed
 };
 
 }  // namespace ddprun::worker

@@ -98,18 +98,20 @@ class World {
   // ranks. NCCL: c10d reduce_scatter. Gloo: ProcessGroupGloo in Torch 1.13
   // throws "does not support reduce_scatter", so this runs a ring over
   // send/recv (world_size-1 steps, each rank sends (world_size-1)/world_size
-  // of the input's bytes, half of what an all-reduce moves). Standalone: a
-  // copy of `input`.
+  // of the input's bytes, half of what an all-reduce moves); with a shared
+  // memory group attached, a sum through it. Standalone: a copy of `input`.
   at::Tensor ReduceScatter(const at::Tensor& input) const;
   // Barrier across all ranks.
   void Barrier() const;
 
   // From now on, AllReduce with kSum or kAvg of a contiguous float32/float64
-  // CPU tensor and Broadcast of a contiguous CPU tensor go through `group`
-  // (a host's ranks, shared_memory_join.h) instead of the process group:
-  // microseconds instead of Gloo's loopback round trips, which sync batch
-  // norm pays twice per layer per step (issue 14). Everything else stays on
-  // the process group. Affects every copy of this World (shared state).
+  // CPU tensor, Broadcast of a contiguous CPU tensor, AllGather(Variable)
+  // of a CPU tensor and ReduceScatter of a contiguous float32/float64 CPU
+  // tensor go through
+  // `group` (a host's ranks, shared_memory_join.h) instead of the process
+  // group: microseconds instead of Gloo's loopback round trips, which sync
+  // batch norm pays twice per layer per step (issue 14). Everything else
+  // stays on the process group. Affects every copy of this World (shared state).
   // Every rank must attach at the same point of its sequence of collectives
   // (DDP attaches the group it joins, in its collective constructor). A
   // failure in the group is a CollectiveError like the process group's.
