@@ -2,7 +2,6 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -20,6 +19,7 @@
 #include "examples/survival/smart_cache.h"
 #include "examples/vqa/vqa_data.h"
 #include "tests/common/remove_at_exit.h"
+#include "tests/examples/hostile_files.h"
 
 namespace ddprun::examples {
 namespace {
@@ -46,26 +46,8 @@ TEST_CASE("ReadNifti: round-trips a 4D volume in C,D,H,W order", "[nifti]") {
 // offset, as scanners write them (WriteNifti writes float32 only).
 void WriteInt16Nifti(const std::string& path, int nx, int ny, int nz,
                      float slope, float inter) {
-  std::string file(352, '\0');
-  auto put = [&](size_t at, const void* v, size_t n) {
-    std::memcpy(&file[at], v, n);
-  };
-  const int32_t sizeof_hdr = 348;
-  put(0, &sizeof_hdr, 4);
-  const int16_t dim[8] = {3, static_cast<int16_t>(nx),
-                          static_cast<int16_t>(ny), static_cast<int16_t>(nz),
-                          1, 1, 1, 1};
-  put(40, dim, sizeof(dim));
-  const int16_t datatype = 4, bitpix = 16;  // DT_INT16
-  put(70, &datatype, 2);
-  put(72, &bitpix, 2);
-  const float pixdim[8] = {1, 1, 1, 1, 1, 1, 1, 1};
-  put(76, pixdim, sizeof(pixdim));
-  const float vox_offset = 352;
-  put(108, &vox_offset, 4);
-  put(112, &slope, 4);
-  put(116, &inter, 4);
-  put(344, "n+1\0", 4);
+  std::string file = testing::NiftiHeader(nx, ny, nz, /*datatype=*/4,
+                                          /*bitpix=*/16, slope, inter);
   for (int16_t i = 0; i < nx * ny * nz; ++i) {
     file.append(reinterpret_cast<const char*>(&i), sizeof(i));
   }

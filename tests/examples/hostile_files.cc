@@ -92,7 +92,8 @@ void WriteBlackPng(const std::string& path, int width, int height) {
   Write(path, png);
 }
 
-void WriteZeroNiftiGz(const std::string& path, int nx, int ny, int nz) {
+std::string NiftiHeader(int nx, int ny, int nz, int16_t datatype,
+                        int16_t bitpix, float scl_slope, float scl_inter) {
   // NIfTI-1 single file: a 348-byte header, 4 bytes of extension flag,
   // then the data at vox_offset 352.
   std::string header(352, '\0');
@@ -105,16 +106,21 @@ void WriteZeroNiftiGz(const std::string& path, int nx, int ny, int nz) {
                 z = static_cast<int16_t>(nz);
   const int16_t dim[8] = {3, x, y, z, 1, 1, 1, 1};
   put(40, dim, sizeof(dim));
-  const int16_t datatype = 2, bitpix = 8;  // DT_UINT8
   put(70, &datatype, 2);
   put(72, &bitpix, 2);
   const float pixdim[8] = {1, 1, 1, 1, 1, 1, 1, 1};
   put(76, pixdim, sizeof(pixdim));
   const float vox_offset = 352;
   put(108, &vox_offset, 4);
-  const float scl_slope = 1;
   put(112, &scl_slope, 4);
+  put(116, &scl_inter, 4);
   put(344, "n+1\0", 4);
+  return header;
+}
+
+void WriteZeroNiftiGz(const std::string& path, int nx, int ny, int nz) {
+  const std::string header =
+      NiftiHeader(nx, ny, nz, /*datatype=*/2, /*bitpix=*/8);  // DT_UINT8
   // The header and the zeros as one gzip stream, a row of nx voxels at a
   // time.
   Deflater gz(/*gzip=*/true);

@@ -14,6 +14,13 @@ namespace ddprun::examples::testing {
 // pixel data is deflated row by row (20000 x 20000 is ~390 KB on disk).
 void WriteBlackPng(const std::string& path, int width, int height);
 
+// The 352 bytes in front of a single-file NIfTI-1 volume (.nii) of `nx` x
+// `ny` x `nz` voxels of `datatype` (a DT_* code, `bitpix` bits each), data
+// at offset 352, stored value * scl_slope + scl_inter.
+std::string NiftiHeader(int nx, int ny, int nz, int16_t datatype,
+                        int16_t bitpix, float scl_slope = 1,
+                        float scl_inter = 0);
+
 // A gzip-compressed NIfTI-1 volume (.nii.gz) of `nx` x `ny` x `nz` uint8
 // zeros (700^3 is ~330 KB on disk).
 void WriteZeroNiftiGz(const std::string& path, int nx, int ny, int nz);

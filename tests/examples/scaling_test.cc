@@ -1,7 +1,8 @@
 // The trainer frame's scaling pieces (issue 14), run through survival_trainer
-// (and vqa_trainer for the learning outcome) on 2 ranks as a user would: --profile's per-step breakdown, and the loop's
-// step losses averaged over ranks in batches instead of one collective per
-// step. Behaviour only; the speed itself is bench/trainer_throughput's.
+// (and vqa_trainer for the learning outcome) on 2 ranks as a user would:
+// --profile's per-step breakdown, and the loop's step losses averaged over
+// ranks in batches instead of one collective per step. Behaviour only; the
+// speed itself is bench/trainer_throughput's.
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -47,6 +48,23 @@ std::map<int64_t, double> StepLosses(const std::string& out) {
     }
   }
   return losses;
+}
+
+// `command` (a trainer with its data flag, under `launch`) for 3 epochs
+// into a fresh output dir without periodic checkpoints; its last metrics
+// line.
+nlohmann::json LastMetricsOf3Epochs(const std::string& launch,
+                                    const std::string& command,
+                                    const std::string& tag) {
+  const std::string out = FreshDir(tag);
+  CommandResult r = RunCommand(launch + command + " --output_dir " + out +
+                                   " --epochs 3 --checkpoint_every 0",
+                               400);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  auto metrics = ReadMetrics(out);
+  REQUIRE(metrics.size() == 3);
+  return metrics.back();
 }
 
 TEST_CASE(
@@ -148,20 +166,13 @@ TEST_CASE(
     "[scaling][outcome]") {
   const std::string data =
       SyntheticData("survival", "--n 128 --seed 3", "survival.csv");
-  auto run = [&](const std::string& launch, const std::string& tag) {
-    const std::string out = FreshDir(tag);
-    CommandResult r = RunCommand(launch + Bin("survival_trainer") +
-                                     " --csv_path " + data + " --output_dir " +
-                                     out + " --epochs 3 --checkpoint_every 0",
-                                 400);
-    INFO(r.output);
-    REQUIRE(r.exit_code == 0);
-    auto metrics = ReadMetrics(out);
-    REQUIRE(metrics.size() == 3);
-    return metrics.back()["val_cindex"].get<double>();
-  };
-  const double one = run("", "scaling_one");
-  const double two = run(Launch(""), "scaling_two");
+  const std::string command = Bin("survival_trainer") + " --csv_path " + data;
+  const double one =
+      LastMetricsOf3Epochs("", command, "scaling_one")["val_cindex"]
+          .get<double>();
+  const double two =
+      LastMetricsOf3Epochs(Launch(""), command, "scaling_two")["val_cindex"]
+          .get<double>();
   // The 1-rank run's own test bound (survival_process_test); the generator's
   // true risk scores about 0.75.
   CHECK(one > 0.62);
@@ -174,21 +185,12 @@ TEST_CASE(
     "[scaling][outcome]") {
   const std::string data =
       SyntheticData("vqa", "--n 320 --seed 1", "vqa.jsonl");
-  auto run = [&](const std::string& launch, int batch, const std::string& tag) {
-    const std::string out = FreshDir(tag);
-    CommandResult r = RunCommand(
-        launch + Bin("vqa_trainer") + " --data_path " + data +
-            " --output_dir " + out + " --epochs 3 --seed 1 --batch_size " +
-            std::to_string(batch) + " --checkpoint_every 0",
-        400);
-    INFO(r.output);
-    REQUIRE(r.exit_code == 0);
-    auto metrics = ReadMetrics(out);
-    REQUIRE(metrics.size() == 3);
-    return metrics.back();
-  };
-  const nlohmann::json one = run("", 32, "vqa_scaling_one");
-  const nlohmann::json two = run(Launch(""), 16, "vqa_scaling_two");
+  const std::string command =
+      Bin("vqa_trainer") + " --data_path " + data + " --seed 1";
+  const nlohmann::json one =
+      LastMetricsOf3Epochs("", command + " --batch_size 32", "vqa_scaling_one");
+  const nlohmann::json two = LastMetricsOf3Epochs(
+      Launch(""), command + " --batch_size 16", "vqa_scaling_two");
   INFO("1 rank: " << one.dump() << "\n2 ranks: " << two.dump());
   CHECK(two["world_size"] == 2);
   CHECK(one["val_questions"] == two["val_questions"]);

@@ -317,12 +317,17 @@ Status SharedMemoryGroup::Barrier() {
   }
 }
 
-template <typename T>
-Status SharedMemoryGroup::AllReduceSumImpl(T* data, size_t n, T scale) {
+Status SharedMemoryGroup::Usable() const {
   if (broken_) {
     return FailedPreconditionError(
         "shared memory collective after an earlier failure");
   }
+  return Status::Ok();
+}
+
+template <typename T>
+Status SharedMemoryGroup::AllReduceSumImpl(T* data, size_t n, T scale) {
+  if (Status s = Usable(); !s.ok()) return s;
   const size_t chunk = options_.slot_bytes / sizeof(T);
   const size_t align = kAlign / sizeof(T);
   for (size_t off = 0; off < n; off += chunk) {
@@ -378,10 +383,7 @@ Status SharedMemoryGroup::AllReduceSum(double* data, size_t n, double scale) {
 
 Status SharedMemoryGroup::Broadcast(const std::vector<Buffer>& buffers,
                                     int root) {
-  if (broken_) {
-    return FailedPreconditionError(
-        "shared memory collective after an earlier failure");
-  }
+  if (Status s = Usable(); !s.ok()) return s;
   if (root < 0 || root >= size_) {
     return InvalidArgumentError("broadcast root " + std::to_string(root) +
                                 " not a rank of " + std::to_string(size_));
@@ -427,10 +429,7 @@ Status SharedMemoryGroup::Broadcast(const std::vector<Buffer>& buffers,
 // next chunk's barrier, which every rank reaches only once it has copied
 // this chunk out.
 Status SharedMemoryGroup::AllGather(const void* in, size_t bytes, void* out) {
-  if (broken_) {
-    return FailedPreconditionError(
-        "shared memory collective after an earlier failure");
-  }
+  if (Status s = Usable(); !s.ok()) return s;
   const auto* mine = static_cast<const unsigned char*>(in);
   auto* all = static_cast<unsigned char*>(out);
   for (size_t off = 0; off < bytes; off += options_.slot_bytes) {

@@ -111,6 +111,8 @@ class SharedMemoryGroup {
   unsigned char* Slot(int half, int rank) const;
   // Waits until every rank has called Barrier() as often as this one.
   Status Barrier();
+  // FailedPrecondition once a barrier has failed (broken_).
+  Status Usable() const;
   // Which rank of those that have not arrived is gone, or -1.
   int DeadPeer() const;
   template <typename T>
