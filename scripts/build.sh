@@ -12,4 +12,8 @@ export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
 export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="${DDPRUN_BUILD_TYPE:-Release}" "$@"
 # Two cores, and Torch TUs need ~2 GB each: keep the job count explicit.
-cmake --build build -j "${DDPRUN_BUILD_JOBS:-2}"
+# DDPRUN_BUILD_TARGETS (space-separated) builds only those targets, e.g. what
+# the main job runs; unset builds everything.
+targets=()
+read -r -a targets <<<"${DDPRUN_BUILD_TARGETS:-}"
+cmake --build build -j "${DDPRUN_BUILD_JOBS:-2}" ${targets[@]:+--target "${targets[@]}"}

@@ -4,7 +4,9 @@
 # `ddprun --standalone` (Gloo on CPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh
+# Only what the main job needs: no test-only packages (SLURM, sshd, clang,
+# python3-torch...), no test programs. scripts/run_tests.sh adds the rest.
+DDPRUN_SETUP_TESTS=0 DDPRUN_BUILD_TARGETS="ddprun survival_trainer" bash scripts/build.sh
 export PYTHON_EXEC="${PYTHON_EXEC:-/usr/bin/python3}"
 run_dir="${DDPRUN_MAIN_DIR:-$PWD/build/main_job}"
 mkdir -p "$run_dir"

@@ -9,9 +9,37 @@
 #      reference. DDPRUN_TORCH2_LEG=0 skips it.
 # The trixie root is made in the background while the host builds (it is
 # mostly downloading and unpacking). Exit status: 0 when both legs pass.
+#
+# DDPRUN_FRESH=1 runs as a first run on a new machine would, whatever this
+# machine has cached: an empty ccache and a new trixie root, both in a
+# temporary folder removed at the end (DDPRUN_FRESH=/some/empty/dir keeps
+# them there instead). It needs a tree without build/, e.g. a clean clone:
+#   git clone . /tmp/fresh && DDPRUN_FRESH=1 bash /tmp/fresh/.ci/run
+# (The Debian packages on the host are what they are: run it on a new
+# machine to time their installation too.)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
+fresh=${DDPRUN_FRESH:-0}
+if [[ $fresh != 0 ]]; then
+  if [[ -e build ]]; then
+    echo "run_tests: DDPRUN_FRESH needs a tree without build/ (a clean clone)" >&2
+    exit 2
+  fi
+  if [[ $fresh == 1 ]]; then
+    fresh_dir=$(mktemp -d /var/tmp/ddprun-fresh.XXXXXX)
+    trap 'rm -rf "$fresh_dir"' EXIT
+  else
+    fresh_dir=$fresh
+    mkdir -p "$fresh_dir"
+    if [[ -n $(ls -A "$fresh_dir") ]]; then
+      echo "run_tests: DDPRUN_FRESH=$fresh_dir is not empty" >&2
+      exit 2
+    fi
+  fi
+  export CCACHE_DIR=$fresh_dir/ccache DDPRUN_TRIXIE_CACHE=$fresh_dir/trixie
+  echo "run_tests: fresh run: ccache and the trixie root under $fresh_dir"
+fi
 stamp() {
   printf '[run_tests %3d min] %s (%s free here)\n' $(((SECONDS - start) / 60)) "$*" \
     "$(df -h --output=avail . | tail -1 | tr -d ' ')"

@@ -106,6 +106,10 @@ for p in "${packages[@]}"; do
 done
 if ((${#missing[@]})); then
   echo "trixie_build: installing ${missing[*]}"
+  # An install that was cut short (a killed run) leaves packages unpacked but
+  # not configured, and apt-get refuses to go on until they are.
+  dpkg --configure -a >/tmp/trixie_build.dpkg.log 2>&1 ||
+    { tail -30 /tmp/trixie_build.dpkg.log >&2; exit 1; }
   apt-get update -q >/dev/null
   apt-get install -y -q --no-install-recommends "${missing[@]}" >/tmp/trixie_build.apt.log 2>&1 ||
     { tail -30 /tmp/trixie_build.apt.log >&2; exit 1; }
