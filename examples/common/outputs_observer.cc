@@ -72,8 +72,10 @@ void RunOutputsObserver::OnStep(const StepRecord& s) {
   const std::string what = "a training scalar was not recorded";
   Report(what, outputs_->Scalar("train/loss", s.step, s.loss));
   Report(what, outputs_->Scalar("train/lr", s.step, s.learning_rate));
-  Report(what, outputs_->Scalar("train/samples_per_s", s.step,
-                                s.samples_per_s));
+  if (s.samples_per_s) {
+    Report(what, outputs_->Scalar("train/samples_per_s", s.step,
+                                  *s.samples_per_s));
+  }
   if (s.loss_scale != 1) {
     Report(what, outputs_->Scalar("train/loss_scale", s.step, s.loss_scale));
   }

@@ -32,8 +32,14 @@ TrainerSession::Plan TrainerSession::BeginRun(const LoopConfig& config) {
   options.seed = common_.seed;
   plan.sampler = std::make_unique<worker::DistributedSampler>(
       config.dataset_size, world_.world_size(), world_.rank(), options);
+  CheckMinMicroBatch(config, plan.sampler->num_samples());
+  // The epoch's shape depends on the count only (the same on every rank).
+  std::vector<int64_t> positions(plan.sampler->num_samples());
+  std::iota(positions.begin(), positions.end(), 0);
   const int64_t steps =
-      plan.sampler->NumBatches(config.micro_batch * config.accumulation);
+      StepMicroBatches(positions, config.micro_batch, config.accumulation,
+                       config.min_micro_batch)
+          .size();
   plan.progress = std::make_unique<worker::ProgressMeter>(
       world_, plan.end_epoch, steps * plan.end_epoch,
       std::chrono::milliseconds(
@@ -42,12 +48,51 @@ TrainerSession::Plan TrainerSession::BeginRun(const LoopConfig& config) {
   return plan;
 }
 
+void TrainerSession::CheckMinMicroBatch(const LoopConfig& config,
+                                        int64_t per_rank) {
+  const int64_t min = config.min_micro_batch;
+  if (min <= 1) return;
+  const std::string why =
+      config.min_micro_batch_reason.empty()
+          ? ""
+          : " (" + config.min_micro_batch_reason + ")";
+  const std::string ranks =
+      world_.world_size() > 1
+          ? " with " + std::to_string(world_.world_size()) + " ranks"
+          : "";
+  if (config.micro_batch < min) {
+    throw worker::ConfigError(
+        config.batch_flag + " " +
+        std::to_string(config.micro_batch * config.batch_flag_scale) +
+        " gives each rank micro-batches of " +
+        std::to_string(config.micro_batch) + " sample(s), but this model " +
+        "trains on at least " + std::to_string(min) + why + ": use " +
+        config.batch_flag + " " +
+        std::to_string(min * config.batch_flag_scale) + " or more" + ranks);
+  }
+  if (per_rank < min) {
+    throw worker::ConfigError(
+        "the training set gives each rank " + std::to_string(per_rank) +
+        " sample(s) an epoch" + ranks + ", but this model trains on at least " +
+        std::to_string(min) + " at a time" + why +
+        ": use more training data or fewer ranks");
+  }
+  const int64_t tail = per_rank % config.micro_batch;
+  if (tail != 0 && tail < min) {
+    LogMain("the last micro-batch of each epoch (" + std::to_string(tail) +
+            " of " + std::to_string(per_rank) +
+            " samples per rank) is merged into the one before it: this "
+            "model trains on at least " +
+            std::to_string(min) + " at a time" + why);
+  }
+}
+
 std::vector<std::vector<std::vector<int64_t>>> TrainerSession::EpochSteps(
     Plan& plan, int64_t epoch) {
   plan.sampler->set_epoch(epoch);
   auto steps =
       StepMicroBatches(plan.sampler->Indices(), plan.config.micro_batch,
-                       plan.config.accumulation);
+                       plan.config.accumulation, plan.config.min_micro_batch);
   // A resume inside this epoch skips the steps the checkpoint consumed.
   const int64_t skip =
       state_.epoch == epoch
@@ -74,7 +119,9 @@ void TrainerSession::AfterStep(Plan& plan, int64_t epoch,
     record.step = state_.step;
     record.loss = local_loss;
     record.learning_rate = runner_->learning_rate();
-    record.samples_per_s = plan.progress->samples_per_second();
+    if (plan.progress->rate_measured()) {
+      record.samples_per_s = plan.progress->samples_per_second();
+    }
     record.loss_scale = runner_->loss_scale();
     pending_steps_.push_back(record);
   }
@@ -128,7 +175,11 @@ void TrainerSession::EndEpoch(Plan& plan, int64_t epoch, nlohmann::json record,
   record["epoch"] = epoch + 1;
   record["step"] = state_.step;
   record["train_loss"] = steps > 0 ? loss_sum / steps : 0.0;
-  record["samples_per_s"] = plan.progress->samples_per_second();
+  // An epoch of one step right after the start measured no rate: none is
+  // written rather than a 0 that plots as a collapse.
+  if (plan.progress->rate_measured()) {
+    record["samples_per_s"] = plan.progress->samples_per_second();
+  }
   record["world_size"] = world_.world_size();
   if (precision().loss_scaling) {
     record["loss_scale"] = runner_->loss_scale();
@@ -238,12 +289,29 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> SplitTrainVal(
 
 std::vector<std::vector<std::vector<int64_t>>> StepMicroBatches(
     const std::vector<int64_t>& positions, int64_t micro_batch,
-    int64_t accumulation) {
+    int64_t accumulation, int64_t min_micro_batch) {
   std::vector<std::vector<std::vector<int64_t>>> steps;
   for (const auto& step :
        MakeBatches(positions, micro_batch * accumulation, false)) {
     steps.push_back(MakeBatches(step, micro_batch, false));
   }
+  if (steps.empty() ||
+      static_cast<int64_t>(steps.back().back().size()) >= min_micro_batch) {
+    return steps;
+  }
+  // Only the epoch's very last micro-batch can be short.
+  std::vector<int64_t> tail = std::move(steps.back().back());
+  steps.back().pop_back();
+  if (steps.back().empty()) {
+    steps.pop_back();
+    if (steps.empty()) {
+      steps.emplace_back();
+      steps.back().push_back(std::move(tail));
+      return steps;
+    }
+  }
+  std::vector<int64_t>& before = steps.back().back();
+  before.insert(before.end(), tail.begin(), tail.end());
   return steps;
 }
 

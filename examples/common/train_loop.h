@@ -35,6 +35,20 @@ struct LoopConfig {
   // micro_batch * accumulation * world size.
   int64_t samples_per_step = 0;
   bool shuffle = true;
+  // The smallest micro-batch the model can train on: 2 for a model whose
+  // batch norm would see a single value per channel from one sample (e.g.
+  // ResNet3d's 1x1x1 deepest maps), else 1. An epoch's last micro-batch
+  // that is shorter is merged into the one before it (logged once at the
+  // start, with the count); a batch size below it, or a rank's share of the
+  // data below it, is a worker::ConfigError at the start (exit 2) naming
+  // `batch_flag`, the minimum and `min_micro_batch_reason`.
+  int64_t min_micro_batch = 1;
+  std::string min_micro_batch_reason;
+  // The option that sets micro_batch, and how many of its units one
+  // micro-batch sample is (survival's --batch_size counts every rank's
+  // samples: the world size), for the messages above.
+  std::string batch_flag = "--batch_size";
+  int64_t batch_flag_scale = 1;
   // Train until this many epochs are done; 0: --epochs. (ddpm's stages end
   // at epochs * (stage + 1).)
   int64_t end_epoch = 0;
@@ -68,8 +82,12 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> SplitTrainVal(
 // The micro-batches of each optimizer step: `positions` (this rank's
 // sampler output) cut into steps of micro_batch * accumulation positions
 // (the last may be shorter), each cut into micro-batches of micro_batch.
+// A last micro-batch shorter than `min_micro_batch` joins the micro-batch
+// before it (in its own step, else the previous step's last, which removes
+// its step); with fewer positions than `min_micro_batch` in all, one short
+// micro-batch is all there is (the caller rejects that case).
 std::vector<std::vector<std::vector<int64_t>>> StepMicroBatches(
     const std::vector<int64_t>& positions, int64_t micro_batch,
-    int64_t accumulation);
+    int64_t accumulation, int64_t min_micro_batch = 1);
 
 }  // namespace ddprun::examples

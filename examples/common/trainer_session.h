@@ -167,6 +167,10 @@ class TrainerSession {
 
   worker::TrainState Resume();
   Plan BeginRun(const LoopConfig& config);
+  // LoopConfig::min_micro_batch at the start of a run: throws ConfigError
+  // for a micro-batch or a rank's share (`per_rank` samples an epoch) below
+  // it; logs the merge of a short last micro-batch.
+  void CheckMinMicroBatch(const LoopConfig& config, int64_t per_rank);
   std::vector<std::vector<std::vector<int64_t>>> EpochSteps(Plan& plan,
                                                             int64_t epoch);
   void AfterStep(Plan& plan, int64_t epoch, int64_t batch_in_epoch,

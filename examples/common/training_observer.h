@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <ATen/core/Tensor.h>
@@ -16,7 +17,9 @@ struct StepRecord {
   int64_t step = 0;   // global optimizer steps so far (1-based)
   double loss = 0;    // mean over ranks and micro-batches
   double learning_rate = 0;
-  double samples_per_s = 0;  // all ranks, since the start of this run
+  // All ranks, since the first step of this run (or of this ddpm stage);
+  // unset for that first step, whose time is not measured.
+  std::optional<double> samples_per_s;
   double loss_scale = 1;     // fp16 dynamic loss scale (1 otherwise)
 };
 
@@ -29,7 +32,8 @@ struct StepRecord {
 //             TrainerSession::kStepsPerLossReduce steps, when one
 //             collective has averaged the batch's losses over ranks;
 //   OnEpoch   after each epoch's validation, with the metrics record
-//             (epoch, step, train_loss, samples_per_s, world_size and the
+//             (epoch, step, train_loss, samples_per_s when measured: not
+//             after an epoch of a single first step, world_size and the
 //             trainer's val_* numbers; what metrics.jsonl gets);
 //   OnImage   when a trainer's validation emits a picture of what the
 //             model produces (TrainerSession::EmitImage: a CPU tensor

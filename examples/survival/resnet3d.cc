@@ -78,6 +78,17 @@ std::vector<int64_t> BlocksPerStage(const std::string& depth) {
 
 }  // namespace
 
+int64_t ResNet3dMinTrainBatch(const std::vector<int64_t>& spatial) {
+  int64_t voxels = 1;
+  for (int64_t size : spatial) {
+    // The stem conv, the max-pool and the three strided stages each give
+    // ceil(size / 2): (size + 2p - k) / 2 + 1 for their kernels and pads.
+    for (int halvings = 0; halvings < 5; ++halvings) size = (size + 1) / 2;
+    voxels *= size;
+  }
+  return voxels == 1 ? 2 : 1;
+}
+
 const std::vector<std::string>& ResNet3dDepths() {
   static const std::vector<std::string> kDepths{
       "resnet10", "resnet18", "resnet34", "resnet50", "resnet101", "resnet152"};

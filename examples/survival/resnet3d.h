@@ -44,6 +44,12 @@ class ResNet3dImpl : public torch::nn::Module {
 };
 TORCH_MODULE(ResNet3d);
 
+// The smallest batch ResNet3d trains on for inputs of `spatial` size
+// ([D, H, W]): 2 when its deepest feature maps (1/32 of the input, rounded
+// up) are a single voxel, since batch norm in training needs more than one
+// value per channel; 1 otherwise.
+int64_t ResNet3dMinTrainBatch(const std::vector<int64_t>& spatial);
+
 // Names accepted by ResNet3dOptions::depth.
 const std::vector<std::string>& ResNet3dDepths();
 

@@ -267,6 +267,16 @@ int Train(int argc, char** argv) {
       cache ? cache->size() : static_cast<int64_t>(train.size());
   loop.micro_batch = per_rank;
   loop.accumulation = accum;
+  loop.min_micro_batch = ResNet3dMinTrainBatch(opt.image_size);
+  loop.min_micro_batch_reason =
+      "batch norm over its 1x1x1 deepest feature maps at --image_size " +
+      [&] {
+        std::string sizes;
+        for (int64_t v : opt.image_size)
+          sizes += (sizes.empty() ? "" : " ") + std::to_string(v);
+        return sizes;
+      }() + " needs more than one value per channel";
+  loop.batch_flag_scale = world.world_size();
   loop.samples_per_step = opt.batch_size * accum;
   loop.best = {"val_cindex", /*higher_is_better=*/true};
 

@@ -211,6 +211,107 @@ struct Recorder : TrainingObserver {
   void OnFinish() override { ++finished; }
 };
 
+TEST_CASE(
+    "StepMicroBatches: a last micro-batch below the minimum joins the one "
+    "before it",
+    "[frame]") {
+  using Steps = std::vector<std::vector<std::vector<int64_t>>>;
+  // In its own step: 4 + 1 -> 5.
+  CHECK(StepMicroBatches({0, 1, 2, 3, 4, 5, 6, 7, 8}, 4, 2, 2) ==
+        Steps{{{0, 1, 2, 3}, {4, 5, 6, 7, 8}}});
+  // Alone in the last step: it joins the previous step, whose count drops.
+  CHECK(StepMicroBatches({0, 1, 2, 3, 4, 5, 6, 7, 8}, 4, 1, 2) ==
+        Steps{{{0, 1, 2, 3}}, {{4, 5, 6, 7, 8}}});
+  CHECK(StepMicroBatches({0, 1, 2, 3, 4}, 2, 2, 2) ==
+        Steps{{{0, 1}, {2, 3, 4}}});
+  // A tail of 2 with a minimum of 2 stays; so does every tail at minimum 1.
+  CHECK(StepMicroBatches({0, 1, 2, 3, 4, 5}, 4, 1, 2) ==
+        Steps{{{0, 1, 2, 3}}, {{4, 5}}});
+  CHECK(StepMicroBatches({0, 1, 2, 3, 4}, 4, 1) ==
+        Steps{{{0, 1, 2, 3}}, {{4}}});
+  // Fewer positions than the minimum: one short micro-batch (the session
+  // refuses to start such a run).
+  CHECK(StepMicroBatches({7}, 4, 1, 2) == Steps{{{7}}});
+  CHECK(StepMicroBatches({}, 4, 1, 2).empty());
+}
+
+// One epoch of a batch-norm model (BatchNorm1d after a linear layer: a
+// batch of one sample fails in training, as ResNet3d's 1x1x1 maps do) over
+// `dataset` items with --batch_size `batch`; what the loop reported.
+std::shared_ptr<Recorder> BatchNormEpoch(const std::string& dir, int64_t dataset,
+                                    int64_t batch, int64_t min_micro_batch) {
+  std::vector<std::string> args = {"toy",  "--output_dir", dir, "--epochs",
+                                   "1",    "--checkpoint_every", "0"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  TrainerCli cli("toy", {dir, 1, 0});
+  REQUIRE_FALSE(cli.Parse(static_cast<int>(argv.size()), argv.data()));
+  TrainerSession session(cli);
+  auto recorder = std::make_shared<Recorder>();
+  session.AddObserver(recorder);
+  torch::nn::Sequential model(torch::nn::Linear(2, 3),
+                              torch::nn::BatchNorm1d(3));
+  session.PlaceOnDevice(*model);
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+  session.Prepare({model.ptr(), &sgd});
+  LoopConfig loop;
+  loop.dataset_size = dataset;
+  loop.micro_batch = batch;
+  loop.min_micro_batch = min_micro_batch;
+  loop.min_micro_batch_reason = "batch norm of one value per channel";
+  session.Run<at::Tensor>(
+      loop, {nullptr,
+             [](const std::vector<int64_t>& p) -> StatusOr<at::Tensor> {
+               return torch::tensor(p, torch::kFloat32)
+                   .reshape({-1, 1})
+                   .repeat({1, 2});
+             },
+             [&](std::vector<at::Tensor>& micro) {
+               return session.Step(micro.size(), [&](int64_t m) {
+                 return model->forward(micro[m] / 12).pow(2).mean();
+               });
+             },
+             nullptr});
+  session.Done("toy");
+  return recorder;
+}
+
+TEST_CASE(
+    "TrainerSession: a batch-norm model trains every dataset size; a batch "
+    "below its minimum stops at the start naming the flag",
+    "[frame][session]") {
+  const std::string dir =
+      "/tmp/ddprun_frame_test_" + std::to_string(::getpid()) + "_minbatch";
+  std::filesystem::remove_all(dir);
+  // Without the minimum the last batch of one reaches batch norm.
+  CHECK_THROWS(BatchNormEpoch(dir + "/a", 13, 4, 1));
+  // With it: 4, 4, 5.
+  CHECK(BatchNormEpoch(dir + "/b", 13, 4, 2)->steps ==
+        std::vector<int64_t>{1, 2, 3});
+  CHECK(BatchNormEpoch(dir + "/c", 14, 4, 2)->steps ==
+        std::vector<int64_t>{1, 2, 3, 4});
+  // An epoch of a single step measured no throughput: the record has none
+  // (it used to say 0); with a second step there is one.
+  const auto one_step = BatchNormEpoch(dir + "/f", 3, 4, 2);
+  REQUIRE(one_step->epochs.size() == 1);
+  CHECK_FALSE(one_step->epochs[0].contains("samples_per_s"));
+  const auto two_steps = BatchNormEpoch(dir + "/g", 8, 4, 2);
+  REQUIRE(two_steps->epochs.size() == 1);
+  CHECK(two_steps->epochs[0].value("samples_per_s", 0.0) > 0);
+  try {
+    BatchNormEpoch(dir + "/d", 13, 1, 2);
+    FAIL("--batch_size 1 trained a batch-norm model");
+  } catch (const worker::ConfigError& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find("--batch_size 1") != std::string::npos);
+    CHECK(what.find("at least 2") != std::string::npos);
+    CHECK(what.find("use --batch_size 2 or more") != std::string::npos);
+  }
+  CHECK_THROWS_AS(BatchNormEpoch(dir + "/e", 1, 4, 2), worker::ConfigError);
+  std::filesystem::remove_all(dir);
+}
+
 // A toy trainer in this process: 12 items, micro-batches of 2, 2 per step
 // (3 steps per epoch), a scripted validation metric per epoch.
 struct ToyRun {

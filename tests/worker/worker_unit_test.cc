@@ -222,3 +222,19 @@ TEST_CASE("ProgressMeter: epoch, step, loss, throughput and ETA",
   REQUIRE(w::AllReduceMean(world, 2.5) == 2.5);
   REQUIRE(w::AllReduceWeightedMean(world, 2.5, 0) == 0);
 }
+
+TEST_CASE("ProgressMeter: after only the first step there is no rate, not 0",
+          "[worker][metrics]") {
+  w::World world;
+  w::ProgressMeter meter(world, 1, 1, std::chrono::hours(1));
+  REQUIRE_FALSE(meter.rate_measured());
+  meter.Update(0, 1, 0.5, 8);  // an epoch of one step (ddpm's stages)
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  REQUIRE_FALSE(meter.rate_measured());
+  const std::string line = meter.Line();
+  INFO(line);
+  REQUIRE(line.find("samples/s - eta") != std::string::npos);
+  meter.Update(0, 2, 0.4, 8);
+  REQUIRE(meter.rate_measured());
+  REQUIRE(meter.samples_per_second() > 0);
+}

@@ -83,7 +83,12 @@ void ProgressMeter::Flush() {
   LogMain(world_, Line());
 }
 
+bool ProgressMeter::rate_measured() const {
+  return first_step_ >= 0 && step_ > first_step_;
+}
+
 double ProgressMeter::samples_per_second() const {
+  if (!rate_measured()) return 0.0;
   double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
           .count();
@@ -99,14 +104,18 @@ std::string ProgressMeter::Line() const {
   if (done > 0 && total_steps_ > 0) {
     eta = secs / done * static_cast<double>(total_steps_ - step_);
   }
+  char rate[32] = "-";  // not measured yet: no number rather than 0
+  if (rate_measured()) {
+    std::snprintf(rate, sizeof(rate), "%.1f", samples_per_second());
+  }
   char buf[256];
   std::snprintf(
       buf, sizeof(buf),
-      "epoch %lld/%lld step %lld/%lld loss %.4f samples/s %.1f "
+      "epoch %lld/%lld step %lld/%lld loss %.4f samples/s %s "
       "eta %s",
       static_cast<long long>(epoch_ + 1), static_cast<long long>(total_epochs_),
       static_cast<long long>(step_), static_cast<long long>(total_steps_),
-      loss_, samples_per_second(), FormatDuration(eta).c_str());
+      loss_, rate, FormatDuration(eta).c_str());
   return buf;
 }
 

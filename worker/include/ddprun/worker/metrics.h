@@ -36,6 +36,11 @@ class ProgressMeter {
   void Flush();
   // The line that would be printed now (tests).
   std::string Line() const;
+  // Samples per second since the first step finished: the first step
+  // only starts the clock (start-up is not training speed), so there is no
+  // rate before a second step has finished; rate_measured() says whether
+  // there is one, and samples_per_second() is 0 until then.
+  bool rate_measured() const;
   double samples_per_second() const;
 
  private:
