@@ -331,7 +331,8 @@ def _tar_add(tar, name, data=None, mode=0o644, linkname=None, isdir=False):
 def build_tarball(bundle, version, licences, out_dir):
     top = "%s-%s-linux-x86_64" % (NAME, version)
     path = os.path.join(out_dir, top + ".tar.gz")
-    with tarfile.open(path, "w:gz", format=tarfile.PAX_FORMAT) as tar:
+    with tarfile.open(path, "w:gz", compresslevel=6,
+                      format=tarfile.PAX_FORMAT) as tar:
         _tar_add(tar, top, isdir=True)
         for sub in ("bin", "lib"):
             _tar_add(tar, "%s/%s" % (top, sub), isdir=True)

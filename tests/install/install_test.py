@@ -89,7 +89,14 @@ def clean_env(extra=None, path="/usr/bin:/bin"):
     """No variable from the test's own environment that could point the
     launcher or its workers anywhere (PET_*, PYTHON_EXEC, LD_*...)."""
     env = {"PATH": path, "HOME": os.environ.get("HOME", "/tmp"),
-           "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
+           "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1",
+           # Debian trixie's torch 2.6 has no libuv but asks for it: Python
+           # workers' init_process_group fails without this (1.13 ignores
+           # it).
+           "USE_LIBUV": "0",
+           # No accelerate config of the machine's (never created).
+           "HF_HOME": os.path.join(tempfile.gettempdir(),
+                                   "ddprun_install_no_hf_home")}
     env.update(extra or {})
     return env
 
