@@ -14,6 +14,8 @@ std::vector<FlagSpec> MakeFlags() {
   return {
       {"help", 'h', FlagKind::kHelp, nullptr, nullptr,
        "show this help message and exit", false, false},
+      {"version", 0, FlagKind::kVersion, nullptr, nullptr,
+       "ddprun addition: print ddprun's version and exit", false, false},
       {"nnodes", 0, kV, "NNODES", "1:1",
        "Number of nodes, or the range of nodes as MIN:MAX (0 < MIN <= MAX).",
        false, false},

@@ -9,9 +9,10 @@ namespace ddprun::agent {
 
 // How a flag consumes the command line.
 enum class FlagKind {
-  kValue,  // --flag VALUE or --flag=VALUE
-  kBool,   // --flag (PET_<DEST>=1 in the environment)
-  kHelp,   // -h/--help
+  kValue,    // --flag VALUE or --flag=VALUE
+  kBool,     // --flag (PET_<DEST>=1 in the environment)
+  kHelp,     // -h/--help
+  kVersion,  // --version: print ddprun's version and exit (no PET_*)
 };
 
 // One torchrun flag (or a ddprun addition). The table drives both the parser

@@ -27,6 +27,7 @@ using RawValues = std::map<std::string, RawValue>;  // by FlagSpec::dest
 
 struct Tokens {
   bool help = false;
+  bool version = false;
   RawValues cli;
   bool has_entrypoint = false;
   std::string entrypoint;
@@ -42,9 +43,10 @@ const std::vector<OptionSpec>& TorchrunSpecs() {
       spec.dest = f.dest;
       spec.names.push_back(std::string("--") + f.dest);
       if (f.short_name) spec.names.push_back(std::string("-") + f.short_name);
-      spec.kind = f.kind == FlagKind::kHelp   ? OptionKind::kHelp
-                  : f.kind == FlagKind::kBool ? OptionKind::kFlag
-                                              : OptionKind::kValue;
+      spec.kind = f.kind == FlagKind::kHelp ? OptionKind::kHelp
+                  : f.kind == FlagKind::kBool || f.kind == FlagKind::kVersion
+                      ? OptionKind::kFlag
+                      : OptionKind::kValue;
       out->push_back(spec);
     }
     return out;
@@ -59,6 +61,10 @@ StatusOr<Tokens> Tokenize(const std::vector<std::string>& args) {
   out.help = t.help;
   for (const FlagSpec& flag : AllFlags()) {
     if (!t.Has(flag.dest)) continue;
+    if (flag.kind == FlagKind::kVersion) {
+      out.version = true;
+      continue;
+    }
     out.cli[flag.dest] = {
         flag.kind == FlagKind::kBool ? "1" : t.Get(flag.dest, ""),
         std::string("--") + flag.dest, true};
@@ -73,7 +79,10 @@ StatusOr<Tokens> Tokenize(const std::vector<std::string>& args) {
 RawValues MergeEnv(RawValues values,
                    const std::map<std::string, std::string>& env) {
   for (const FlagSpec& flag : AllFlags()) {
-    if (flag.kind == FlagKind::kHelp || values.count(flag.dest)) continue;
+    if (flag.kind == FlagKind::kHelp || flag.kind == FlagKind::kVersion ||
+        values.count(flag.dest)) {
+      continue;
+    }
     const std::string pet = PetEnvName(flag);
     auto it = env.find(pet);
     if (it != env.end() && !it->second.empty()) {
@@ -412,6 +421,10 @@ StatusOr<CommandLine> ParseCommandLine(
   DDP_ASSIGN_OR_RETURN(Tokens tokens, Tokenize(args));
   if (tokens.help) {
     cl.show_help = true;
+    return cl;
+  }
+  if (tokens.version) {
+    cl.show_version = true;
     return cl;
   }
   RawValues raw = MergeEnv(tokens.cli, env);

@@ -10,8 +10,10 @@
 namespace ddprun::agent {
 
 struct CommandLine {
-  bool show_help = false;  // --help/-h seen before the entrypoint: print
-                           // HelpText(), exit 0
+  bool show_help = false;     // --help/-h seen before the entrypoint: print
+                              // HelpText(), exit 0
+  bool show_version = false;  // --version before the entrypoint (and no
+                              // --help): print the version, exit 0
   LaunchOptions options;
   // One line each, to print (as warnings) only now that the whole command
   // line parsed: bad input never gets a warning before its error line.

@@ -258,6 +258,10 @@ int RunTorchrun(const std::vector<std::string>& args, EnvMap env, bool legacy) {
     std::cout << HelpText(legacy);
     return 0;
   }
+  if (cl->show_version) {
+    std::cout << "ddprun " << DDPRUN_VERSION << "\n";
+    return 0;
+  }
   return RunAgent(std::move(cl).value(), std::move(env), prog);
 }
 

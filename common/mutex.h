@@ -43,8 +43,14 @@ class SCOPED_CAPABILITY MutexLock {
 // deadline or a predicate re-checked on wake-up (spurious wake-ups happen).
 class CondVar {
  public:
-  // Releases `mu` while waiting, holds it again on return.
-  void Wait(Mutex* mu) REQUIRES(mu) { cv_.wait(*mu); }
+  // Releases `mu` while waiting, holds it again on return (callers loop on
+  // their predicate). A timed wait underneath: libstdc++ 12's untimed
+  // std::condition_variable::wait is versioned GLIBCXX_3.4.30, which no
+  // RHEL 9 libstdc++ has; with it the launcher's wheel would need
+  // manylinux_2_35 instead of manylinux_2_34 (tests/install, contents).
+  void Wait(Mutex* mu) REQUIRES(mu) {
+    cv_.wait_for(*mu, std::chrono::hours(1));
+  }
   // Returns false when `deadline` passed first.
   template <typename Clock, typename Duration>
   bool WaitUntil(Mutex* mu, std::chrono::time_point<Clock, Duration> deadline)

@@ -234,6 +234,8 @@ int main(int argc, char** argv) {
   gpr_set_log_function(ddprun::rendezvous::GrpcLogToDebug);
   Flags flags;
   CLI::App app{"ddprun rendezvous server"};
+  app.set_version_flag("--version",
+                       std::string("ddprun-rendezvous ") + DDPRUN_VERSION);
   app.add_option("--host", flags.host, "address to listen on")
       ->capture_default_str();
   app.add_option("--port", flags.port, "port to listen on; 0 = any free port")
@@ -279,7 +281,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
-    return app.exit(e);  // --help
+    return app.exit(e);  // --help, --version
   } catch (const CLI::ParseError& e) {
     return ddprun::rendezvous::UsageError(e.what());
   }

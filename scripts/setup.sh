@@ -17,11 +17,12 @@ PACKAGES=(
 # skips them (the Docker build stage does). Installing openssh-server starts
 # no daemon where policy-rc.d forbids it (containers); the tests run their
 # own sshd inside network namespaces they create. debootstrap and patchelf
-# make the trixie root and carry the launcher into it (the LibTorch 2.6 leg).
+# make the trixie root and carry the launcher into it (the LibTorch 2.6 leg);
+# patchelf and python3-venv also make and pip-install the wheel (tests/install).
 if [[ "${DDPRUN_SETUP_TESTS:-1}" != 0 ]]; then
   PACKAGES+=(python3-torch iproute2 slurmctld slurmd slurm-client munge
              clang libclang-rt-14-dev openssh-client openssh-server
-             debootstrap patchelf)
+             debootstrap patchelf python3-venv)
 fi
 
 missing=()

@@ -13,7 +13,8 @@
 #         is needed to build; running needs one).
 # The launcher is not Torch code: by default the tests use a prebuilt one
 # ($DDPRUN_LAUNCHER_DIR, see scripts/bundle_launcher.sh); --with-launcher
-# builds it here too (the Docker image does).
+# builds it here too (the Docker image does). $DDPRUN_DIST_DIR: release
+# artifacts (scripts/build_wheel.sh) for the install/ tests.
 # cuDNN: trixie's nvidia-cudnn downloads it from NVIDIA while installing. With
 # DDPRUN_CUDNN=placeholder (offline CI) a placeholder package stands in, and
 # the link leaves libtorch_cuda's own references into cuDNN to run time; the
@@ -61,7 +62,7 @@ if [[ $with_launcher == 1 ]]; then
              libboost-filesystem-dev openssl)
 fi
 case $variant in
-  cpu) packages+=(libtorch-dev libgloo-dev python3-torch) ;;
+  cpu) packages+=(libtorch-dev libgloo-dev python3-torch python3-venv) ;;
   # libgloo-cuda-dev: the gloo that libtorch-cuda links (it conflicts with
   # the CPU one); libnccl-dev: nccl.h, which c10d's NCCL headers include.
   cuda) packages+=(libtorch-cuda-dev libgloo-cuda-dev libnccl-dev
@@ -131,7 +132,8 @@ targets=()
 if [[ $with_launcher == 1 ]]; then
   cmake_args+=(-DDDPRUN_BUILD_LAUNCHER=ON)
 else
-  cmake_args+=(-DDDPRUN_BUILD_LAUNCHER=OFF "-DDDPRUN_LAUNCHER_DIR=${DDPRUN_LAUNCHER_DIR:-}")
+  cmake_args+=(-DDDPRUN_BUILD_LAUNCHER=OFF "-DDDPRUN_LAUNCHER_DIR=${DDPRUN_LAUNCHER_DIR:-}"
+              "-DDDPRUN_DIST_DIR=${DDPRUN_DIST_DIR:-}")
 fi
 if [[ $variant == cuda && $cudnn == placeholder ]]; then
   # Our objects must resolve against LibTorch's; libtorch_cuda's own
@@ -171,5 +173,5 @@ fi
 if [[ $run_tests == 1 ]]; then
   cd "$build"
   ctest --output-on-failure --timeout 600 -j "${DDPRUN_TEST_JOBS:-2}" \
-    -R "${DDPRUN_TRIXIE_TESTS:-^(worker|examples|outputs|compat)/}"
+    -R "${DDPRUN_TRIXIE_TESTS:-^(worker|examples|outputs|compat|install)/}"
 fi

@@ -17,6 +17,14 @@ Prints a table with torchrun/ddprun ratios and the project's goals:
 (a) >= 20x faster than torchrun's default and >= 5x than with 0.1 s,
 (b) <= 100 ms, (c) <= 20 MB. Not part of ctest. Exit 0 even when a goal is
 missed (the table says MISS); exit 1 only when a launch itself fails.
+
+With --wheel WHEEL (scripts/build_wheel.sh) the wheel is pip-installed into
+a fresh venv of /usr/bin/python3 and its console entry point venv/bin/ddprun
+(a Python shim that os.execv's the packaged binary) is measured against that
+packaged binary run directly, interleaved, in the same run: (a) and
+(d) `ddprun --version` launch->exit, medians of --runs, with entry
+point/binary ratios and the milliseconds the shim adds. --no-torchrun prints
+only that table (~1 min).
 """
 import argparse
 import os
@@ -57,6 +65,58 @@ def run(cmd, env, what):
     if p.returncode != 0:
         sys.exit("%s failed (exit %d):\n%s" %
                  (what, p.returncode, p.stdout.decode(errors="replace")[-3000:]))
+
+
+def install_wheel(wheel, tmp):
+    """(venv/bin/ddprun, the binary it execs) of a fresh venv with
+    `wheel` installed."""
+    venv = os.path.join(tmp, "venv")
+    vpy = os.path.join(venv, "bin", "python")
+    run([PYTHON, "-m", "venv", "--system-site-packages", venv], None, "venv")
+    run([vpy, "-m", "pip", "install", "--no-index", "--no-deps", "--quiet",
+         "--disable-pip-version-check", wheel], None, "pip install")
+    p = subprocess.run([vpy, "-c", "import ddprun; print(ddprun.BIN_DIR)"],
+                       stdout=subprocess.PIPE, check=True)
+    return (os.path.join(venv, "bin", "ddprun"),
+            os.path.join(p.stdout.decode().strip(), "ddprun"), vpy)
+
+
+def measure_wheel(wheel, env, runs, tmp):
+    """{(what, 'entry point'|'binary'): median} for (a) launch->exit in s
+    and (d) --version in ms, the two interleaved run by run."""
+    entry_point, binary, vpy = install_wheel(os.path.abspath(wheel), tmp)
+    samples = {}
+
+    def timed_ms(cmd, what):
+        t0 = time.perf_counter()
+        run(cmd, env, what)
+        return (time.perf_counter() - t0) * 1e3
+
+    for _ in range(runs):
+        for label, exe in (("binary", binary), ("entry point", entry_point)):
+            samples.setdefault(("d", label), []).append(
+                timed_ms([exe, "--version"], label + " --version"))
+            samples.setdefault(("a", label), []).append(
+                launch_exit_s([exe], env, label))
+        samples.setdefault("python", []).append(
+            timed_ms([vpy, "-c", "pass"], "python -c pass"))
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def print_wheel_table(med, runs):
+    print("%-33s %9s %12s %7s %9s" % ("wheel entry point vs binary",
+                                      "binary", "entry point", "ratio",
+                                      "added ms"))
+    for name, key, fmt, to_ms in (
+            ("(a) launch->exit, median s", "a", "%.3f", 1e3),
+            ("(d) --version, median ms", "d", "%.1f", 1.0)):
+        b, w = med[(key, "binary")], med[(key, "entry point")]
+        print("%-33s %9s %12s %6.2fx %9.1f" %
+              (name, fmt % b, fmt % w, w / b, (w - b) * to_ms))
+    print("the venv's `python -c pass` alone: %.1f ms (median, same runs): "
+          "the shim's cost is one interpreter start" % med["python"])
+    print("(runs: %d each, interleaved; entry point = bin/ddprun of a venv "
+          "of %s holding the wheel)\n" % (runs, PYTHON))
 
 
 def launch_exit_s(prefix, env, label):
@@ -123,17 +183,35 @@ def main():
                             os.path.join(REPO, "..", "shared")))
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--crash-runs", type=int, default=5)
+    parser.add_argument("--wheel", help="also measure this wheel's entry "
+                        "point against its binary")
+    parser.add_argument("--no-torchrun", action="store_true",
+                        help="with --wheel: only the wheel table")
     args = parser.parse_args()
+    if args.no_torchrun and not args.wheel:
+        parser.error("--no-torchrun leaves nothing to measure without --wheel")
     bin_dir = os.path.join(os.path.abspath(args.build_dir), "bin")
     args.ddprun = args.ddprun or os.path.join(bin_dir, "ddprun")
     args.worker = args.worker or os.path.join(bin_dir, "launcher_bench_worker")
-    for path in (args.ddprun, args.worker):
+    for path in ([] if args.no_torchrun else [args.ddprun, args.worker]):
         if not os.access(path, os.X_OK):
             sys.exit("not built: %s (ninja ddprun launcher_bench_worker)" % path)
 
     tmp = tempfile.mkdtemp(prefix="ddprun_bench_launchers_")
     results = {}
     try:
+        if args.wheel:
+            print("measuring the wheel's entry point ...", file=sys.stderr,
+                  flush=True)
+            # As a user's shell has it: no PYTHON_EXEC (the shim looks for
+            # python3 on PATH).
+            env = {k: v for k, v in os.environ.items()
+                   if not k.startswith(("PET_", "TORCHELASTIC_")) and
+                   k != "PYTHON_EXEC"}
+            print_wheel_table(measure_wheel(args.wheel, env, args.runs, tmp),
+                              args.runs)
+        if args.no_torchrun:
+            return
         for label, prefix, env in launchers(args, tmp):
             print("measuring %s ..." % label, file=sys.stderr, flush=True)
             a = [launch_exit_s(prefix, env, label) for _ in range(args.runs)]

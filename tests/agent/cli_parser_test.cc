@@ -245,6 +245,29 @@ TEST_CASE("CliParser: short flags -r -t -m -h", "[cli]") {
   CHECK(r->show_help);
 }
 
+TEST_CASE("CliParser: --version before the entrypoint asks for the version",
+          "[cli]") {
+  for (const bool legacy : {false, true}) {
+    auto r = ParseCommandLine({"--nnodes", "2", "--version"}, {}, legacy);
+    REQUIRE(r.ok());
+    CHECK(r->show_version);
+    CHECK_FALSE(r->show_help);
+  }
+  // Help wins; after the entrypoint it is the script's; PET_VERSION is not
+  // a flag's environment default.
+  auto both = ParseCommandLine({"--version", "--help"}, {}, false);
+  REQUIRE(both.ok());
+  CHECK(both->show_help);
+  auto script = ParseCommandLine({Script(), "--version"}, {}, false);
+  REQUIRE(script.ok());
+  CHECK_FALSE(script->show_version);
+  CHECK(script->options.entrypoint_args == Args{"--version"});
+  auto env = ParseCommandLine({Script()}, {{"PET_VERSION", "1"}}, false);
+  REQUIRE(env.ok());
+  CHECK_FALSE(env->show_version);
+  CHECK(Contains(ParseErr({"--version=1"}), "--version takes no value"));
+}
+
 TEST_CASE("CliParser: unambiguous prefixes work as in argparse", "[cli]") {
   CHECK(ParseOk(With({"--nproc", "2"})).nproc_per_node == 2);
   CHECK(ParseOk(With({"--nproc-per", "3"})).nproc_per_node == 3);
