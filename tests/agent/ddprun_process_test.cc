@@ -547,6 +547,49 @@ TEST_CASE("ddprun: --rdzv_conf typos and bad values are exit 2",
   CHECK(err.find("join_timeout=abc") != std::string::npos);
 }
 
+TEST_CASE("ddprun: command lines from torch launcher tests",
+          "[agent][process]") {
+  std::string err;
+  // test_launch_elastic passes the shell's quotes inside the argument.
+  {
+    TempDir dir;
+    Ddprun run(dir,
+               {"--standalone", "--nproc_per_node=2",
+                "--rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5'",
+                "--no_python", kData + "/env_dump.sh"});
+    REQUIRE(run.Wait(30s) == 0);
+    INFO(run.Stderr());
+    CHECK(ReadFile(dir.path() + "/args_1") == "args:\n");
+  }
+  CHECK(RunBad({"--standalone", "--rdzv_conf='join_timout=5'", "--no_python",
+                "true"},
+               &err) == 2);
+  CHECK(err.find("unknown key 'join_timout'") != std::string::npos);
+  // torchrun's _get_logs_specs_class: only the registered name `default`.
+  CHECK(RunBad({"--logs_specs=my_specs", "--no_python", "true"}, &err) == 2);
+  CHECK(err.find("--logs_specs: unknown logs spec 'my_specs'") !=
+        std::string::npos);
+  {
+    TempDir dir;
+    Ddprun run(dir, {"--logs-specs=default", "--no_python", "true"});
+    REQUIRE(run.Wait() == 0);
+    CHECK(run.Stderr().find("logs_specs") == std::string::npos);
+  }
+  // torch.distributed.launch: --no-python needs --use-env (the program
+  // would get --local-rank=N as its first argument).
+  {
+    TempDir dir;
+    Ddprun run(
+        dir, {"--nproc_per_node=2", "--no-python", kData + "/env_dump.sh", "x"},
+        {}, DDPRUN_BIN_DIR "/ddprun-launch");
+    REQUIRE(run.Wait() == 2);
+    CHECK(run.Stderr() ==
+          "ddprun-launch: error: When using the '--no-python' flag, you must "
+          "also set the '--use-env' flag.\n");
+    CHECK(ReadFile(dir.path() + "/args_0").empty());  // nothing started
+  }
+}
+
 TEST_CASE("ddprun: --log_dir /dev/null writes no files (torchrun >= 2.3)",
           "[agent][process]") {
   TempDir dir;
