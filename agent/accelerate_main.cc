@@ -114,7 +114,7 @@ options:
                               OMP_NUM_THREADS (default $OMP_NUM_THREADS or 1;
                               with --cpu: physical cores / local processes)
   --enable_cpu_affinity       ACCELERATE_CPU_AFFINITY=1
-  --dynamo_backend BACKEND    no, eager, aot_eager, inductor, ... (torch.compile)
+  --dynamo_backend BACKEND    torch.compile backend: no, eager, inductor, ...
   --dynamo_mode {default,reduce-overhead,max-autotune}
   --dynamo_use_fullgraph, --dynamo_use_dynamic,
   --dynamo_use_regional_compilation

@@ -186,12 +186,12 @@ std::string DeepSpeedHelpText() {
   return R"(usage: ddprun-deepspeed [options] USER_SCRIPT [USER_ARGS...]
 
 Drop-in replacement for the `deepspeed` launcher (deepspeed/launcher/runner.py
-and launch.py of DeepSpeed 0.19.6) on ddprun's agent. Each worker gets what deepspeed's launch
-gives it: RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, CROSS_RANK,
-CROSS_SIZE, LOCAL_SIZE, CUDA_VISIBLE_DEVICES = its node's slots, and
-`--local_rank=N` after the script (unless --no_local_rank). Without a
-hostfile the job runs on this host with one slot per GPU (one slot on a
-machine without GPUs, as deepspeed's CPU accelerator). With a hostfile of
+and launch.py of DeepSpeed 0.19.6) on ddprun's agent. Each worker gets what
+deepspeed's launch gives it: RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT, CROSS_RANK, CROSS_SIZE, LOCAL_SIZE, CUDA_VISIBLE_DEVICES = its
+node's slots, and `--local_rank=N` after the script (unless --no_local_rank).
+Without a hostfile the job runs on this host with one slot per GPU (one slot
+on a machine without GPUs, as deepspeed's CPU accelerator). With a hostfile of
 several hosts, ddprun-deepspeed starts this host's node here and every other
 node with OpenSSH (`ssh HOST ddprun-deepspeed ...`, same directory, same
 binary path; deepspeed's exported variables and .deepspeed_env), and stops

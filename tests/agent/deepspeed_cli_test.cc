@@ -11,8 +11,10 @@
 #include <algorithm>
 #include <fstream>
 
+#include "agent/accelerate_cli.h"
 #include "agent/deepspeed_cli.h"
 #include "agent/deepspeed_hosts.h"
+#include "agent/deepspeed_main.h"
 #include "agent/deepspeed_remote.h"
 
 using namespace ddprun::agent;  // NOLINT
@@ -489,4 +491,18 @@ TEST_CASE("DeepSpeedDeviceCount: GPUs, else the CPU accelerator's count",
   CHECK(DeepSpeedDeviceCount(4, {}) == 4);
   CHECK(DeepSpeedDeviceCount(0, {{"LOCAL_SIZE", "3"}}) == 3);
   CHECK(DeepSpeedDeviceCount(0, {}, "/nonexistent") == 1);
+}
+
+TEST_CASE("Front end help texts fit 80 columns", "[deepspeed][accelerate]") {
+  for (const std::string& help : {DeepSpeedHelpText(), AccelerateHelpText()}) {
+    std::size_t start = 0;
+    while (start < help.size()) {
+      std::size_t end = help.find('\n', start);
+      if (end == std::string::npos) end = help.size();
+      INFO(help.substr(start, end - start));
+      CHECK(end - start <= 80);
+      start = end + 1;
+    }
+  }
+  CHECK(DeepSpeedHelpText().find("DeepSpeed 0.19.6") != std::string::npos);
 }
