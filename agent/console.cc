@@ -11,4 +11,18 @@ void FdConsole::Write(Stream stream, std::string_view text) {
                    text);
 }
 
+bool FdConsole::IsTerminal(Stream stream) const {
+  return ::isatty(stream == Stream::kOut ? STDOUT_FILENO : STDERR_FILENO) == 1;
+}
+
+void Console::WriteLive(Stream stream, const void* owner,
+                        std::string_view text) {
+  if (text.empty()) return;
+  std::string out;
+  if (open_owner_ != nullptr && open_owner_ != owner) out = "\n";
+  out.append(text);
+  open_owner_ = text.back() == '\n' ? nullptr : owner;
+  Write(stream, out);
+}
+
 }  // namespace ddprun::agent

@@ -229,6 +229,7 @@ Status ElasticAgent::StartWorkers() {
       wo.to_console = shown && (!Has(redirect, bit) || Has(tee, bit));
       wo.prefix = prefix;
       wo.stream = stream;
+      wo.live = console_->IsTerminal(stream);
       return std::make_unique<WorkerOutput>(wo, console_);
     };
     w->out = make_output(StdStreams::kOut, "stdout.log", Console::Stream::kOut);

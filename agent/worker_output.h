@@ -14,7 +14,12 @@ namespace ddprun::agent {
 // Console lines carry the `[<role><local_rank>]:` prefix and are written whole
 // (a partial line waits for its end; it is flushed at EOF), so lines of
 // different workers never interleave mid-line. The file gets the raw bytes.
-// Confined to the agent's loop thread.
+// Live mode (Options::live, for a console that is a terminal): bytes reach
+// the console as they arrive, the prefix put at the start of every line and
+// after every '\r' that more text follows (a progress bar redrawn with '\r'
+// moves behind its prefix); another worker's output first ends an
+// unfinished line (Console::WriteLive), and an incomplete UTF-8 character
+// waits for its last byte. Confined to the agent's loop thread.
 class WorkerOutput {
  public:
   struct Options {
@@ -22,6 +27,7 @@ class WorkerOutput {
     bool to_console = true;
     std::string prefix;  // e.g. "[default0]:"
     Console::Stream stream = Console::Stream::kOut;
+    bool live = false;
   };
 
   WorkerOutput(Options options, Console* console);
@@ -38,8 +44,13 @@ class WorkerOutput {
  private:
   Options options_;
   Console* console_;  // not owned
+  // Live mode: prefixes `bytes` and writes them.
+  void WriteLive(std::string_view bytes);
+
   int fd_ = -1;
   LineSplitter splitter_;
+  bool at_line_start_ = true;  // live: the next text needs the prefix
+  std::string utf8_tail_;      // live: an incomplete trailing character
 };
 
 }  // namespace ddprun::agent

@@ -7,8 +7,11 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pty.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -706,4 +709,64 @@ TEST_CASE("ddprun: --help exits 0 and lists every flag", "[agent][process]") {
            help.find(std::string(flag) + "\n") != std::string::npos));
   }
   CHECK(help.find("usage: ddprun") == 0);
+}
+
+TEST_CASE("ddprun: in a terminal, CR redraws show as they happen",
+          "[agent][process]") {
+  TempDir dir;
+  // A progress bar as tqdm draws it: '\r' first, no newline until the end.
+  const std::string bar = dir.path() + "/bar.sh";
+  std::ofstream(bar) << "#!/bin/sh\n"
+                        "printf '\\r step 1' >&2; sleep 1\n"
+                        "printf '\\r step 2' >&2; sleep 1\n"
+                        "printf '\\r step 3\\n' >&2\n";
+  REQUIRE(chmod(bar.c_str(), 0755) == 0);
+  winsize size{};
+  size.ws_row = 33;
+  size.ws_col = 97;
+  int master = -1;
+  const pid_t pid = forkpty(&master, nullptr, nullptr, &size);
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    execl(kBin.c_str(), kBin.c_str(), "--nproc_per_node=1", "--no_python",
+          bar.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  std::string seen;
+  Clock::duration step1_at{}, step3_at{};
+  while (Clock::now() - start < 20s) {
+    pollfd p{master, POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = read(master, buf, sizeof(buf));
+    if (n <= 0) break;  // EIO: every writer of the terminal is gone
+    seen.append(buf, static_cast<std::size_t>(n));
+    if (step1_at == Clock::duration{} &&
+        seen.find("step 1") != std::string::npos) {
+      step1_at = Clock::now() - start;
+    }
+    if (seen.find("step 3") != std::string::npos) {
+      step3_at = Clock::now() - start;
+      break;
+    }
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  close(master);
+  INFO(seen);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  // Each redraw behind the prefix, and the first one ~2 s before the last.
+  CHECK(seen.find("\r[default0]: step 1\r[default0]: step 2\r[default0]: "
+                  "step 3") != std::string::npos);
+  CHECK(step3_at - step1_at >= 1500ms);
+
+  // Not a terminal: nothing changes, the line shows once it ends.
+  TempDir files;
+  Ddprun piped(files, {"--nproc_per_node=1", "--no_python", bar});
+  REQUIRE(piped.Wait(20s) == 0);
+  CHECK(piped.Stderr().find("[default0]:\r step 1\r step 2\r step 3\n") !=
+        std::string::npos);
 }
