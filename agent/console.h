@@ -2,6 +2,7 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace ddprun::agent {
 
@@ -15,6 +16,10 @@ class Console {
   // Whether `stream` is a terminal: worker output is then shown live (a
   // line redrawn with '\r' as it is redrawn, not when it ends). Default no.
   virtual bool IsTerminal(Stream /*stream*/) const { return false; }
+  // The terminal's window size (rows, columns); {0, 0} when unknown.
+  virtual std::pair<unsigned short, unsigned short> TerminalSize() const {
+    return {0, 0};
+  }
 
   // Live output (agent loop thread only). The console line is "open" while
   // the last live text did not end in '\n'; its owner is the writer of that
@@ -37,6 +42,8 @@ class FdConsole : public Console {
   void Write(Stream stream, std::string_view text) override;
   // isatty(2) of fd 1 / fd 2.
   bool IsTerminal(Stream stream) const override;
+  // TIOCGWINSZ of fd 1, else fd 2.
+  std::pair<unsigned short, unsigned short> TerminalSize() const override;
 };
 
 }  // namespace ddprun::agent

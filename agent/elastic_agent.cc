@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <tuple>
 
 #include "agent/log_dir.h"
 #include "agent/log_line_prefix.h"
@@ -247,6 +248,13 @@ Status ElasticAgent::StartWorkers() {
                        w->local_rank, w->error_file, options_.parent_env);
     if (!w->heartbeat_file.empty()) {
       spec.env["DDPRUN_WATCHDOG_FILE"] = w->heartbeat_file;
+    }
+    // As torchrun's workers write to the terminal: a stream shown live on
+    // a terminal console (and kept in no file) is a terminal for the worker.
+    spec.tty_stdout = w->out->live_terminal();
+    spec.tty_stderr = w->err->live_terminal();
+    if (spec.tty_stdout || spec.tty_stderr) {
+      std::tie(spec.tty_rows, spec.tty_cols) = console_->TerminalSize();
     }
     ProcessCallbacks cb;
     Worker* raw = w.get();

@@ -46,11 +46,18 @@ void WorkerOutput::OnChunk(std::string_view chunk) {
   if (fd_ >= 0) (void)WriteFully(fd_, chunk);
   if (!options_.to_console) return;
   if (options_.live) {
-    std::string bytes = std::move(utf8_tail_);
+    std::string bytes = std::move(pending_);
     bytes.append(chunk);
-    const std::size_t tail = IncompleteUtf8Tail(bytes);
-    utf8_tail_ = bytes.substr(bytes.size() - tail);
-    bytes.resize(bytes.size() - tail);
+    // A line being redrawn ('\r' in it) goes out now (less an incomplete
+    // UTF-8 character); a plain partial line waits for its end, as without
+    // a terminal, so busy ranks do not cut each other's lines.
+    const auto newline = bytes.rfind('\n');
+    const std::size_t line = newline == std::string::npos ? 0 : newline + 1;
+    const std::size_t keep = bytes.find('\r', line) == std::string::npos
+                                 ? line
+                                 : bytes.size() - IncompleteUtf8Tail(bytes);
+    pending_ = bytes.substr(keep);
+    bytes.resize(keep);
     WriteLive(bytes);
     return;
   }
@@ -75,8 +82,8 @@ void WorkerOutput::WriteLive(std::string_view bytes) {
 
 void WorkerOutput::OnEof() {
   if (options_.to_console && options_.live) {
-    WriteLive(utf8_tail_);
-    utf8_tail_.clear();
+    WriteLive(pending_);
+    pending_.clear();
     if (console_->OwnsOpenLine(this)) {
       console_->WriteLive(options_.stream, this, "\n");
     }

@@ -136,9 +136,9 @@ TEST_CASE("WorkerOutput live: '\\r' redraws pass as they arrive", "[agent]") {
   CHECK(console.writes.back().second == "\r[default0]: 20%|##");
   // A redraw ending in '\r', then text: the text gets the prefix.
   out.OnChunk("\r 30%|###\r");
-  out.OnChunk("done\nnext");
-  CHECK(console.writes.back().second == "[default0]:done\n[default0]:next");
-  out.OnEof();  // the unfinished line ends
+  out.OnChunk("done\nnext");  // a plain partial line waits for its end
+  CHECK(console.writes.back().second == "[default0]:done\n");
+  out.OnEof();  // ... or the end of the stream
   CHECK(console.writes.back().second == "\n");
   CHECK(console.All(Console::Stream::kErr) ==
         "\r[default0]: 10%|#\r[default0]: 20%|##\r[default0]: 30%|###\r"
@@ -161,17 +161,24 @@ TEST_CASE("WorkerOutput live: two workers never share a line", "[agent]") {
   CHECK(console.All(Console::Stream::kOut) ==
         "\r[default0]: 50%|#####\n[default1]:hello world\n"
         "\r[default0]: 60%|######\n");
-  // Rank 0 mid-line when rank 1 writes: rank 0 goes on behind a new prefix.
+  // A plain partial line (a chunk ending mid-line) waits for its end.
   r0.OnChunk("loading...");
   r1.OnChunk("x\n");
   r0.OnChunk(" ok\n");
   CHECK(console.All(Console::Stream::kOut)
-            .find("[default0]:loading...\n[default1]:x\n[default0]: ok\n") !=
+            .find("[default1]:x\n[default0]:loading... ok\n") !=
         std::string::npos);
+  // Rank 0's bar open when rank 1 writes: the bar goes on on a new line.
+  r0.OnChunk("\rloading 1/2");
+  r1.OnChunk("y\n");
+  r0.OnChunk("\rloading 2/2\n");
+  CHECK(console.All(Console::Stream::kOut)
+            .find("\r[default0]:loading 1/2\n[default1]:y\n"
+                  "\r[default0]:loading 2/2\n") != std::string::npos);
   // An incomplete UTF-8 character waits for its last byte.
   console.writes.clear();
-  r1.OnChunk("caf\xc3");
-  CHECK(console.writes.back().second == "[default1]:caf");
+  r1.OnChunk("\rcaf\xc3");
+  CHECK(console.writes.back().second == "\r[default1]:caf");
   r1.OnChunk("\xa9\n");
   CHECK(console.writes.back().second == "\xc3\xa9\n");
 }
