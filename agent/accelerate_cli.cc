@@ -324,6 +324,16 @@ StatusOr<AcceleratePlan> PlanAccelerateLaunch(
   // launch_command: FSDP and multi-GPU go through torchrun; anything else
   // (--cpu, one process, MULTI_CPU without mpirun) is one plain process.
   plan.torchrun = !a.Flag("cpu") && (a.Flag("use_fsdp") || a.Flag("multi_gpu"));
+  // prepare_simple_launcher_cmd_env runs mpirun over the hostfile when the
+  // config's mpirun_config gives one; one process here would silently be a
+  // different job.
+  if (!plan.torchrun && !a.Get("mpirun_hostfile").is_none()) {
+    return InvalidArgumentError(
+        "mpirun_config.mpirun_hostfile (--config_file " + a.config_file +
+        "): accelerate's mpirun launch is not supported by "
+        "ddprun-accelerate; remove mpirun_config and start ddprun-accelerate "
+        "(or ddprun) on each machine");
+  }
   DDP_ASSIGN_OR_RETURN(auto worker_env, AccelerateWorkerEnv(a, plan.torchrun));
   LaunchOptions check;
   check.entrypoint = a.training_script;

@@ -7,8 +7,10 @@
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <sstream>
+#include <vector>
 
 namespace ddprun::agent {
 namespace {
@@ -64,80 +66,110 @@ const std::set<std::string>& DistributedTypes() {
   return *types;
 }
 
-bool AllMatch(const std::string& s, std::size_t from, const char* allowed) {
-  if (from >= s.size()) return false;
-  return s.find_first_not_of(allowed, from) == std::string::npos;
-}
-
 std::string WithoutUnderscores(std::string s) {
   s.erase(std::remove(s.begin(), s.end(), '_'), s.end());
   return s;
 }
 
-// PyYAML (YAML 1.1) resolution of a plain scalar.
+// PyYAML's implicit resolvers (yaml/resolver.py, YAML 1.1), in its order:
+// a plain scalar is a bool, float, int or null only when it matches one of
+// these whole; anything else (an IP 10.1.2.3, 1e3, -.5) stays a string.
+const std::regex& BoolRe() {
+  static const std::regex* re = new std::regex(
+      "yes|Yes|YES|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|"
+      "Off|OFF");
+  return *re;
+}
+const std::regex& FloatRe() {
+  static const std::regex* re = new std::regex(
+      "[-+]?[0-9][0-9_]*\\.[0-9_]*([eE][-+][0-9]+)?"
+      "|\\.[0-9][0-9_]*([eE][-+][0-9]+)?"
+      "|[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+\\.[0-9_]*"
+      "|[-+]?\\.(inf|Inf|INF)"
+      "|\\.(nan|NaN|NAN)");
+  return *re;
+}
+const std::regex& IntRe() {
+  static const std::regex* re = new std::regex(
+      "[-+]?0b[0-1_]+"
+      "|[-+]?0[0-7_]+"
+      "|[-+]?(0|[1-9][0-9_]*)"
+      "|[-+]?0x[0-9a-fA-F_]+"
+      "|[-+]?[1-9][0-9_]*(:[0-5]?[0-9])+");
+  return *re;
+}
+
+// Sexagesimal "a:b:c" (base 60), summed from the last part as PyYAML's
+// construct_yaml_int/float do (the same float rounding).
+double Base60(const std::string& body) {
+  std::vector<double> parts;
+  std::stringstream ss(body);
+  for (std::string part; std::getline(ss, part, ':');) {
+    parts.push_back(std::stod(part));
+  }
+  double value = 0, base = 1;
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+    value += *it * base;
+    base *= 60;
+  }
+  return value;
+}
+
+// A plain scalar as PyYAML's SafeLoader/FullLoader constructs it.
 PyValue PlainScalar(const std::string& t) {
-  static const std::set<std::string> kNull = {"", "~", "null", "Null", "NULL"};
-  static const std::set<std::string> kTrue = {
-      "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"};
-  static const std::set<std::string> kFalse = {
-      "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"};
-  if (kNull.count(t)) return PyValue::None();
-  if (kTrue.count(t)) return PyValue::Bool(true);
-  if (kFalse.count(t)) return PyValue::Bool(false);
-  const std::size_t sign = (!t.empty() && (t[0] == '-' || t[0] == '+')) ? 1 : 0;
-  const bool negative = sign == 1 && t[0] == '-';
-  auto as_int = [&](const std::string& digits, int base) {
-    long long v = std::stoll(WithoutUnderscores(digits), nullptr, base);
-    return PyValue::Int(negative ? -v : v);
-  };
+  if (t.empty() || t == "~" || t == "null" || t == "Null" || t == "NULL") {
+    return PyValue::None();
+  }
+  if (std::regex_match(t, BoolRe())) {
+    const char c = t[0];
+    return PyValue::Bool(c == 'y' || c == 'Y' || c == 't' || c == 'T' ||
+                         t == "on" || t == "On" || t == "ON");
+  }
+  // construct_yaml_float/int: underscores dropped, then the sign.
+  std::string body = WithoutUnderscores(t);
+  const bool negative = !body.empty() && body[0] == '-';
+  if (!body.empty() && (body[0] == '-' || body[0] == '+')) body.erase(0, 1);
   try {
-    if (t.compare(sign, 2, "0b") == 0 && AllMatch(t, sign + 2, "01_")) {
-      return as_int(t.substr(sign + 2), 2);
+    if (std::regex_match(t, FloatRe())) {
+      std::string lower = body;
+      for (char& c : lower) c = static_cast<char>(std::tolower(c));
+      if (lower == ".nan") return PyValue::Float(NAN);
+      double v = lower == ".inf"                        ? INFINITY
+                 : lower.find(':') != std::string::npos ? Base60(lower)
+                                                        : std::stod(lower);
+      return PyValue::Float(negative ? -v : v);
     }
-    if (t.compare(sign, 2, "0x") == 0 &&
-        AllMatch(t, sign + 2, "0123456789abcdefABCDEF_")) {
-      return as_int(t.substr(sign + 2), 16);
-    }
-    if (t.size() > sign + 1 && t[sign] == '0' &&
-        AllMatch(t, sign + 1, "01234567_")) {
-      return as_int(t.substr(sign + 1), 8);
-    }
-    if (t == "0" || (t.size() > sign && t[sign] >= '1' && t[sign] <= '9' &&
-                     AllMatch(t, sign, "0123456789_"))) {
-      return as_int(t.substr(sign), 10);
-    }
-    // Floats need a dot (and a signed exponent): "1e8" stays a string.
-    const std::string body = t.substr(sign);
-    if (body == ".inf" || body == ".Inf" || body == ".INF") {
-      return PyValue::Float(negative ? -INFINITY : INFINITY);
-    }
-    if (t == ".nan" || t == ".NaN" || t == ".NAN") return PyValue::Float(NAN);
-    const auto dot = body.find('.');
-    if (dot != std::string::npos && !body.empty()) {
-      std::string mant = body, exp;
-      const auto e = body.find_first_of("eE");
-      if (e != std::string::npos) {
-        mant = body.substr(0, e);
-        exp = body.substr(e + 1);
+    if (std::regex_match(t, IntRe())) {
+      long long v = 0;
+      if (body == "0") {
+        v = 0;
+      } else if (body.compare(0, 2, "0b") == 0) {
+        v = std::stoll(body.substr(2), nullptr, 2);
+      } else if (body.compare(0, 2, "0x") == 0) {
+        v = std::stoll(body.substr(2), nullptr, 16);
+      } else if (body[0] == '0') {
+        v = std::stoll(body, nullptr, 8);
+      } else if (body.find(':') != std::string::npos) {
+        v = static_cast<long long>(Base60(body));
+      } else {
+        v = std::stoll(body, nullptr, 10);
       }
-      const bool mant_ok =
-          mant.find('.') != std::string::npos &&
-          mant.find_first_not_of("0123456789_.") == std::string::npos &&
-          (mant[0] != '.' || mant.size() > 1) && mant[0] != '_';
-      const bool exp_ok = e == std::string::npos ||
-                          (exp.size() > 1 && (exp[0] == '-' || exp[0] == '+') &&
-                           AllMatch(exp, 1, "0123456789"));
-      if (mant_ok && exp_ok) {
-        const double v = std::stod(WithoutUnderscores(mant) +
-                                   (exp.empty() ? "" : "e" + exp));
-        return PyValue::Float(negative ? -v : v);
-      }
+      return PyValue::Int(negative ? -v : v);
     }
   } catch (const std::exception&) {
-    // Out of range: PyYAML would build a big int; keep the text.
+    // Out of range (PyYAML would build a big int) or only underscores
+    // ("0b_", a PyYAML error): keep the text.
   }
   return PyValue::Str(t);
 }
+
+}  // namespace
+
+PyValue ResolveYamlPlainScalar(const std::string& text) {
+  return PlainScalar(text);
+}
+
+namespace {
 
 std::string ReprOf(const PyValue& v) {
   if (v.kind != PyValue::Kind::kStr) return v.ToString();

@@ -36,6 +36,14 @@ struct AccelerateConfig {
 // know, a value of the wrong type for a key the launch uses.
 StatusOr<AccelerateConfig> LoadAccelerateConfig(const std::string& path);
 
+// A plain (unquoted, untagged) YAML scalar as PyYAML's loader resolves it
+// (YAML 1.1, yaml/resolver.py and constructor.py): null (``, `~`, `null`),
+// bool (`yes`/`no`/`on`/`off`/`true`/`false` in three casings), int (`42`,
+// `0x1A`, `0b101`, octal `0755`, `1_000`, sexagesimal `1:30`), float (`1.10`
+// is 1.1, `.5`, `1.0e+3`, `.inf`, `.nan`); anything else is a string: an
+// IP `10.1.2.3`, `1e3`, `-.5`, `0x`, `08`.
+PyValue ResolveYamlPlainScalar(const std::string& text);
+
 // accelerate's default_config_file: $HF_HOME/accelerate/default_config.yaml,
 // else $XDG_CACHE_HOME/huggingface/accelerate/..., else
 // $HOME/.cache/huggingface/accelerate/default_config.yaml.

@@ -277,6 +277,14 @@ const std::vector<AccelFlag>& AccelerateFlags() {
        AccelFlagType::kStr,
        S("sdpa"),
        {}},
+      // A DeepSpeed flag that accelerate's own test_validate_launch_command
+      // passes on a launch that is not a DeepSpeed launch: accepted there
+      // and unused (the DeepSpeed launch itself stays unsupported here).
+      {"deepspeed_config_file",
+       {"--deepspeed_config_file"},
+       AccelFlagType::kStr,
+       N(),
+       {}},
   };
   return *flags;
 }

@@ -17,6 +17,18 @@ namespace {
 
 constexpr const char* kProg = "ddprun-accelerate";
 
+// accelerate's logger.warning text as accelerate prints it: its newlines and
+// tabs are layout (a list of defaults), so they stay; any other control
+// character is escaped (the text can hold config values).
+std::string WarningText(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    out += (c == '\n' || c == '\t') ? std::string(1, c)
+                                    : EscapeControlChars(std::string(1, c));
+  }
+  return out;
+}
+
 }  // namespace
 
 int RunAccelerate(const std::vector<std::string>& args, EnvMap env,
@@ -37,7 +49,12 @@ int RunAccelerate(const std::vector<std::string>& args, EnvMap env,
     std::cout << AccelerateHelpText();
     return 0;
   }
-  for (const std::string& w : plan->warnings) DDP_LOG(WARNING) << w;
+  if (MinLogLevel() <= LogLevel::kWarning) {
+    for (const std::string& w : plan->warnings) {
+      std::cerr << kProg << ": warning: " << WarningText(w) << "\n";
+    }
+    std::cerr.flush();
+  }
   if (plan->torchrun) return run_agent(std::move(plan->launch), std::move(env));
   // accelerate's simple_launcher: one process, no torchrun. It becomes this
   // process (signals, exit code and terminal are the script's own).
@@ -97,7 +114,7 @@ options:
                               OMP_NUM_THREADS (default $OMP_NUM_THREADS or 1;
                               with --cpu: physical cores / local processes)
   --enable_cpu_affinity       ACCELERATE_CPU_AFFINITY=1
-  --dynamo_backend BACKEND    no, eager, aot_eager, inductor, ... (torch.compile)
+  --dynamo_backend BACKEND    torch.compile backend: no, eager, inductor, ...
   --dynamo_mode {default,reduce-overhead,max-autotune}
   --dynamo_use_fullgraph, --dynamo_use_dynamic,
   --dynamo_use_regional_compilation
@@ -116,8 +133,13 @@ options:
   --debug                     ACCELERATE_DEBUG_MODE=true
   -h, --help                  show this help and exit
 
+  --deepspeed_config_file FILE
+                              accepted and unused, as accelerate does on a
+                              launch that is not a DeepSpeed launch
+
 Not supported (an error): accelerate's TPU, DeepSpeed (use ddprun-deepspeed),
-Megatron-LM, SageMaker and mpirun paths and their flags.
+Megatron-LM, SageMaker and mpirun paths and their flags (a config file's
+mpirun_config with an mpirun_hostfile included).
 
 environment: PYTHON_EXEC (interpreter, default python3), HF_HOME /
 XDG_CACHE_HOME (default config file), OMP_NUM_THREADS, LOGLEVEL.

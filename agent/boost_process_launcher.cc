@@ -1,10 +1,12 @@
 #include "agent/boost_process_launcher.h"
 
 #include <fcntl.h>
+#include <pty.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <array>
@@ -13,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/process/args.hpp>
@@ -37,10 +40,14 @@ namespace bp = boost::process;
 
 struct BoostProcessLauncher::Child {
   Child(boost::asio::io_context& io, ProcessCallbacks cb)
-      : out(io), err(io), callbacks(std::move(cb)) {}
+      : out(io), err(io), out_tty(io), err_tty(io), callbacks(std::move(cb)) {}
   pid_t pid = -1;
   bp::async_pipe out;
   bp::async_pipe err;
+  // The master sides of the pseudo-terminals a tty stream uses instead of
+  // its pipe (closed when the stream uses the pipe).
+  boost::asio::posix::stream_descriptor out_tty;
+  boost::asio::posix::stream_descriptor err_tty;
   ProcessCallbacks callbacks;
   bool out_eof = false;
   bool err_eof = false;
@@ -117,6 +124,34 @@ void SetUpChild(pid_t parent, const ProcessGroupGuard* guard) {
   }
 }
 
+// A pseudo-terminal for one worker stream: the master (non-blocking, close
+// on exec) and the slave, whose output is passed through unchanged (no
+// OPOST: '\n' stays '\n'). Errors: openpty or tcsetattr failed.
+Status OpenPty(unsigned short rows, unsigned short cols, int* master,
+               int* slave) {
+  winsize ws{};
+  ws.ws_row = rows;
+  ws.ws_col = cols;
+  if (::openpty(master, slave, nullptr, nullptr, rows > 0 ? &ws : nullptr) !=
+      0) {
+    return ErrnoStatus("openpty", errno);
+  }
+  termios t{};
+  if (::tcgetattr(*slave, &t) == 0) {
+    t.c_oflag &= ~static_cast<tcflag_t>(OPOST);
+    if (::tcsetattr(*slave, TCSANOW, &t) != 0) {
+      const int e = errno;
+      ::close(*master);
+      ::close(*slave);
+      return ErrnoStatus("tcsetattr", e);
+    }
+  }
+  ::fcntl(*master, F_SETFD, FD_CLOEXEC);
+  ::fcntl(*master, F_SETFL, ::fcntl(*master, F_GETFL) | O_NONBLOCK);
+  ::fcntl(*slave, F_SETFD, FD_CLOEXEC);
+  return Status::Ok();
+}
+
 ExitStatus FromWaitStatus(int status) {
   if (WIFSIGNALED(status)) return ExitStatus{-WTERMSIG(status)};
   return ExitStatus{WEXITSTATUS(status)};
@@ -160,16 +195,42 @@ StatusOr<std::unique_ptr<Process>> BoostProcessLauncher::Launch(
   for (const auto& [key, value] : spec.env) env[key] = value;
   std::vector<std::string> args(spec.argv.begin() + 1, spec.argv.end());
   pid_t parent = ::getpid();
+  // A tty stream: the child's fd 1 / 2 become the pseudo-terminal's slave
+  // (after boost set them to the pipes, which the child then drops).
+  int slave_out = -1, slave_err = -1;
+  for (bool is_err : {false, true}) {
+    if (!(is_err ? spec.tty_stderr : spec.tty_stdout)) continue;
+    int master = -1;
+    int& slave = is_err ? slave_err : slave_out;
+    Status s = OpenPty(spec.tty_rows, spec.tty_cols, &master, &slave);
+    if (!s.ok()) {
+      DDP_LOG(WARNING) << "no terminal for a worker (a pipe instead): "
+                       << s.message();
+      continue;
+    }
+    (is_err ? child->err_tty : child->out_tty).assign(master);
+  }
   std::error_code ec;
   bp::child proc(bp::exe = exe, bp::args = args, env, bp::std_out > child->out,
                  bp::std_err > child->err,
-                 bp::extend::on_exec_setup([parent, guard = guard_](auto&) {
-                   SetUpChild(parent, guard);
-                 }),
+                 bp::extend::on_exec_setup(
+                     [parent, guard = guard_, slave_out, slave_err](auto&) {
+                       if (slave_out >= 0) ::dup2(slave_out, STDOUT_FILENO);
+                       if (slave_err >= 0) ::dup2(slave_err, STDERR_FILENO);
+                       SetUpChild(parent, guard);
+                     }),
                  ec);
+  // The slaves live on in the child only: EOF (EIO) comes when it and
+  // everything it started have closed them.
+  if (slave_out >= 0) ::close(slave_out);
+  if (slave_err >= 0) ::close(slave_err);
   if (ec) {
     return InternalError("cannot start '" + exe + "': " + ec.message());
   }
+  // A stream on a terminal: its pipe carries nothing, so it ends at once.
+  boost::system::error_code ignored;
+  if (child->out_tty.is_open()) child->out.close(ignored);
+  if (child->err_tty.is_open()) child->err.close(ignored);
   child->pid = proc.id();
   // Exits are reaped by ReapExited (SIGCHLD), not by bp::child.
   proc.detach();
@@ -183,25 +244,30 @@ StatusOr<std::unique_ptr<Process>> BoostProcessLauncher::Launch(
 
 void BoostProcessLauncher::StartRead(const std::shared_ptr<Child>& child,
                                      bool is_stderr) {
-  bp::async_pipe& pipe = is_stderr ? child->err : child->out;
   auto& buf = is_stderr ? child->err_buf : child->out_buf;
-  pipe.async_read_some(
-      boost::asio::buffer(buf),
-      [this, child, is_stderr](const boost::system::error_code& ec, size_t n) {
-        auto& sink =
-            is_stderr ? child->callbacks.on_stderr : child->callbacks.on_stdout;
-        auto& data = is_stderr ? child->err_buf : child->out_buf;
-        if (n > 0 && sink && !child->finished) {
-          sink(std::string_view(data.data(), n));
-        }
-        if (!ec && !child->grace_expired) {
-          StartRead(child, is_stderr);
-          return;
-        }
-        // EOF, or cancelled after the grace period.
-        (is_stderr ? child->err_eof : child->out_eof) = true;
-        MaybeFinish(child);
-      });
+  auto on_read = [this, child, is_stderr](const boost::system::error_code& ec,
+                                          size_t n) {
+    auto& sink =
+        is_stderr ? child->callbacks.on_stderr : child->callbacks.on_stdout;
+    auto& data = is_stderr ? child->err_buf : child->out_buf;
+    if (n > 0 && sink && !child->finished) {
+      sink(std::string_view(data.data(), n));
+    }
+    if (!ec && !child->grace_expired) {
+      StartRead(child, is_stderr);
+      return;
+    }
+    // EOF (a terminal: EIO), or cancelled after the grace period.
+    (is_stderr ? child->err_eof : child->out_eof) = true;
+    MaybeFinish(child);
+  };
+  auto& tty = is_stderr ? child->err_tty : child->out_tty;
+  if (tty.is_open()) {
+    tty.async_read_some(boost::asio::buffer(buf), std::move(on_read));
+  } else {
+    (is_stderr ? child->err : child->out)
+        .async_read_some(boost::asio::buffer(buf), std::move(on_read));
+  }
 }
 
 void BoostProcessLauncher::MaybeFinish(const std::shared_ptr<Child>& child) {
@@ -212,6 +278,8 @@ void BoostProcessLauncher::MaybeFinish(const std::shared_ptr<Child>& child) {
   boost::system::error_code ignored;
   child->out.close(ignored);
   child->err.close(ignored);
+  child->out_tty.close(ignored);
+  child->err_tty.close(ignored);
   if (child->callbacks.on_exit) child->callbacks.on_exit(child->status);
 }
 
@@ -246,6 +314,8 @@ void BoostProcessLauncher::ReapExited() {
       try {
         child->out.cancel();
         child->err.cancel();
+        if (child->out_tty.is_open()) child->out_tty.cancel();
+        if (child->err_tty.is_open()) child->err_tty.cancel();
       } catch (const boost::system::system_error& e) {
         DDP_LOG(WARNING) << "cancelling worker pipe reads: " << e.what();
       }

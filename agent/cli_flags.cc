@@ -128,8 +128,9 @@ std::vector<FlagSpec> MakeFlags() {
        "Give every worker LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES=<its GPU>.",
        false, false},
       {"logs_specs", 0, kV, "LOGS_SPECS", "none",
-       "torchrun LogsSpecs plugin name. Accepted; no effect in ddprun.", false,
-       true},
+       "torchrun LogsSpecs plugin name: only 'default' (torchrun's one "
+       "registered name) is accepted; no effect in ddprun.",
+       false, true},
       {"event_log_handler", 0, kV, "EVENT_LOG_HANDLER", "null",
        "torchrun events handler (null, console, dynamic_rendezvous). "
        "Accepted; no effect in ddprun.",

@@ -220,10 +220,24 @@ Status CheckNoEffectFlags(const Values& v, std::vector<std::string>* warnings) {
       DDP_RETURN_IF_ERROR(ParseFilterList(raw->source, raw->text).status());
     }
   }
+  // torchrun loads the name from the `torchrun.logs_specs` entry points,
+  // where only `default` (DefaultLogsSpecs) is registered; any other name
+  // is a ValueError there.
+  if (const RawValue* raw = v.Find("logs_specs")) {
+    if (raw->text != "default") {
+      return InvalidArgumentError(
+          raw->source + ": unknown logs spec '" + raw->text +
+          "' (torchrun: could not find entrypoint under "
+          "'torchrun.logs_specs[" +
+          raw->text + "]'); only 'default' exists");
+    }
+  }
   for (const FlagSpec& flag : AllFlags()) {
     const RawValue* raw = v.Find(flag.dest);
     if (!flag.no_effect || raw == nullptr) continue;
-    if (std::string(flag.dest) == "event_log_handler" && raw->text == "null") {
+    const std::string dest = flag.dest;
+    if ((dest == "event_log_handler" && raw->text == "null") ||
+        (dest == "logs_specs" && raw->text == "default")) {
       continue;  // the default: nothing is lost
     }
     warnings->push_back(raw->source + "=" + raw->text +
@@ -480,6 +494,13 @@ StatusOr<CommandLine> ParseCommandLine(
   DDP_ASSIGN_OR_RETURN(o.retry_usage_errors, v.Bool("retry_usage_errors"));
   DDP_RETURN_IF_ERROR(CheckNoEffectFlags(v, &cl.warnings));
   DDP_RETURN_IF_ERROR(FillEntrypoint(v, tokens, env, &o));
+  // torch.distributed.launch's launch(): the program would get
+  // --local-rank=N as its first argument.
+  if (o.legacy_launch && o.no_python && !o.use_env) {
+    return InvalidArgumentError(
+        "When using the '--no-python' flag, you must also set the "
+        "'--use-env' flag.");
+  }
   return cl;
 }
 

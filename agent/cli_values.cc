@@ -152,8 +152,15 @@ StatusOr<StdSpec> ParseStdSpec(const std::string& source,
 StatusOr<std::map<std::string, std::string>> ParseRdzvConf(
     const std::string& source, const std::string& text) {
   std::map<std::string, std::string> conf;
-  if (Trim(text).empty()) return conf;
-  for (const std::string& item : Split(text, ',')) {
+  std::string body = Trim(text);
+  // One matching pair of quotes around the whole value is its content:
+  // torch's own tests pass --rdzv-conf='k=v,...' with the quotes in it.
+  if (body.size() >= 2 && (body[0] == '\'' || body[0] == '"') &&
+      body.back() == body[0]) {
+    body = Trim(body.substr(1, body.size() - 2));
+  }
+  if (body.empty()) return conf;
+  for (const std::string& item : Split(body, ',')) {
     auto eq = item.find('=');
     if (eq == std::string::npos) {
       return Invalid(source, text, "'" + item + "' is not key=value");

@@ -37,7 +37,9 @@ StatusOr<NodeRange> ParseNnodes(const std::string& source,
 StatusOr<StdSpec> ParseStdSpec(const std::string& source,
                                const std::string& text);
 
-// "k=v,k=v" (empty = no entries). Keys and values must be non-empty.
+// "k=v,k=v" (empty = no entries). Keys and values must be non-empty. A
+// value wrapped in one matching pair of quotes ('...' or "...") is read as
+// what is between them.
 StatusOr<std::map<std::string, std::string>> ParseRdzvConf(
     const std::string& source, const std::string& text);
 

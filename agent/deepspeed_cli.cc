@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 
+#include <algorithm>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -42,6 +43,9 @@ const std::vector<OptionSpec>& Specs() {
       {"bind_cores_to_rank", {"--bind_cores_to_rank"}, K::kFlag},
       {"bind_core_list", {"--bind_core_list"}, K::kValue},
       {"ssh_port", {"--ssh_port"}, K::kValue},
+      {"venv_script", {"--venv_script"}, K::kValue},
+      {"log_level", {"--log_level"}, K::kValue},
+      {"quiet", {"-q", "--quiet"}, K::kFlag},
       // Internal: what the multi-node launch passes to every node.
       {"world_info", {"--world_info"}, K::kValue},
       {"stop_on_stdin_eof", {"--stop_on_stdin_eof"}, K::kFlag},
@@ -64,6 +68,36 @@ std::string Join(const std::vector<int>& v, const char* sep) {
   std::string out;
   for (int x : v) out += (out.empty() ? "" : sep) + std::to_string(x);
   return out;
+}
+
+// This host's slot ids without a hostfile: the device ids
+// CUDA_VISIBLE_DEVICES lists when it lists plain ids (runner.py turns the
+// list into --include=localhost:LIST, so its ids are the slots), else
+// 0..device_count-1.
+std::vector<int> VisibleDeviceIds(const std::map<std::string, std::string>& env,
+                                  int device_count) {
+  std::vector<int> ids;
+  auto visible = env.find("CUDA_VISIBLE_DEVICES");
+  if (visible != env.end() && !visible->second.empty()) {
+    std::stringstream ss(visible->second);
+    bool plain = true;
+    for (std::string entry; std::getline(ss, entry, ',');) {
+      const auto b = entry.find_first_not_of(" \t");
+      const auto e = entry.find_last_not_of(" \t");
+      entry = b == std::string::npos ? "" : entry.substr(b, e - b + 1);
+      if (entry.empty() || entry.size() > 6 ||
+          entry.find_first_not_of("0123456789") != std::string::npos) {
+        plain = false;
+        break;
+      }
+      const int id = std::stoi(entry);
+      if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+    }
+    if (plain && !ids.empty()) return ids;
+    ids.clear();
+  }
+  for (int i = 0; i < device_count; ++i) ids.push_back(i);
+  return ids;
 }
 
 bool ReadFile(const std::string& path, std::string* text) {
@@ -138,6 +172,21 @@ StatusOr<DeepSpeedArgs> ParseDeepSpeedArgs(
     }
     a.ssh_port = port;
   }
+  if (t.Has("log_level")) {
+    a.log_level = t.Get("log_level", "");
+    const char* const levels[] = {"debug", "info", "warning", "error",
+                                  "critical"};
+    if (std::find(std::begin(levels), std::end(levels), a.log_level) ==
+        std::end(levels)) {
+      return InvalidArgumentError(t.Name("log_level") + ": invalid choice '" +
+                                  a.log_level +
+                                  "' (choose from debug, info, warning, "
+                                  "error, critical)");
+    }
+  }
+  a.quiet = t.Has("quiet");
+  if (a.quiet) a.log_level = "error";  // runner.py: an alias
+  a.venv_script = t.Get("venv_script", "");
   a.module = t.Has("module");
   a.no_python = t.Has("no_python");
   a.no_local_rank = t.Has("no_local_rank");
@@ -234,10 +283,19 @@ StatusOr<DeepSpeedPlan> PlanDeepSpeedLaunch(
   }
   bool multi_node = true;
   std::string master_addr = args.master_addr;
+  ActiveResources host_info;
+  for (const auto& [host, count] : pool) {
+    std::vector<int> ids;
+    for (int i = 0; i < count; ++i) ids.push_back(i);
+    host_info.emplace_back(host, std::move(ids));
+  }
   if (pool.empty()) {
-    pool.emplace_back("localhost", device_count);
+    // This host alone: its devices, by the ids CUDA_VISIBLE_DEVICES lets
+    // through when it lists them (a slot it masks out is not this host's).
+    std::vector<int> ids = VisibleDeviceIds(env, device_count);
     master_addr = "127.0.0.1";
     multi_node = false;
+    host_info.emplace_back("localhost", std::move(ids));
   }
   if (!multi_node && args.num_nodes > 1) {
     return InvalidArgumentError(
@@ -245,7 +303,7 @@ StatusOr<DeepSpeedPlan> PlanDeepSpeedLaunch(
         "other nodes");
   }
   DDP_ASSIGN_OR_RETURN(ActiveResources active,
-                       FilterResources(pool, include, args.exclude));
+                       FilterResources(host_info, include, args.exclude));
   if (args.num_nodes > 0 &&
       static_cast<std::size_t>(args.num_nodes) < active.size()) {
     active.resize(static_cast<std::size_t>(args.num_nodes));
@@ -267,6 +325,17 @@ StatusOr<DeepSpeedPlan> PlanDeepSpeedLaunch(
   plan.resources = std::move(active);
   plan.multi_node =
       (args.force_multi || plan.resources.size() > 1) && !args.no_ssh;
+  if (plan.multi_node && args.launcher != "pdsh" &&
+      !args.launcher_args.empty()) {
+    return InvalidArgumentError(
+        "--launcher_args '" + args.launcher_args +
+        "': with --launcher=" + args.launcher +
+        " they are that MPI launcher's arguments, but ddprun-deepspeed "
+        "starts every node over OpenSSH, not with " +
+        args.launcher +
+        "; drop --launcher_args (with --launcher=pdsh they are given to "
+        "ssh)");
+  }
   plan.node_rank = args.no_ssh ? args.node_rank : 0;
   plan.master_addr = master_addr;
   if (!plan.multi_node && plan.master_addr.empty() &&

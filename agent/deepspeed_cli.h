@@ -34,6 +34,14 @@ struct DeepSpeedArgs {
   std::optional<int> ssh_port;
   bool module = false, no_python = false, no_local_rank = false;
   bool no_ssh = false, no_ssh_check = false, force_multi = false;
+  // --log_level (debug, info, warning, error, critical; "" = not given)
+  // and -q/--quiet (= error): the launcher's own log, passed on to every
+  // node's launch as runner.py passes them to launch.py.
+  std::string log_level;
+  bool quiet = false;
+  // --venv_script: sourced before each node's launch when the nodes are
+  // started by ddprun-deepspeed (deepspeed: by pdsh); "" = none.
+  std::string venv_script;
   // Internal: run node `node_rank` of this world (base64 world info), and
   // stop when stdin closes (the ssh connection that started it went away).
   std::string world_info;
@@ -44,7 +52,8 @@ struct DeepSpeedArgs {
 };
 
 // Parses the command line as runner.py's argparse would (any unambiguous
-// prefix of a long flag; '-' or '_'). Flags deepspeed has but ddprun does
+// prefix of a long flag; '-' or '_'), as of DeepSpeed 0.19.6. Flags
+// deepspeed has but ddprun does
 // not implement (--autotuning, --save_pid, --enable_each_rank_log,
 // --bind_cores_to_rank, --bind_core_list) and --launcher=slurm are errors
 // naming the flag. Errors: kInvalidArgument, one line.
@@ -60,6 +69,9 @@ struct DeepSpeedPlan {
   int node_rank = 0;
   std::string master_addr;  // "" = ask the first host (`hostname -I`)
   std::string hostfile;     // the hostfile read, "" = none
+  // (--launcher_args with an MPI --launcher on several nodes is an error:
+  // they are mpirun's arguments, and ddprun-deepspeed starts nodes with
+  // ssh.)
   // CUDA_VISIBLE_DEVICES of the launcher's environment became --include and
   // is removed from the environment (runner.py deletes it).
   bool drop_visible_devices = false;

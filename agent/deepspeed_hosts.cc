@@ -145,30 +145,30 @@ StatusOr<ResourcePool> ParseHostfile(const std::string& source,
 StatusOr<ActiveResources> FilterResources(const ResourcePool& pool,
                                           const std::string& include,
                                           const std::string& exclude) {
+  ActiveResources host_info;
+  for (const auto& [host, count] : pool) {
+    std::vector<int> ids;
+    for (int i = 0; i < count; ++i) ids.push_back(i);
+    host_info.emplace_back(host, std::move(ids));
+  }
+  return FilterResources(host_info, include, exclude);
+}
+
+StatusOr<ActiveResources> FilterResources(const ActiveResources& host_info,
+                                          const std::string& include,
+                                          const std::string& exclude) {
   if (!include.empty() && !exclude.empty()) {
     return InvalidArgumentError(
         "--include and --exclude are mutually exclusive");
   }
-  // parse_inclusion_exclusion: a host named with slots in --include uses
-  // exactly those (deepspeed does not check them against the hostfile: that
-  // is how `-i localhost:2,3` picks GPUs 2 and 3); any other host all of its
-  // slots.
+  // parse_resource_filter as deepspeed's tests call it (host_info = the
+  // hostfile's slots): every listed slot must be one the host has.
   std::vector<std::pair<std::string, std::vector<int>>> included;
   if (!include.empty()) {
     DDP_ASSIGN_OR_RETURN(included, ParseNodeSpecs(include));
   }
-  std::map<std::string, std::vector<int>> active;
-  for (const auto& [host, count] : pool) {
-    auto it =
-        std::find_if(included.begin(), included.end(),
-                     [&name = host](const auto& e) { return e.first == name; });
-    std::vector<int>& ids = active[host];
-    if (it != included.end() && !it->second.empty()) {
-      ids = it->second;
-    } else {
-      for (int i = 0; i < count; ++i) ids.push_back(i);
-    }
-  }
+  const std::map<std::string, std::vector<int>> active(host_info.begin(),
+                                                       host_info.end());
   std::map<std::string, std::vector<int>> chosen;
   if (include.empty() && exclude.empty()) {
     chosen = active;
@@ -190,9 +190,14 @@ StatusOr<ActiveResources> FilterResources(const ResourcePool& pool,
       for (int slot : slots) {
         if (std::find(it->second.begin(), it->second.end(), slot) ==
             it->second.end()) {
-          return InvalidArgumentError(std::string(flag) + " " + spec +
-                                      ": host '" + host + "' has no slot " +
-                                      std::to_string(slot));
+          std::string have;
+          for (int id : it->second) {
+            have += (have.empty() ? "" : ",") + std::to_string(id);
+          }
+          return InvalidArgumentError(
+              std::string(flag) + " " + spec + ": host '" + host +
+              "' has no slot " + std::to_string(slot) +
+              " (its slots: " + (have.empty() ? "none" : have) + ")");
         }
       }
       std::vector<int>& target = chosen[host];
@@ -209,10 +214,10 @@ StatusOr<ActiveResources> FilterResources(const ResourcePool& pool,
     }
   }
   ActiveResources out;
-  for (const auto& [host, count] : pool) {
-    auto it = chosen.find(host);
+  for (const auto& entry : host_info) {
+    auto it = chosen.find(entry.first);
     if (it != chosen.end() && !it->second.empty()) {
-      out.emplace_back(host, it->second);
+      out.emplace_back(entry.first, it->second);
     }
   }
   return out;

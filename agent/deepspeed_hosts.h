@@ -25,14 +25,21 @@ using ActiveResources = std::vector<std::pair<std::string, std::vector<int>>>;
 StatusOr<ResourcePool> ParseHostfile(const std::string& source,
                                      const std::string& text);
 
-// runner.py's parse_inclusion_exclusion: `include` / `exclude` are
-// NODE_SPEC[@NODE_SPEC...] with NODE_SPEC = NAME[:SLOT[,SLOT...]]; at most
-// one of them non-empty. Include keeps only the named hosts (all their
-// slots, or exactly the listed ones, as deepspeed: not checked against the
-// hostfile); exclude removes hosts or slots. Hosts left without slots are
-// dropped; order stays the hostfile's. Errors: both given, an unknown host,
-// an excluded slot the host does not have, a slot that is not an integer.
+// runner.py's parse_resource_filter over the hostfile's slots, as
+// deepspeed's own tests (tests/unit/launcher/test_run.py) call it:
+// `include` / `exclude` are NODE_SPEC[@NODE_SPEC...] with NODE_SPEC =
+// NAME[:SLOT[,SLOT...]]; at most one of them non-empty. Include keeps only
+// the named hosts (all their slots, or exactly the listed ones); exclude
+// removes hosts or slots. Hosts left without slots are dropped; order stays
+// the hostfile's. Errors: both given, an unknown host, a listed slot the
+// host does not have (in --include too: deepspeed 0.19's main() skips that
+// check, its tests expect it), a slot that is not an integer.
 StatusOr<ActiveResources> FilterResources(const ResourcePool& pool,
+                                          const std::string& include,
+                                          const std::string& exclude);
+// The same with each host's slot ids given (e.g. this host's GPUs that
+// CUDA_VISIBLE_DEVICES lets through).
+StatusOr<ActiveResources> FilterResources(const ActiveResources& host_info,
                                           const std::string& include,
                                           const std::string& exclude);
 

@@ -97,7 +97,15 @@ int RunNodes(const DeepSpeedArgs& args, const DeepSpeedPlan& plan,
     node.name = "node " + std::to_string(i) + " (" + host + ")";
     std::vector<std::string> node_args = DeepSpeedNodeArgs(
         args, world_info, static_cast<int>(i), master_addr, !local[i]);
-    if (local[i]) {
+    if (local[i] && !args.venv_script.empty()) {
+      // deepspeed's pdsh sources --venv_script on every node, this one too.
+      std::vector<std::string> program = {remote_program};
+      program.insert(program.end(), node_args.begin(), node_args.end());
+      node.argv = {
+          "/bin/sh", "-c",
+          RemoteShellCommand(cwd, *exports, program, args.venv_script)};
+      node.env = env;
+    } else if (local[i]) {
       node.argv = {kProg};
       node.argv.insert(node.argv.end(), node_args.begin(), node_args.end());
       node.exec_path = self;
@@ -107,7 +115,8 @@ int RunNodes(const DeepSpeedArgs& args, const DeepSpeedPlan& plan,
       std::vector<std::string> remote = {remote_program};
       remote.insert(remote.end(), node_args.begin(), node_args.end());
       StatusOr<std::vector<std::string>> ssh =
-          SshArgv(args, host, RemoteShellCommand(cwd, *exports, remote));
+          SshArgv(args, host,
+                  RemoteShellCommand(cwd, *exports, remote, args.venv_script));
       if (!ssh.ok()) return BadInput(ssh.status());
       node.argv = std::move(ssh).value();
       node.env = env;
@@ -129,6 +138,15 @@ int RunDeepSpeed(const std::vector<std::string>& argv, EnvMap env,
   if (args->help) {
     std::cout << DeepSpeedHelpText();
     return 0;
+  }
+  // runner.py's set_log_level_from_string: the launcher's own messages
+  // (critical: errors only, as ddprun has no higher level).
+  if (!args->log_level.empty()) {
+    const std::string& l = args->log_level;
+    SetMinLogLevel(l == "debug"     ? LogLevel::kDebug
+                   : l == "info"    ? LogLevel::kInfo
+                   : l == "warning" ? LogLevel::kWarning
+                                    : LogLevel::kError);
   }
   if (args->launcher != "pdsh") {
     DDP_LOG(WARNING) << "--launcher=" << args->launcher
@@ -153,6 +171,11 @@ int RunDeepSpeed(const std::vector<std::string>& argv, EnvMap env,
   for (const std::string& w : plan->warnings) DDP_LOG(WARNING) << w;
   if (plan->drop_visible_devices) env.erase("CUDA_VISIBLE_DEVICES");
   if (plan->multi_node) return RunNodes(*args, *plan, env);
+  if (!args->venv_script.empty()) {
+    DDP_LOG(INFO) << "--venv_script " << args->venv_script
+                  << " is not sourced: one node started here, as deepspeed "
+                     "sources it only on nodes its launcher starts";
+  }
   StatusOr<CommandLine> cl = DeepSpeedNodeCommandLine(
       *args, plan->resources, plan->node_rank, plan->master_addr, env);
   if (!cl.ok()) return BadInput(cl.status());
@@ -163,12 +186,12 @@ std::string DeepSpeedHelpText() {
   return R"(usage: ddprun-deepspeed [options] USER_SCRIPT [USER_ARGS...]
 
 Drop-in replacement for the `deepspeed` launcher (deepspeed/launcher/runner.py
-and launch.py) on ddprun's agent. Each worker gets what deepspeed's launch
-gives it: RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, CROSS_RANK,
-CROSS_SIZE, LOCAL_SIZE, CUDA_VISIBLE_DEVICES = its node's slots, and
-`--local_rank=N` after the script (unless --no_local_rank). Without a
-hostfile the job runs on this host with one slot per GPU (one slot on a
-machine without GPUs, as deepspeed's CPU accelerator). With a hostfile of
+and launch.py of DeepSpeed 0.19.6) on ddprun's agent. Each worker gets what
+deepspeed's launch gives it: RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT, CROSS_RANK, CROSS_SIZE, LOCAL_SIZE, CUDA_VISIBLE_DEVICES = its
+node's slots, and `--local_rank=N` after the script (unless --no_local_rank).
+Without a hostfile the job runs on this host with one slot per GPU (one slot
+on a machine without GPUs, as deepspeed's CPU accelerator). With a hostfile of
 several hosts, ddprun-deepspeed starts this host's node here and every other
 node with OpenSSH (`ssh HOST ddprun-deepspeed ...`, same directory, same
 binary path; deepspeed's exported variables and .deepspeed_env), and stops
@@ -195,9 +218,16 @@ options (an unambiguous prefix of a long option is accepted):
   --force_multi            Start the nodes over ssh even for one host
   --launcher NAME          pdsh (default), openmpi, mpich, impi, mvapich:
                            all start nodes over OpenSSH here
-  --launcher_args ARGS     Extra ssh arguments, split like a shell
-                           (e.g. "-F ssh_config -i key")
+  --launcher_args ARGS     With pdsh: extra ssh arguments, split like a
+                           shell (e.g. "-F ssh_config -i key"); with an MPI
+                           launcher on several nodes: an error (they would
+                           be mpirun's arguments)
   --ssh_port PORT          ssh port of the other hosts
+  --venv_script FILE       Sourced before each node's launch when the nodes
+                           are started from here (several nodes)
+  --log_level LEVEL        debug, info (default), warning, error, critical:
+                           this launcher's own messages
+  -q, --quiet              Same as --log_level error
   --module                 Run USER_SCRIPT as a Python module (python -m)
   --no_python              Execute USER_SCRIPT directly, without Python
   --no_local_rank          Do not append --local_rank=N to USER_ARGS

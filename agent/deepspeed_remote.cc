@@ -157,6 +157,8 @@ std::vector<std::string> DeepSpeedNodeArgs(const DeepSpeedArgs& args,
     out.push_back("--min_elastic_nodes=" +
                   std::to_string(args.min_elastic_nodes));
   }
+  if (args.quiet) out.push_back("--quiet");
+  if (!args.log_level.empty()) out.push_back("--log_level=" + args.log_level);
   if (remote) out.push_back("--stop_on_stdin_eof");
   // "--" keeps a user script that starts with '-' from reading as a flag.
   out.push_back("--");
@@ -167,8 +169,10 @@ std::vector<std::string> DeepSpeedNodeArgs(const DeepSpeedArgs& args,
 
 std::string RemoteShellCommand(
     const std::string& cwd, const std::map<std::string, std::string>& exports,
-    const std::vector<std::string>& argv) {
-  std::string cmd = "cd " + ShellQuote(cwd) + " &&";
+    const std::vector<std::string>& argv, const std::string& venv_script) {
+  std::string cmd;
+  if (!venv_script.empty()) cmd = ". " + ShellQuote(venv_script) + " && ";
+  cmd += "cd " + ShellQuote(cwd) + " &&";
   if (!exports.empty()) {
     cmd += " export";
     for (const auto& [k, v] : exports) cmd += " " + ShellQuote(k + "=" + v);

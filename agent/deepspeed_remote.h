@@ -33,7 +33,8 @@ StatusOr<std::vector<std::string>> ShellSplit(const std::string& text);
 // The arguments of the per-node launch of node `node_rank` (after the
 // program): --world_info=, --node_rank=, --master_addr=, --master_port=,
 // the flags that change the workers (--no_python, --module,
-// --no_local_rank, --elastic_training with its node counts), then the user
+// --no_local_rank, --elastic_training with its node counts), --quiet and
+// --log_level when given, then the user
 // script and its arguments. `remote` adds --stop_on_stdin_eof.
 std::vector<std::string> DeepSpeedNodeArgs(const DeepSpeedArgs& args,
                                            const std::string& world_info,
@@ -41,11 +42,13 @@ std::vector<std::string> DeepSpeedNodeArgs(const DeepSpeedArgs& args,
                                            const std::string& master_addr,
                                            bool remote);
 
-// The shell command run on a remote node: cd into `cwd`, export `exports`,
+// The shell command run on a remote node: source `venv_script` (when not
+// empty: deepspeed's --venv_script, sourced first as its pdsh launch does;
+// a script that fails stops the node), cd into `cwd`, export `exports`,
 // exec `argv` (every word quoted).
 std::string RemoteShellCommand(
     const std::string& cwd, const std::map<std::string, std::string>& exports,
-    const std::vector<std::string>& argv);
+    const std::vector<std::string>& argv, const std::string& venv_script = "");
 
 // `ssh -o BatchMode=yes [--launcher_args...] [-p PORT] HOST COMMAND`.
 // Errors: --launcher_args that do not split.

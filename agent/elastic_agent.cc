@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <tuple>
 
 #include "agent/log_dir.h"
 #include "agent/log_line_prefix.h"
@@ -229,6 +230,7 @@ Status ElasticAgent::StartWorkers() {
       wo.to_console = shown && (!Has(redirect, bit) || Has(tee, bit));
       wo.prefix = prefix;
       wo.stream = stream;
+      wo.live = console_->IsTerminal(stream);
       return std::make_unique<WorkerOutput>(wo, console_);
     };
     w->out = make_output(StdStreams::kOut, "stdout.log", Console::Stream::kOut);
@@ -246,6 +248,13 @@ Status ElasticAgent::StartWorkers() {
                        w->local_rank, w->error_file, options_.parent_env);
     if (!w->heartbeat_file.empty()) {
       spec.env["DDPRUN_WATCHDOG_FILE"] = w->heartbeat_file;
+    }
+    // As torchrun's workers write to the terminal: a stream shown live on
+    // a terminal console (and kept in no file) is a terminal for the worker.
+    spec.tty_stdout = w->out->live_terminal();
+    spec.tty_stderr = w->err->live_terminal();
+    if (spec.tty_stdout || spec.tty_stderr) {
+      std::tie(spec.tty_rows, spec.tty_cols) = console_->TerminalSize();
     }
     ProcessCallbacks cb;
     Worker* raw = w.get();

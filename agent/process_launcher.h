@@ -27,6 +27,13 @@ struct ExitStatus {
 struct ProcessSpec {
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;
+  // Give the worker a pseudo-terminal as stdout / stderr (one each, output
+  // passed through unchanged: no '\n' -> "\r\n") instead of a pipe, with
+  // this window size (0 = none set). Its output arrives the same way.
+  bool tty_stdout = false;
+  bool tty_stderr = false;
+  unsigned short tty_rows = 0;
+  unsigned short tty_cols = 0;
 };
 
 // Callbacks of one process. All are invoked on the launcher's event-loop

@@ -14,7 +14,13 @@ namespace ddprun::agent {
 // Console lines carry the `[<role><local_rank>]:` prefix and are written whole
 // (a partial line waits for its end; it is flushed at EOF), so lines of
 // different workers never interleave mid-line. The file gets the raw bytes.
-// Confined to the agent's loop thread.
+// Live mode (Options::live, for a console that is a terminal): a line with a
+// '\r' in it reaches the console as it arrives, the prefix put at its start
+// and after every '\r' that more text follows (a progress bar redrawn with
+// '\r' moves behind its prefix), less an incomplete UTF-8 character; a plain
+// partial line still waits for its end; another worker's output first ends
+// an unfinished line (Console::WriteLive). Confined to the agent's loop
+// thread.
 class WorkerOutput {
  public:
   struct Options {
@@ -22,6 +28,7 @@ class WorkerOutput {
     bool to_console = true;
     std::string prefix;  // e.g. "[default0]:"
     Console::Stream stream = Console::Stream::kOut;
+    bool live = false;
   };
 
   WorkerOutput(Options options, Console* console);
@@ -34,12 +41,22 @@ class WorkerOutput {
   void OnChunk(std::string_view chunk);
   // The worker exited: flushes a pending partial line and closes the file.
   void OnEof();
+  // Live on a terminal console and kept in no file: the worker may write
+  // to a terminal of its own (escape sequences reach only the console).
+  bool live_terminal() const {
+    return options_.live && options_.to_console && options_.file_path.empty();
+  }
 
  private:
   Options options_;
   Console* console_;  // not owned
+  // Live mode: prefixes `bytes` and writes them.
+  void WriteLive(std::string_view bytes);
+
   int fd_ = -1;
   LineSplitter splitter_;
+  bool at_line_start_ = true;  // live: the next text needs the prefix
+  std::string pending_;        // live: bytes not yet shown
 };
 
 }  // namespace ddprun::agent

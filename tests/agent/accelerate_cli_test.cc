@@ -12,6 +12,7 @@
 #include <chrono>
 #include <fstream>
 
+#include "agent/accelerate_args.h"
 #include "agent/accelerate_cli.h"
 #include "agent/accelerate_config.h"
 #include "agent/py_value.h"
@@ -380,6 +381,166 @@ TEST_CASE("accelerate config file: default_config.yaml merged as accelerate",
                   home.BaseEnv(), probes)
             .find("the configuration file does not exist") !=
         std::string::npos);
+}
+
+TEST_CASE("accelerate config: scalars resolve as PyYAML's YAML 1.1 loader",
+          "[accelerate]") {
+  using K = PyValue::Kind;
+  auto is = [](const std::string& text, K kind, const std::string& str) {
+    const PyValue v = ResolveYamlPlainScalar(text);
+    INFO(text << " -> " << v.ToString());
+    CHECK(v.kind == kind);
+    CHECK(v.ToString() == str);
+  };
+  // Strings: no implicit resolver of yaml/resolver.py matches them whole.
+  for (const char* text :
+       {"10.1.2.3", "1.2.3",     "1e3",     "1E3",        "1e+3",
+        "-.5",      "+.5",       "0x",      "08",         "0b2",
+        "1.0e3",    "127.0.0.1", "fe80::1", "y",          "n",
+        "Yes!",     "TRUE.",     "nul",     "0o17",       "1:60",
+        ".",        "._",        "1__a",    "2001-12-14", "main"}) {
+    is(text, K::kStr, text);
+  }
+  is("10.1", K::kFloat, "10.1");
+  is("1.10", K::kFloat, "1.1");  // a version read as YAML 1.1 does
+  is(".5", K::kFloat, "0.5");
+  is("1.", K::kFloat, "1.0");
+  is("-1_000.5", K::kFloat, "-1000.5");
+  is("1.0e+3", K::kFloat, "1000.0");
+  is("6.8523015e+5", K::kFloat, "685230.15");
+  is("190:20:30.15", K::kFloat, "685230.15");
+  is("-.inf", K::kFloat, "-inf");
+  is(".NaN", K::kFloat, "nan");
+  is("0x1A", K::kInt, "26");
+  is("-0x1a", K::kInt, "-26");
+  is("0b1010", K::kInt, "10");
+  is("0755", K::kInt, "493");
+  is("0", K::kInt, "0");
+  is("+42", K::kInt, "42");
+  is("1_000", K::kInt, "1000");
+  is("190:20:30", K::kInt, "685230");
+  for (const char* t :
+       {"yes", "Yes", "YES", "on", "On", "ON", "true", "True"}) {
+    is(t, K::kBool, "True");
+  }
+  for (const char* f : {"no", "No", "NO", "off", "Off", "OFF", "false"}) {
+    is(f, K::kBool, "False");
+  }
+  for (const char* n : {"~", "null", "Null", "NULL", ""}) {
+    is(n, K::kNone, "None");
+  }
+
+  // accelerate config writes the IP unquoted: it stays the address.
+  TempHome home;
+  Probes probes(0, 2);
+  const std::string cfg = home.Write("two.yaml",
+                                     "compute_environment: LOCAL_MACHINE\n"
+                                     "distributed_type: MULTI_GPU\n"
+                                     "machine_rank: 1\n"
+                                     "main_process_ip: 10.1.2.3\n"
+                                     "main_process_port: 0x7531\n"  // 30001
+                                     "num_machines: 2\n"
+                                     "num_processes: 4\n"
+                                     "use_cpu: off\n"
+                                     "debug: ~\n"
+                                     "mixed_precision: 'no'\n");
+  AcceleratePlan two =
+      Plan({"--config_file", cfg, home.script()}, home.BaseEnv(), probes);
+  CHECK(two.launch.options.master_addr == "10.1.2.3");
+  CHECK(two.launch.options.master_port == 30001);
+  CHECK(two.launch.options.rdzv_endpoint == "10.1.2.3:30001");
+  // Quoted, the same text is a string whatever it looks like.
+  const std::string quoted = home.Write(
+      "q.yaml",
+      "distributed_type: MULTI_GPU\nnum_processes: 4\nnum_machines: 2\n"
+      "machine_rank: 1\nmain_process_ip: '10.10'\n");
+  CHECK(Plan({"--config_file", quoted, home.script()}, home.BaseEnv(), probes)
+            .launch.options.master_addr == "10.10");
+}
+
+TEST_CASE("accelerate: --deepspeed_config_file on a launch without DeepSpeed",
+          "[accelerate]") {
+  // tests/test_cli.py test_validate_launch_command with
+  // tests/test_configs/validate_launch_cmd.yaml: accepted, the flag kept,
+  // the file's values merged.
+  TempHome home;
+  Probes probes(0, 2);
+  const std::string cfg =
+      home.Write("validate_launch_cmd.yaml",
+                 "compute_environment: LOCAL_MACHINE\n"
+                 "debug: true\n"
+                 "num_processes: 1\n"
+                 "distributed_type: 'NO'\n"
+                 "fsdp_config:\n"
+                 "  fsdp_sync_module_states: false\n"
+                 "deepspeed_config:\n"
+                 "  deepspeed_config_file: path/to/be/ignored\n");
+  auto args = ParseAccelerateArgs(
+      {"--num-processes", "2", "--deepspeed_config_file", "path/to/be/accepted",
+       "--config-file", cfg, "test.py"},
+      home.BaseEnv(), probes.p.host);
+  INFO((args.ok() ? "" : args.status().message()));
+  REQUIRE(args.ok());
+  CHECK(args->Get("debug").Truthy());
+  CHECK(args->Int("num_processes", 0) == 2);
+  CHECK(args->Get("fsdp_sync_module_states").kind == PyValue::Kind::kBool);
+  CHECK_FALSE(args->Get("fsdp_sync_module_states").Truthy());
+  CHECK(args->Get("deepspeed_config_file").ToString() == "path/to/be/accepted");
+  // The whole launch plans (the simple launcher: distributed_type NO).
+  CHECK_FALSE(Plan({"--deepspeed_config_file", "ds.json", home.script()},
+                   home.BaseEnv(), probes)
+                  .torchrun);
+  // The DeepSpeed launch itself stays unsupported.
+  CHECK(PlanError({"--zero_stage=2", home.script()}, home.BaseEnv(), probes)
+            .find("accelerate's DeepSpeed (use ddprun-deepspeed) launch is "
+                  "not supported") != std::string::npos);
+}
+
+TEST_CASE("accelerate config: mpirun_config is refused, naming the key",
+          "[accelerate]") {
+  // tests/test_configs/0_28_0_mpi.yaml: accelerate runs mpirun -f HOSTFILE
+  // -ppn 4 -n 16; one plain process would be another job.
+  TempHome home;
+  Probes probes(0, 2);
+  const std::string mpi = home.Write("0_28_0_mpi.yaml",
+                                     "compute_environment: LOCAL_MACHINE\n"
+                                     "debug: false\n"
+                                     "distributed_type: MULTI_CPU\n"
+                                     "downcast_bf16: 'no'\n"
+                                     "machine_rank: 0\n"
+                                     "main_process_ip: 127.0.0.1\n"
+                                     "main_process_port: 29500\n"
+                                     "main_training_function: main\n"
+                                     "mixed_precision: 'no'\n"
+                                     "mpirun_config:\n"
+                                     "  mpirun_hostfile: /home/user/hostfile\n"
+                                     "num_machines: 4\n"
+                                     "num_processes: 16\n"
+                                     "rdzv_backend: static\n"
+                                     "same_network: true\n"
+                                     "tpu_env: []\n"
+                                     "tpu_use_cluster: false\n"
+                                     "tpu_use_sudo: false\n"
+                                     "use_cpu: true\n");
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{}, std::vector<std::string>{"--cpu"}}) {
+    std::vector<std::string> args = {"--config_file", mpi};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.push_back(home.script());
+    CHECK(PlanError(args, home.BaseEnv(), probes) ==
+          "mpirun_config.mpirun_hostfile (--config_file " + mpi +
+              "): accelerate's mpirun launch is not supported by "
+              "ddprun-accelerate; remove mpirun_config and start "
+              "ddprun-accelerate (or ddprun) on each machine");
+  }
+  // An empty mpirun_config (no hostfile) is no mpirun launch.
+  const std::string empty =
+      home.Write("cpu.yaml",
+                 "distributed_type: MULTI_CPU\nnum_processes: 1\n"
+                 "use_cpu: true\nmpirun_config: {}\n");
+  CHECK_FALSE(
+      Plan({"--config_file", empty, home.script()}, home.BaseEnv(), probes)
+          .torchrun);
 }
 
 TEST_CASE("accelerate: bad input is one line, as accelerate rejects it",

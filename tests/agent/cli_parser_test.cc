@@ -447,6 +447,16 @@ TEST_CASE("CliParser: rendezvous endpoints and conf", "[cli]") {
                  "'b' is not"));
   CHECK(Contains(ParseErr(With({"--rdzv_conf", "=1"})), "empty key"));
   CHECK(Contains(ParseErr(With({"--rdzv_conf", "a="})), "has no value"));
+  // torch's test_launch_elastic passes the shell quotes inside the value.
+  CHECK(ParseOk(With({"--rdzv-conf='join_timeout=5,last_call_timeout=1,"
+                      "timeout=5'"}))
+            .rendezvous.join_timeout == std::chrono::seconds(5));
+  CHECK(ParseOk(With({"--rdzv_conf", "\"is_host=true\""})).rendezvous.is_host ==
+        std::optional<bool>(true));
+  CHECK(Contains(ParseErr(With({"--rdzv_conf", "'join_timout=5'"})),
+                 "unknown key 'join_timout'"));
+  CHECK(Contains(ParseErr(With({"--rdzv_conf", "'is_host=true\""})),
+                 "unknown key ''is_host'"));
   // timeout: a torchrun key without effect here (a warning, not an error).
   CHECK(ParseOk(With({"--rdzv_conf", "timeout=900,is_host=true"}))
             .rendezvous.is_host == std::optional<bool>(true));
@@ -630,17 +640,28 @@ TEST_CASE("CliParser: shutdown timeout from TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
 
 TEST_CASE("CliParser: no-effect flags are validated and accepted", "[cli]") {
   auto cl = ParseCommandLine(
-      With({"--logs_specs", "my_plugin", "--event-log-handler", "console",
+      With({"--logs_specs", "default", "--event-log-handler", "console",
             "--numa_binding", "socket", "--duplicate_stdout_filters",
             "loss,,x,acc", "--duplicate-stderr-filters", "Error"}),
       {}, false);
   REQUIRE(cl.ok());
   CHECK(cl->options.entrypoint == Script());
   // One warning per flag, returned for the caller to print.
-  REQUIRE(cl->warnings.size() == 5);
+  // --logs_specs=default is torchrun's own default: no warning.
+  REQUIRE(cl->warnings.size() == 4);
   CHECK(cl->warnings[0] ==
-        "--logs_specs=my_plugin is accepted for torchrun compatibility but "
-        "has no effect in ddprun");
+        "--event_log_handler=console is accepted for torchrun compatibility "
+        "but has no effect in ddprun");
+  // torchrun's _get_logs_specs_class: a name that is not a registered
+  // torchrun.logs_specs entry point is a ValueError.
+  CHECK(ParseErr(With({"--logs_specs", "my_plugin"})) ==
+        "--logs_specs: unknown logs spec 'my_plugin' (torchrun: could not "
+        "find entrypoint under 'torchrun.logs_specs[my_plugin]'); only "
+        "'default' exists");
+  CHECK(Contains(ParseErr(With({"--logs-specs=Default"})),
+                 "unknown logs spec 'Default'"));
+  CHECK(Contains(ParseErr({Script()}, {{"PET_LOGS_SPECS", "x"}}),
+                 "PET_LOGS_SPECS: unknown logs spec 'x'"));
   CHECK(Contains(ParseErr(With({"--numa_binding", "everywhere"})),
                  "--numa_binding: invalid value 'everywhere'"));
   CHECK(Contains(ParseErr(With({"--event_log_handler", "kafka"})),
@@ -701,6 +722,17 @@ TEST_CASE("CliParser: legacy torch.distributed.launch mode", "[cli]") {
   CHECK(o.use_env);
   CHECK(ParseOk({Script()}, {{"PET_USE_ENV", "1"}}, true).use_env);
   CHECK(Contains(ParseErr(With({"--use_env"})), "unknown flag --use_env"));
+  // torch.distributed.launch's launch() refuses --no-python without
+  // --use-env (the program would get --local-rank=N as its argument).
+  const char* kNoPythonNeedsUseEnv =
+      "When using the '--no-python' flag, you must also set the "
+      "'--use-env' flag.";
+  CHECK(ParseErr({"--no_python", "/bin/true"}, {}, true) ==
+        kNoPythonNeedsUseEnv);
+  CHECK(ParseErr({"--no-python", "--legacy_launch", "/bin/true"}) ==
+        kNoPythonNeedsUseEnv);
+  CHECK(ParseOk({"--no_python", "--use_env", "/bin/true"}, {}, true).no_python);
+  CHECK(ParseOk({"--no_python", "/bin/true"}).no_python);  // torchrun
   // Outside legacy mode a stray PET_USE_ENV is ignored, as torchrun would.
   CHECK_FALSE(ParseOk({Script()}, {{"PET_USE_ENV", "1"}}).use_env);
 }

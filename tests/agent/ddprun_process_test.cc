@@ -7,8 +7,11 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pty.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -19,6 +22,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -547,6 +551,49 @@ TEST_CASE("ddprun: --rdzv_conf typos and bad values are exit 2",
   CHECK(err.find("join_timeout=abc") != std::string::npos);
 }
 
+TEST_CASE("ddprun: command lines from torch launcher tests",
+          "[agent][process]") {
+  std::string err;
+  // test_launch_elastic passes the shell's quotes inside the argument.
+  {
+    TempDir dir;
+    Ddprun run(dir,
+               {"--standalone", "--nproc_per_node=2",
+                "--rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5'",
+                "--no_python", kData + "/env_dump.sh"});
+    REQUIRE(run.Wait(30s) == 0);
+    INFO(run.Stderr());
+    CHECK(ReadFile(dir.path() + "/args_1") == "args:\n");
+  }
+  CHECK(RunBad({"--standalone", "--rdzv_conf='join_timout=5'", "--no_python",
+                "true"},
+               &err) == 2);
+  CHECK(err.find("unknown key 'join_timout'") != std::string::npos);
+  // torchrun's _get_logs_specs_class: only the registered name `default`.
+  CHECK(RunBad({"--logs_specs=my_specs", "--no_python", "true"}, &err) == 2);
+  CHECK(err.find("--logs_specs: unknown logs spec 'my_specs'") !=
+        std::string::npos);
+  {
+    TempDir dir;
+    Ddprun run(dir, {"--logs-specs=default", "--no_python", "true"});
+    REQUIRE(run.Wait() == 0);
+    CHECK(run.Stderr().find("logs_specs") == std::string::npos);
+  }
+  // torch.distributed.launch: --no-python needs --use-env (the program
+  // would get --local-rank=N as its first argument).
+  {
+    TempDir dir;
+    Ddprun run(
+        dir, {"--nproc_per_node=2", "--no-python", kData + "/env_dump.sh", "x"},
+        {}, DDPRUN_BIN_DIR "/ddprun-launch");
+    REQUIRE(run.Wait() == 2);
+    CHECK(run.Stderr() ==
+          "ddprun-launch: error: When using the '--no-python' flag, you must "
+          "also set the '--use-env' flag.\n");
+    CHECK(ReadFile(dir.path() + "/args_0").empty());  // nothing started
+  }
+}
+
 TEST_CASE("ddprun: --log_dir /dev/null writes no files (torchrun >= 2.3)",
           "[agent][process]") {
   TempDir dir;
@@ -663,4 +710,124 @@ TEST_CASE("ddprun: --help exits 0 and lists every flag", "[agent][process]") {
            help.find(std::string(flag) + "\n") != std::string::npos));
   }
   CHECK(help.find("usage: ddprun") == 0);
+}
+
+namespace {
+
+// ddprun with `args` in a new pseudo-terminal of `rows` x `cols`, read
+// until every writer of it is gone (EIO) or `limit`; `on_data(seen)` after
+// each read. Returns what the terminal got; *exit_code = ddprun's.
+std::string RunInTerminal(
+    const std::vector<std::string>& args, unsigned short rows,
+    unsigned short cols, std::chrono::seconds limit, int* exit_code,
+    const std::function<void(const std::string&)>& on_data = nullptr) {
+  winsize size{};
+  size.ws_row = rows;
+  size.ws_col = cols;
+  int master = -1;
+  const pid_t pid = forkpty(&master, nullptr, nullptr, &size);
+  if (pid < 0) return "forkpty failed";
+  if (pid == 0) {
+    std::vector<char*> argv = {const_cast<char*>(kBin.c_str())};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(kBin.c_str(), argv.data());
+    _exit(127);
+  }
+  std::string seen;
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < limit) {
+    pollfd p{master, POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    char buf[65536];
+    const ssize_t n = read(master, buf, sizeof(buf));
+    if (n <= 0) break;  // EIO: every writer of the terminal is gone
+    seen.append(buf, static_cast<std::size_t>(n));
+    if (on_data) on_data(seen);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  close(master);
+  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  return seen;
+}
+
+}  // namespace
+
+TEST_CASE("ddprun: in a terminal workers get one and CR redraws show live",
+          "[agent][process]") {
+  TempDir dir;
+  // A progress bar as tqdm draws it: '\r' first, no newline until the end.
+  const std::string bar = dir.path() + "/bar.sh";
+  std::ofstream(bar) << "#!/bin/sh\n"
+                        "[ -t 1 ] && echo stdout-is-a-tty\n"
+                        "[ -t 2 ] && echo stderr-is-a-tty >&2\n"
+                        "echo \"size $(stty size <&2 2>/dev/null)\"\n"
+                        "printf '\\r step 1' >&2; sleep 1\n"
+                        "printf '\\r step 2' >&2; sleep 1\n"
+                        "printf '\\r step 3\\n' >&2\n";
+  REQUIRE(chmod(bar.c_str(), 0755) == 0);
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  Clock::duration step1_at{}, step3_at{};
+  int code = -1;
+  const std::string seen =
+      RunInTerminal({"--nproc_per_node=1", "--no_python", bar}, 33, 97, 20s,
+                    &code, [&](const std::string& s) {
+                      if (step1_at == Clock::duration{} &&
+                          s.find("step 1") != std::string::npos) {
+                        step1_at = Clock::now() - start;
+                      }
+                      if (step3_at == Clock::duration{} &&
+                          s.find("step 3") != std::string::npos) {
+                        step3_at = Clock::now() - start;
+                      }
+                    });
+  INFO(seen);
+  CHECK(code == 0);
+  // Each redraw behind the prefix, and the first one ~2 s before the last.
+  CHECK(seen.find("\r[default0]: step 1\r[default0]: step 2\r[default0]: "
+                  "step 3") != std::string::npos);
+  CHECK(step3_at - step1_at >= 1500ms);
+  // The worker's own stdout and stderr are terminals of the same size.
+  CHECK(seen.find("[default0]:stdout-is-a-tty") != std::string::npos);
+  CHECK(seen.find("[default0]:stderr-is-a-tty") != std::string::npos);
+  CHECK(seen.find("[default0]:size 33 97") != std::string::npos);
+
+  // Not a terminal: nothing changes, the line shows once it ends.
+  TempDir files;
+  Ddprun piped(files, {"--nproc_per_node=1", "--no_python", bar});
+  REQUIRE(piped.Wait(20s) == 0);
+  CHECK(piped.Stderr().find("[default0]:\r step 1\r step 2\r step 3\n") !=
+        std::string::npos);
+  // ... and the worker's streams are pipes.
+  CHECK(piped.Stdout().find("tty") == std::string::npos);
+  CHECK(piped.Stderr().find("tty") == std::string::npos);
+  CHECK(piped.Stdout().find("[default0]:size \n") != std::string::npos);
+}
+
+TEST_CASE("ddprun: in a terminal busy ranks never cut a line",
+          "[agent][process]") {
+  TempDir dir;
+  const std::string seq = dir.path() + "/seq.sh";
+  std::ofstream(seq) << "#!/bin/sh\nseq 1 3000\n";
+  REQUIRE(chmod(seq.c_str(), 0755) == 0);
+  int code = -1;
+  const std::string all = RunInTerminal(
+      {"--nproc_per_node=3", "--no_python", seq}, 24, 80, 30s, &code);
+  CHECK(code == 0);
+  std::map<std::string, int> per_rank;
+  int cut = 0;  // lines not exactly the next number of their rank
+  std::istringstream lines(all);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();  // ONLCR
+    if (line.compare(0, 8, "[default") != 0) continue;
+    const auto colon = line.find("]:");
+    REQUIRE(colon != std::string::npos);
+    const std::string rank = line.substr(8, colon - 8);
+    if (line.substr(colon + 2) != std::to_string(++per_rank[rank])) ++cut;
+  }
+  CHECK(cut == 0);
+  CHECK(per_rank ==
+        std::map<std::string, int>{{"0", 3000}, {"1", 3000}, {"2", 3000}});
 }

@@ -8,10 +8,13 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 
+#include "agent/accelerate_cli.h"
 #include "agent/deepspeed_cli.h"
 #include "agent/deepspeed_hosts.h"
+#include "agent/deepspeed_main.h"
 #include "agent/deepspeed_remote.h"
 
 using namespace ddprun::agent;  // NOLINT
@@ -91,9 +94,8 @@ TEST_CASE("FilterResources: --include and --exclude as runner.py",
         Active{{"worker-0", {0, 2, 3}}, {"worker-1", {0, 1, 2, 3}}});
   // Listed slots are merged, sorted and deduplicated; hostfile order wins.
   CHECK(f("worker-1:3,1@worker-1:0", "") == Active{{"worker-1", {0, 1, 3}}});
-  // Slots after --include are not checked against the hostfile (that is
-  // how CUDA_VISIBLE_DEVICES=2,3 becomes -i localhost:2,3).
-  CHECK(f("worker-2:5", "") == Active{{"worker-2", {5}}});
+  // Slots after --include are checked against the hostfile, as
+  // deepspeed's tests expect (test_parser_errors: 'worker-1:4').
   // Differs on purpose: deepspeed 0.16.5 drops a host named without slots
   // (parse_inclusion_exclusion gives it an empty list), against its own
   // --help ("-i worker-0@worker-1:0,2 will use all slots on worker-0").
@@ -108,12 +110,58 @@ TEST_CASE("FilterResources: --include and --exclude as runner.py",
   CHECK(err("worker-0", "worker-1") ==
         "--include and --exclude are mutually exclusive");
   CHECK(err("", "worker-1:7") ==
-        "--exclude worker-1:7: host 'worker-1' has no slot 7");
+        "--exclude worker-1:7: host 'worker-1' has no slot 7 (its slots: "
+        "0,1,2,3)");
+  CHECK(err("worker-2:5", "") ==
+        "--include worker-2:5: host 'worker-2' has no slot 5 (its slots: "
+        "0,1)");
+  CHECK(err("worker-0:0,4", "").find("has no slot 4") != std::string::npos);
   CHECK(err("nohost", "") ==
         "--include nohost: host 'nohost' is not in the hostfile");
   CHECK(err("worker-0:x", "") ==
         "invalid slot 'x' in 'worker-0:x' (expected NAME[:SLOT[,SLOT...]])");
   CHECK(err("a:1:2", "").find("invalid node 'a:1:2'") == 0);
+}
+
+// tests/unit/launcher/test_run.py of DeepSpeed 0.19.6, case by case
+// (parse_resource_filter on the hostfile's slots).
+TEST_CASE("FilterResources: deepspeed's test_run.py parser cases",
+          "[deepspeed]") {
+  auto f = [](const ResourcePool& pool, const std::string& inc,
+              const std::string& exc) {
+    auto r = FilterResources(pool, inc, exc);
+    INFO(inc << " / " << exc);
+    REQUIRE(r.ok());
+    return *r;
+  };
+  auto fails = [](const ResourcePool& pool, const std::string& inc,
+                  const std::string& exc) {
+    return !FilterResources(pool, inc, exc).ok();
+  };
+  CHECK(fails({}, "A", "B"));  // test_parser_mutual_exclusive
+  // test_parser_local
+  const ResourcePool one = {{"worker-0", 4}};
+  CHECK(f(one, "", "") == Active{{"worker-0", {0, 1, 2, 3}}});
+  CHECK(f(one, "", "worker-0:1") == Active{{"worker-0", {0, 2, 3}}});
+  CHECK(f(one, "", "worker-0:1,2") == Active{{"worker-0", {0, 3}}});
+  CHECK(f(one, "worker-0:1", "") == Active{{"worker-0", {1}}});
+  CHECK(f(one, "worker-0:1,1", "") == Active{{"worker-0", {1}}});
+  CHECK(f(one, "worker-0:1@worker-0:0,1", "") == Active{{"worker-0", {0, 1}}});
+  CHECK(f(one, "worker-0", "") == Active{{"worker-0", {0, 1, 2, 3}}});
+  CHECK(f(one, "", "worker-0").empty());
+  CHECK(f(one, "", "worker-0:0,1,2,3").empty());
+  // test_parser_multinode
+  const ResourcePool two = {{"worker-0", 4}, {"worker-1", 4}};
+  CHECK(f(two, "worker-1:0,3", "") == Active{{"worker-1", {0, 3}}});
+  CHECK(f(two, "", "worker-1") == Active{{"worker-0", {0, 1, 2, 3}}});
+  CHECK(f(two, "", "worker-0:0,1@worker-1:3") ==
+        Active{{"worker-0", {2, 3}}, {"worker-1", {0, 1, 2}}});
+  // test_parser_errors
+  CHECK(fails(two, "jeff", ""));
+  CHECK(fails(two, "", "jeff"));
+  CHECK(fails(two, "worker-1:4", ""));
+  CHECK(fails(two, "", "worker-1:4"));
+  CHECK(fails(two, "", "worker-1@worker-0:1@5"));
 }
 
 TEST_CASE("World info: the same base64 string deepspeed passes",
@@ -171,6 +219,77 @@ TEST_CASE("ParseDeepSpeedArgs: deepspeed's flags, prefixes, user args",
   CHECK(ParseError({"--master_port=0", "t.py"}) ==
         "--master_port: invalid value '0' (must be 1..65535)");
   CHECK(ParseDeepSpeedArgs({"-h"})->help);
+}
+
+TEST_CASE("ParseDeepSpeedArgs: 0.19.6's --log_level, -q and --venv_script",
+          "[deepspeed]") {
+  // runner.py parse_args: --log_level choices, -q/--quiet "aliases to
+  // --log_level error", --venv_script a path.
+  CHECK(Args({}).log_level.empty());
+  CHECK(Args({"--log_level=debug"}).log_level == "debug");
+  CHECK(Args({"--log_level", "critical"}).log_level == "critical");
+  DeepSpeedArgs q = Args({"-q", "--log_level=debug"});
+  CHECK(q.quiet);
+  CHECK(q.log_level == "error");
+  CHECK(Args({"--quiet"}).log_level == "error");
+  CHECK(Args({"--venv_script", "/opt/venv/bin/activate"}).venv_script ==
+        "/opt/venv/bin/activate");
+  CHECK(ParseError({"--log_level=verbose", "t.py"}) ==
+        "--log_level: invalid choice 'verbose' (choose from debug, info, "
+        "warning, error, critical)");
+  // Passed on to each node's launch, as runner.py passes them to launch.py.
+  DeepSpeedArgs a = Args({"-q"});
+  auto node = DeepSpeedNodeArgs(a, "W", 0, "10.0.0.1", /*remote=*/false);
+  CHECK(std::find(node.begin(), node.end(), "--quiet") != node.end());
+  CHECK(std::find(node.begin(), node.end(), "--log_level=error") != node.end());
+  auto back = ParseDeepSpeedArgs(node);
+  REQUIRE(back.ok());
+  CHECK(back->quiet);
+  CHECK(back->log_level == "error");
+  // Sourced first on a node started over ssh (pdsh's `source VENV;`).
+  CHECK(RemoteShellCommand("/w", {}, {"/opt/ddprun-deepspeed"},
+                           "/opt/my venv/bin/activate") ==
+        ". '/opt/my venv/bin/activate' && cd /w && exec "
+        "/opt/ddprun-deepspeed");
+}
+
+TEST_CASE("PlanDeepSpeedLaunch: MPI launchers' --launcher_args never reach ssh",
+          "[deepspeed]") {
+  TempFile hostfile("w0 slots=1\nw1 slots=1\n");
+  const std::map<std::string, std::string> env;
+  for (const char* launcher : {"openmpi", "mpich", "mvapich", "impi"}) {
+    INFO(launcher);
+    auto p = PlanDeepSpeedLaunch(
+        Args({"-H", hostfile.path(), "--launcher", launcher,
+              "--launcher_args=--mca btl_tcp_if_include eth0"}),
+        env, 1);
+    REQUIRE_FALSE(p.ok());
+    CHECK(p.status().message() ==
+          std::string("--launcher_args '--mca btl_tcp_if_include eth0': with "
+                      "--launcher=") +
+              launcher +
+              " they are that MPI launcher's arguments, but "
+              "ddprun-deepspeed starts every node over OpenSSH, not with " +
+              launcher +
+              "; drop --launcher_args (with --launcher=pdsh they are given "
+              "to ssh)");
+    // Without --launcher_args the nodes start over ssh as before.
+    CHECK(PlanDeepSpeedLaunch(Args({"-H", hostfile.path(), "--launcher",
+                                    launcher, "--master_addr=10.0.0.1"}),
+                              env, 1)
+              ->multi_node);
+    // One node here: no launcher runs, the arguments are unused (deepspeed
+    // ignores them there too).
+    CHECK(PlanDeepSpeedLaunch(
+              Args({"-H", hostfile.path(), "-i", "w1", "--launcher", launcher,
+                    "--launcher_args=-np 2"}),
+              env, 1)
+              .ok());
+  }
+  CHECK(PlanDeepSpeedLaunch(Args({"-H", hostfile.path(), "--launcher_args=-F c",
+                                  "--master_addr=10.0.0.1"}),
+                            env, 1)
+            ->multi_node);
 }
 
 TEST_CASE("PlanDeepSpeedLaunch: runner.py's choice of hosts and slots",
@@ -233,6 +352,26 @@ TEST_CASE("PlanDeepSpeedLaunch: runner.py's choice of hosts and slots",
   };
   CHECK(err({"--num_gpus=1", "-i", "localhost:0"}) ==
         "Cannot specify --num_nodes/--num_gpus with --include/--exclude");
+  // A slot this host does not have (2 devices here).
+  CHECK(err({"-i", "localhost:99"}) ==
+        "--include localhost:99: host 'localhost' has no slot 99 (its "
+        "slots: 0,1)");
+  CHECK(err({"-i", "localhost:0,4"}).find("has no slot 4") !=
+        std::string::npos);
+  CHECK(err({"-H", hostfile.path(), "-i", "w2:1"}) ==
+        "--include w2:1: host 'w2' has no slot 1 (its slots: 0)");
+  // Slots masked out by CUDA_VISIBLE_DEVICES are not this host's.
+  env["CUDA_VISIBLE_DEVICES"] = "0,1";
+  CHECK(err({"-i", "localhost:3"}) ==
+        "--include localhost:3: host 'localhost' has no slot 3 (its "
+        "slots: 0,1)");
+  env["CUDA_VISIBLE_DEVICES"] = "2,3";
+  auto masked = PlanDeepSpeedLaunch(Args({"-i", "localhost:3"}), env, 2);
+  REQUIRE(masked.ok());
+  CHECK(masked->resources == Active{{"localhost", {3}}});
+  CHECK(err({"-i", "localhost:0"}).find("has no slot 0 (its slots: 2,3)") !=
+        std::string::npos);
+  env.clear();
   CHECK(err({"--num_nodes=2"}).find("--num_nodes is greater than 1") == 0);
   CHECK(err({"-H", hostfile.path(), "--no_ssh", "--node_rank=3"}) ==
         "--no_ssh needs --node_rank between 0 and 2 (got 3)");
@@ -352,4 +491,18 @@ TEST_CASE("DeepSpeedDeviceCount: GPUs, else the CPU accelerator's count",
   CHECK(DeepSpeedDeviceCount(4, {}) == 4);
   CHECK(DeepSpeedDeviceCount(0, {{"LOCAL_SIZE", "3"}}) == 3);
   CHECK(DeepSpeedDeviceCount(0, {}, "/nonexistent") == 1);
+}
+
+TEST_CASE("Front end help texts fit 80 columns", "[deepspeed][accelerate]") {
+  for (const std::string& help : {DeepSpeedHelpText(), AccelerateHelpText()}) {
+    std::size_t start = 0;
+    while (start < help.size()) {
+      std::size_t end = help.find('\n', start);
+      if (end == std::string::npos) end = help.size();
+      INFO(help.substr(start, end - start));
+      CHECK(end - start <= 80);
+      start = end + 1;
+    }
+  }
+  CHECK(DeepSpeedHelpText().find("DeepSpeed 0.19.6") != std::string::npos);
 }

@@ -140,6 +140,76 @@ TEST_CASE("ddprun-deepspeed: a hostfile of local hosts starts every node",
   CHECK(ranks == std::set<std::string>{"0", "1", "2"});
 }
 
+TEST_CASE("ddprun-deepspeed: --venv_script, -q and --log_level (0.19.6)",
+          "[agent][process][deepspeed]") {
+  TempDir dir;
+  std::ofstream(dir.path() + "/hostfile")
+      << "localhost slots=1\n127.0.0.1 slots=1\n";
+  // The script every node sources before its launch.
+  std::ofstream(dir.path() + "/activate")
+      << "VIRTUAL_ENV=" << dir.path() << "/venv\nexport VIRTUAL_ENV\n";
+  const int port = FreeLoopbackPort();
+  Ddprun run(dir,
+             {"-H", dir.path() + "/hostfile", "--master_addr=127.0.0.1",
+              "--master_port=" + std::to_string(port), "--venv_script",
+              dir.path() + "/activate", "-q", "--no_python", kEnvDump},
+             {{"-VIRTUAL_ENV", ""}}, kDeepSpeed);
+  REQUIRE(run.Wait(60s) == 0);
+  const std::string err = run.Stderr();
+  INFO(err);
+  for (int r = 0; r < 2; ++r) {
+    auto e = ParseEnv(ReadFile(dir.path() + "/env_" + std::to_string(r)));
+    CHECK(e["VIRTUAL_ENV"] == dir.path() + "/venv");
+  }
+  // --quiet: the launcher's own info lines are gone ("over ssh"/"here").
+  CHECK(err.find(" I ") == std::string::npos);
+  CHECK(err.find("warning from 0") != std::string::npos);
+  // Without -q the same launch logs at info.
+  TempDir dir2;
+  std::ofstream(dir2.path() + "/hostfile")
+      << "localhost slots=1\n127.0.0.1 slots=1\n";
+  Ddprun loud(dir2,
+              {"-H", dir2.path() + "/hostfile", "--master_addr=127.0.0.1",
+               "--master_port=" + std::to_string(FreeLoopbackPort()),
+               "--log_level=info", "--no_python", kEnvDump},
+              {}, kDeepSpeed);
+  REQUIRE(loud.Wait(60s) == 0);
+  CHECK(loud.Stderr().find(": here, slots 1") != std::string::npos);
+}
+
+TEST_CASE("ddprun-deepspeed: --launcher_args of an MPI launcher are exit 2",
+          "[agent][process][deepspeed]") {
+  TempDir dir;
+  // Hosts that do not exist: nothing may be tried over ssh.
+  std::ofstream(dir.path() + "/hostfile")
+      << "worker-a.invalid slots=1\nworker-b.invalid slots=1\n";
+  Ddprun mpi(dir,
+             {"-H", dir.path() + "/hostfile", "--launcher", "openmpi",
+              "--launcher_args", "--mca btl_tcp_if_include eth0", "--no_python",
+              kEnvDump},
+             {}, kDeepSpeed);
+  REQUIRE(mpi.Wait() == 2);
+  CHECK(
+      mpi.Stderr().find("ddprun-deepspeed: error: --launcher_args '--mca "
+                        "btl_tcp_if_include eth0': with --launcher=openmpi") !=
+      std::string::npos);
+  CHECK(mpi.Stderr().find("not reachable") == std::string::npos);
+}
+
+TEST_CASE("ddprun-deepspeed: -i host:N with a slot the host lacks is exit 2",
+          "[agent][process][deepspeed]") {
+  // deepspeed's test_parser_errors: a slot that does not exist.
+  for (const std::string& include : {"localhost:99", "localhost:0,4"}) {
+    TempDir d;
+    Ddprun run(d, {"-i", include, "--no_python", kEnvDump},
+               {{"CUDA_VISIBLE_DEVICES", "0,1"}}, kDeepSpeed);
+    INFO(include);
+    REQUIRE(run.Wait() == 2);
+    CHECK(run.Stderr().find("has no slot") != std::string::npos);
+    CHECK(ReadFile(d.path() + "/env_0").empty());
+  }
+}
+
 TEST_CASE("ddprun-deepspeed --no_ssh: each node started by hand",
           "[agent][process][deepspeed]") {
   TempDir dir0, dir1;
@@ -365,6 +435,67 @@ TEST_CASE("ddprun-accelerate --cpu: one process, the simple launcher's vars",
   CHECK(ReadFile(dir.path() + "/args_") == "args:x\n");
   // The script ran in place of the launcher: its output is not prefixed.
   CHECK(run.Stdout() == "hello from \n");
+  // accelerate's defaults warning: its list is real lines and tabs.
+  const std::string err = run.Stderr();
+  CHECK(err.find("ddprun-accelerate: warning: The following values were not "
+                 "passed to `accelerate launch` and had defaults used "
+                 "instead:\n\t`--num_processes` was set to a value of `") !=
+        std::string::npos);
+  CHECK(err.find("\\n") == std::string::npos);
+  CHECK(err.find("\\t") == std::string::npos);
+}
+
+TEST_CASE("ddprun-accelerate: a config file as `accelerate config` writes it",
+          "[agent][process][accelerate]") {
+  TempDir home, dir;
+  // Unquoted, as accelerate config writes it: the address, not 10.1.
+  std::ofstream(dir.path() + "/cpu.yaml")
+      << "compute_environment: LOCAL_MACHINE\n"
+         "distributed_type: MULTI_CPU\n"
+         "main_process_ip: 10.1.2.3\n"
+         "main_process_port: 29555\n"
+         "mixed_precision: 'no'\n"
+         "num_machines: 1\n"
+         "num_processes: 2\n"
+         "use_cpu: true\n"
+         "mpirun_config: {}\n";
+  const std::map<std::string, std::string> env = {{"HOME", home.path()},
+                                                  {"-MASTER_ADDR", ""}};
+  Ddprun run(
+      dir, {"--config_file", dir.path() + "/cpu.yaml", "--no_python", kEnvDump},
+      env, kAccelerate);
+  REQUIRE(run.Wait(30s) == 0);
+  INFO(run.Stderr());
+  auto e = ParseEnv(ReadFile(dir.path() + "/env_"));
+  CHECK(e["MASTER_ADDR"] == "10.1.2.3");
+  CHECK(e["MASTER_PORT"] == "29555");
+  // accelerate's 0_28_0_mpi.yaml: mpirun over a hostfile is refused,
+  // naming the key, instead of one silent process.
+  TempDir mpi_dir;
+  std::ofstream(mpi_dir.path() + "/mpi.yaml")
+      << "distributed_type: MULTI_CPU\n"
+         "mpirun_config:\n"
+         "  mpirun_hostfile: /home/user/hostfile\n"
+         "num_machines: 4\n"
+         "num_processes: 16\n"
+         "use_cpu: true\n";
+  Ddprun mpi(
+      mpi_dir,
+      {"--config_file", mpi_dir.path() + "/mpi.yaml", "--no_python", kEnvDump},
+      env, kAccelerate);
+  REQUIRE(mpi.Wait() == 2);
+  CHECK(mpi.Stderr().find("ddprun-accelerate: error: "
+                          "mpirun_config.mpirun_hostfile") == 0);
+  CHECK(ReadFile(mpi_dir.path() + "/env_").empty());
+  // test_validate_launch_command: --deepspeed_config_file on a launch that
+  // is not a DeepSpeed launch is accepted (and unused).
+  TempDir ds_dir;
+  Ddprun ds(ds_dir,
+            {"--cpu", "--deepspeed_config_file", "path/to/be/accepted",
+             "--no_python", kEnvDump},
+            env, kAccelerate);
+  REQUIRE(ds.Wait(30s) == 0);
+  CHECK_FALSE(ReadFile(ds_dir.path() + "/env_").empty());
 }
 
 TEST_CASE("ddprun-accelerate: bad input is one line and exit 2, and --help",
