@@ -172,10 +172,11 @@ TEST_CASE("ddprun: SIGUSR2 dumps a running job's stacks, the job goes on",
 TEST_CASE("ddprun: SIGUSR2 leaves a worker without the hook alone",
           "[agent][process][stacks]") {
   TempDir dir;
-  // sleeper.sh execs `sleep 60`, which has no handler for the dump signal
-  // (its default action would kill it): it must never get it.
+  // The worker ends as `sleep 60`, which has no handler for the dump signal
+  // (its default action would kill it): it must never get it, although its
+  // stacks file exists.
   Ddprun run(dir, {"--nproc_per_node=1", "--no_python",
-                   kData + "/sleeper.sh"});
+                   kData + "/stacks_file_no_handler.sh"});
   REQUIRE(WaitForFiles({dir.path() + "/pid_0"}));
   const int pid = std::stoi(ReadFile(dir.path() + "/pid_0"));
   kill(run.pid(), SIGUSR2);
