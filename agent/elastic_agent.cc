@@ -445,8 +445,11 @@ void ElasticAgent::OnStacksCollected(int generation, bool watchdog,
     rank.rank = r.target.rank;
     rank.pid = r.target.pid;
     rank.missing = r.missing;
-    if (r.missing.empty()) rank.threads = ParseFaulthandlerDump(r.dump);
-    any = any || !rank.threads.empty();
+    if (r.missing.empty()) {
+      rank.threads = ParseFaulthandlerDump(r.dump);
+      rank.native = ParseNativeDump(r.dump);
+    }
+    any = any || !rank.threads.empty() || rank.native.present;
     ranks.push_back(std::move(rank));
   }
   const std::string attempt_dir = options_.run_log_dir + "/attempt_" +
@@ -464,6 +467,13 @@ void ElasticAgent::OnStacksCollected(int generation, bool watchdog,
           lines += " (+" + std::to_string(r.threads.size() - 1) +
                    " more thread" + (r.threads.size() > 2 ? "s" : "") + ")";
         }
+      } else if (r.native.present) {
+        lines += "native: " +
+                 (r.native.activity.empty() ? std::string("in no collective")
+                                            : "in " + r.native.activity) +
+                 ", step " + std::to_string(r.native.step) + ", " +
+                 std::to_string(r.native.threads) +
+                 (r.native.threads == 1 ? " thread" : " threads");
       } else {
         lines += "no stack: " +
                  (r.missing.empty() ? std::string("no Python frames")

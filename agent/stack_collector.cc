@@ -1,5 +1,7 @@
 #include "agent/stack_collector.h"
 
+#include "agent/stack_diagnosis.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -147,7 +149,13 @@ void StackCollector::Poll() {
     if (p.finished) continue;
     const int64_t size = FileSize(p.result.target.path);
     if (size > p.start && size == p.last) {
-      if (++p.stable >= kStablePolls) p.finished = true;
+      if (++p.stable >= kStablePolls) {
+        // A C++ worker's handler pauses between threads: its dump is
+        // complete at its end line.
+        std::string dump = ReadFrom(p.result.target.path, p.start);
+        p.finished = dump.find(kNativeHeader) == std::string::npos ||
+                     dump.find(kNativeEnd) != std::string::npos;
+      }
     } else {
       p.stable = 0;
     }

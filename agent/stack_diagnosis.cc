@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <tuple>
@@ -57,6 +58,13 @@ std::string Where(const PyFrame& f) {
 
 // How a group stands, as the paragraph words it.
 std::string Describe(const RankPosition& p, bool plural) {
+  if (p.native) {
+    const std::string step = " (step " + std::to_string(p.step) + ")";
+    if (p.callee.empty()) {
+      return std::string(plural ? "are" : "is") + " in no collective" + step;
+    }
+    return std::string(plural ? "wait in " : "waits in ") + p.callee + step;
+  }
   if (!p.callee.empty()) {
     return std::string(plural ? "wait in " : "waits in ") + p.callee + " (" +
            Where(p.user) + " in " + p.user.function + ")";
@@ -163,6 +171,43 @@ RankPosition PositionOf(const std::vector<ThreadStack>& threads) {
   return p;
 }
 
+NativeDump ParseNativeDump(std::string_view text) {
+  NativeDump d;
+  size_t at = text.rfind(kNativeHeader);
+  if (at == std::string_view::npos) return d;
+  d.present = true;
+  std::string_view rest = text.substr(at);
+  std::string_view header = rest.substr(0, rest.find('\n'));
+  constexpr std::string_view kDoing = ", doing ";
+  constexpr std::string_view kStep = ", step ";
+  size_t doing = header.find(kDoing);
+  size_t step = header.rfind(kStep);
+  if (doing != std::string_view::npos && step != std::string_view::npos &&
+      step > doing) {
+    d.activity = std::string(
+        header.substr(doing + kDoing.size(), step - doing - kDoing.size()));
+    if (d.activity == "no collective") d.activity.clear();
+    d.step = std::strtoll(std::string(header.substr(step + kStep.size())).c_str(),
+                          nullptr, 10);
+  }
+  for (size_t line = rest.find("\nThread "); line != std::string_view::npos;
+       line = rest.find("\nThread ", line + 1)) {
+    ++d.threads;
+  }
+  return d;
+}
+
+RankPosition PositionOf(const NativeDump& native) {
+  RankPosition p;
+  if (!native.present) return p;
+  p.known = true;
+  p.native = true;
+  p.callee = native.activity;
+  p.in_collective = !native.activity.empty();
+  p.step = native.step;
+  return p;
+}
+
 std::string FormatRankList(std::vector<int> ranks) {
   std::sort(ranks.begin(), ranks.end());
   ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
@@ -207,12 +252,14 @@ std::string DiagnoseHang(const std::vector<RankStacks>& ranks) {
   std::map<Key, Group> groups;
   std::vector<const RankStacks*> missing;
   for (const RankStacks& r : ranks) {
-    RankPosition p = PositionOf(r.threads);
+    RankPosition p = r.threads.empty() ? PositionOf(r.native)
+                                       : PositionOf(r.threads);
     if (!p.known) {
       missing.push_back(&r);
       continue;
     }
-    Key key{p.user.file, p.user.line, p.user.function, p.callee};
+    Key key{p.native ? "native step " + std::to_string(p.step) : p.user.file,
+            p.user.line, p.user.function, p.callee};
     Group& g = groups[key];
     g.position = p;
     g.ranks.push_back(r.rank);

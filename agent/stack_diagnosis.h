@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,6 +40,20 @@ bool IsLibraryFrame(const PyFrame& frame);
 // current thread, else the first. nullptr when there is none.
 const ThreadStack* MainThread(const std::vector<ThreadStack>& threads);
 
+// What a C++ worker's handler (worker/src/stack_dump.cc) writes before its
+// native frames: "# ddprun native stacks: pid P, doing all_reduce, step 12",
+// then "Thread <tid>[ (current)]:" blocks, then "# end of native stacks".
+inline constexpr const char* kNativeHeader = "# ddprun native stacks: ";
+inline constexpr const char* kNativeEnd = "# end of native stacks";
+struct NativeDump {
+  bool present = false;
+  std::string activity;  // "" = in no collective
+  int64_t step = -1;
+  int threads = 0;
+};
+// The last native dump in `text` (present = false when there is none).
+NativeDump ParseNativeDump(std::string_view text);
+
 // Where one rank stands, as the diagnosis groups ranks.
 struct RankPosition {
   bool known = false;  // false: no stack (see RankStacks::missing)
@@ -47,14 +62,19 @@ struct RankPosition {
   // ...), "" when the innermost frame is user code itself.
   std::string callee;
   bool in_collective = false;  // callee lives in torch/distributed
+  // A C++ worker: where it stands is its activity (callee) and step.
+  bool native = false;
+  int64_t step = -1;
 };
 RankPosition PositionOf(const std::vector<ThreadStack>& threads);
+RankPosition PositionOf(const NativeDump& native);
 
 // A rank's collected stacks, or why there are none.
 struct RankStacks {
   int rank = 0;
   int pid = 0;
   std::vector<ThreadStack> threads;
+  NativeDump native;  // a C++ worker's dump, used when `threads` is empty
   // Non-empty when the rank gave no stack: "did not answer within 2 s",
   // "stopped (state T)", ...
   std::string missing;

@@ -87,7 +87,8 @@ TEST_CASE("PositionOf: the innermost user frame and what it called",
   p = PositionOf(Rank(0, 1, "waiting_for_loader_thread.txt").threads);
   CHECK(p.user.line == 70);
   CHECK(p.callee == "get");
-  CHECK_FALSE(PositionOf({}).known);
+  CHECK_FALSE(PositionOf(std::vector<ThreadStack>{}).known);
+  CHECK_FALSE(PositionOf(NativeDump{}).known);
 }
 
 TEST_CASE("DiagnoseHang: names the rank that is not where the others wait",
@@ -147,6 +148,36 @@ TEST_CASE("FormatRankList and OneLineStack", "[agent][stacks]") {
         "distributed_c10d.py:1436 in all_reduce <- train.py:102 in "
         "train_step <- ...");
   CHECK(OneLineStack(ThreadStack{}, 3) == "<no Python frame>");
+}
+
+}  // namespace
+}  // namespace ddprun::agent
+
+namespace ddprun::agent {
+namespace {
+
+TEST_CASE("ParseNativeDump and DiagnoseHang: C++ workers' collective and step",
+          "[agent][stacks]") {
+  NativeDump d = ParseNativeDump(Fixture("native_all_reduce.txt"));
+  CHECK(d.present);
+  CHECK(d.activity == "all_reduce");
+  CHECK(d.step == 12);
+  CHECK(d.threads == 2);
+  d = ParseNativeDump(Fixture("native_no_collective.txt"));
+  CHECK(d.activity.empty());
+  CHECK(d.step == 11);
+  CHECK(d.threads == 2);
+  CHECK_FALSE(ParseNativeDump(Fixture("waiting_all_reduce.txt")).present);
+  std::vector<RankStacks> ranks(3);
+  for (int r = 0; r < 3; ++r) {
+    ranks[r].rank = r;
+    ranks[r].pid = 900 + r;
+    ranks[r].native = ParseNativeDump(
+        Fixture(r == 1 ? "native_no_collective.txt" : "native_all_reduce.txt"));
+  }
+  CHECK(DiagnoseHang(ranks) ==
+        "rank 1 (pid 901) is in no collective (step 11) while ranks 0,2 wait "
+        "in all_reduce (step 12)");
 }
 
 }  // namespace

@@ -169,6 +169,35 @@ TEST_CASE("ddprun: SIGUSR2 dumps a running job's stacks, the job goes on",
   CHECK(ReadFile(dir.path() + "/site_1") == own);
 }
 
+TEST_CASE("ddprun: the watchdog names the stopped C++ rank and its step",
+          "[agent][process][stacks]") {
+  TempDir dir;
+  const std::string logs = dir.path() + "/logs";
+  Ddprun run(dir,
+             {"--nproc_per_node=3", "--max_restarts=0", "--watchdog_timeout=2",
+              "--log_dir", logs, "--no_python",
+              DDPRUN_BIN_DIR "/native_hang_worker"},
+             {{"HANG_RANK", "1"}});
+  REQUIRE(run.Wait(30s) == 1);
+  const std::string err = run.Stderr();
+  INFO(err);
+  CHECK(Contains(err, "hang diagnosis: rank 1 (pid "));
+  CHECK(Contains(err, ") is in no collective (step 4) while ranks 0,2 wait in "
+                      "all_reduce (step 4)"));
+  CHECK(Contains(err, "  rank 0 (pid "));
+  CHECK(Contains(err, "native: in all_reduce, step 4, "));
+  const std::string run_dir = OnlyEntry(logs);
+  REQUIRE_FALSE(run_dir.empty());
+  for (int lr = 0; lr < 3; ++lr) {
+    const std::string stacks = ReadFile(run_dir + "/attempt_0/" +
+                                        std::to_string(lr) + "/stacks.txt");
+    INFO(stacks);
+    CHECK(Contains(stacks, "# ddprun native stacks: pid "));
+    CHECK(Contains(stacks, " (current):\n"));
+    CHECK(Contains(stacks, "# end of native stacks"));
+  }
+}
+
 TEST_CASE("ddprun: SIGUSR2 leaves a worker without the hook alone",
           "[agent][process][stacks]") {
   TempDir dir;

@@ -17,6 +17,7 @@
 #include "ddprun/worker/host_allocator.h"
 #include "ddprun/worker/shared_memory_group.h"
 #include "ddprun/worker/shared_memory_join.h"
+#include "ddprun/worker/stack_dump.h"
 #include "torch_compat.h"
 
 namespace ddprun::worker {
@@ -56,6 +57,8 @@ c10d::ReduceOp ToC10d(ReduceOp op) {
 // naming the operation.
 template <typename F>
 void Collective(const char* what, const World::Impl& w, F&& f) {
+  // A stack dump of a hung rank names the collective it waits in.
+  ActivityScope activity(what);
   try {
     f()->wait();
   } catch (const std::exception& e) {
@@ -339,6 +342,8 @@ void World::Barrier() const {
 }
 
 World InitWorld(const WorkerEnv& env, const InitOptions& options) {
+  // Answers ddprun's stack requests (DDPRUN_STACKS_*) from here on.
+  (void)InstallStackDumpHandler();
   auto impl = std::make_shared<World::Impl>();
   impl->env = env;
   std::string backend = options.backend;
