@@ -52,7 +52,7 @@ struct AgentOptions {
   Clock::Duration join_timeout = std::chrono::seconds(600);
 
   // The folder with ddprun's sitecustomize.py (PythonStackHelperDir()),
-  // put first on Python workers' PYTHONPATH so that they answer stack
+  // appended to Python workers' PYTHONPATH so that they answer stack
   // requests; "" = not found (workers run without it).
   std::string python_stack_helper_dir;
 

@@ -207,6 +207,7 @@ Status ElasticAgent::StartWorkers() {
   ++starts_;
   workers_.clear();
   failures_.clear();
+  hung_.clear();  // local ranks of the previous group
   stop_pending_ = false;
   stop_reason_ = StopReason::kNone;
   // No run log directory (--log_dir /dev/null): no files at all, and every
@@ -264,10 +265,12 @@ Status ElasticAgent::StartWorkers() {
       spec.env["DDPRUN_STACKS_SIGNAL"] = std::to_string(StackDumpSignal());
       const std::string& helper = options_.python_stack_helper_dir;
       if (!helper.empty()) {
-        // First, so that ddprun's sitecustomize.py runs; it chain-loads the
-        // one the interpreter would have found otherwise.
+        // Last: the user's (and deepspeed's cwd-first) order stays; still
+        // before the standard library, where Debian's sitecustomize.py lies,
+        // which ddprun's chain-loads. A user's own sitecustomize.py on
+        // PYTHONPATH wins: that worker then answers no stack request.
         std::string& path = spec.env["PYTHONPATH"];
-        path = path.empty() ? helper : helper + ":" + path;
+        path = path.empty() ? helper : path + ":" + helper;
       }
     }
     ProcessCallbacks cb;
@@ -434,10 +437,17 @@ void ElasticAgent::DumpStacks() {
 
 void ElasticAgent::OnStacksCollected(int generation, bool watchdog,
                                      std::vector<StackResult> results) {
-  if (finished_ || generation != generation_) {
+  if (finished_) return;
+  if (generation != generation_) {
+    // Dumps of a group that is gone; hung workers of the new one (hung_ is
+    // cleared when a group starts) are killed without a verdict.
+    std::vector<int> hung = std::move(hung_);
     hung_.clear();
+    for (int lr : hung) KillHung(lr);
     return;
   }
+  // A hang found while a dump on demand ran: that dump is its verdict.
+  watchdog = watchdog || !hung_.empty();
   std::vector<RankStacks> ranks;
   bool any = false;
   for (const StackResult& r : results) {

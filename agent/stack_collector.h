@@ -21,7 +21,7 @@ int StackDumpSignal();
 // (SIGUSR2; torchrun dies of it, so no torchrun user relies on it).
 inline constexpr int kDumpRequestSignal = SIGUSR2;
 
-// The folder ddprun puts first on Python workers' PYTHONPATH: the one that
+// The folder ddprun appends to Python workers' PYTHONPATH: the one that
 // holds ddprun's sitecustomize.py, `<dir of ddprun>/../lib/ddprun/python`
 // (the build tree, `cmake --install` and scripts/bundle_launcher.sh all lay
 // it out so). "" when it is missing: workers then run without the hook.

@@ -1,6 +1,7 @@
 """ddprun's stack-dump hook for Python workers.
 
-ddprun puts the folder holding this file first on its workers' PYTHONPATH.
+ddprun appends the folder holding this file to its workers' PYTHONPATH
+(before the standard library's folders, where Debian's sitecustomize lies).
 When DDPRUN_STACKS_FILE and DDPRUN_STACKS_SIGNAL are set, the interpreter
 registers faulthandler for that signal: on it, the stacks of every thread are
 appended to the file by faulthandler's C handler, which works while the main

@@ -727,8 +727,8 @@ TEST_CASE("ElasticAgent: workers get a stacks file and ddprun's Python hook",
     CHECK(w.env("DDPRUN_STACKS_FILE") ==
           h.log_dir + "/attempt_0/" + std::to_string(lr) + "/stacks.txt");
     CHECK(w.env("DDPRUN_STACKS_SIGNAL") == std::to_string(SIGRTMAX - 2));
-    // First, the user's path kept behind it.
-    CHECK(w.env("PYTHONPATH") == "/opt/ddprun/lib/ddprun/python:/user/path");
+    // Last: the user's order is kept (deepspeed's cwd stays first).
+    CHECK(w.env("PYTHONPATH") == "/user/path:/opt/ddprun/lib/ddprun/python");
   }
 }
 

@@ -127,6 +127,37 @@ TEST_CASE("ddprun: the watchdog names the rank that hangs and its line",
   }
 }
 
+TEST_CASE("ddprun: a rank whose data loader thread stopped is named",
+          "[agent][process][stacks]") {
+  RequireTorch();
+  TempDir dir;
+  const std::string logs = dir.path() + "/logs";
+  Ddprun run(dir,
+             {"--standalone", "--nproc_per_node=2", "--max_restarts=0",
+              "--watchdog_timeout=2", "--log_dir", logs, kHangWorker},
+             {{"PYTHON_EXEC", kPython},
+              {"HANG_RANK", "1"},
+              {"HANG_MODE", "loader"},
+              {"OMP_NUM_THREADS", "1"}});
+  REQUIRE(WaitForFiles({dir.path() + "/hanging"}, 90s));
+  REQUIRE(run.Wait(30s) == 1);
+  const std::string err = run.Stderr();
+  INFO(err);
+  // Its main thread waits in the standard library's queue.get, called from
+  // load_batch; rank 0 waits in all_reduce.
+  CHECK(Contains(err, "hang diagnosis: rank 1 (pid "));
+  CHECK(Contains(err, ") waits in get (hang_worker.py:" +
+                          std::to_string(LineOf("GET_LINE")) +
+                          " in load_batch) while rank 0 waits in all_reduce"));
+  // The loader thread's own frame is in rank 1's file.
+  const std::string stacks =
+      ReadFile(OnlyEntry(logs) + "/attempt_0/1/stacks.txt");
+  INFO(stacks);
+  CHECK(Contains(stacks, "hang_worker.py\", line " +
+                             std::to_string(LineOf("LOADER_LINE")) +
+                             " in _loader"));
+}
+
 TEST_CASE("ddprun: SIGUSR2 dumps a running job's stacks, the job goes on",
           "[agent][process][stacks]") {
   RequireTorch();
