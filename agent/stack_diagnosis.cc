@@ -291,7 +291,7 @@ std::string DiagnoseHang(const std::vector<RankStacks>& ranks) {
     return "all " + std::to_string(majority->ranks.size()) + " ranks (" +
            FormatRankList(majority->ranks) + ") " +
            Describe(majority->position, true) +
-           ": no rank stands apart here (the hang is inside that call, or "
+           "; no rank stands apart (a hang would be inside that call, or "
            "on another node)";
   }
   // Odd groups: smallest first, then by their lowest rank.

@@ -86,7 +86,8 @@ struct RankStacks {
 // every other rank named with its pid and position, e.g.
 //   rank 1 (pid 812) is in train.py:88 in load while ranks 0,2,3 wait in
 //   all_reduce (train.py:102)
-// Ranks without a stack are named as such. "" for no ranks.
+// Ranks without a stack are named as such; when every rank stands in the
+// same place the paragraph says so. "" for no ranks.
 std::string DiagnoseHang(const std::vector<RankStacks>& ranks);
 
 // "0,2,3", runs of three or more as "0-4": "0-4,6,7".

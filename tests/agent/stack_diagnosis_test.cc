@@ -133,8 +133,8 @@ TEST_CASE("DiagnoseHang: every rank in the same place", "[agent][stacks]") {
   std::vector<RankStacks> ranks = {Rank(0, 1, "waiting_all_reduce.txt"),
                                    Rank(1, 2, "waiting_all_reduce.txt")};
   CHECK(DiagnoseHang(ranks) ==
-        "all 2 ranks (0,1) wait in all_reduce (train.py:102 in train_step): "
-        "no rank stands apart here (the hang is inside that call, or on "
+        "all 2 ranks (0,1) wait in all_reduce (train.py:102 in train_step); "
+        "no rank stands apart (a hang would be inside that call, or on "
         "another node)");
   CHECK(DiagnoseHang({}).empty());
 }
