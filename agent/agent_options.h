@@ -51,6 +51,11 @@ struct AgentOptions {
   // How long one Join may take (rdzv_conf join_timeout).
   Clock::Duration join_timeout = std::chrono::seconds(600);
 
+  // The folder with ddprun's sitecustomize.py (PythonStackHelperDir()),
+  // appended to Python workers' PYTHONPATH so that they answer stack
+  // requests; "" = not found (workers run without it).
+  std::string python_stack_helper_dir;
+
   // What the hang watchdog (launch.watchdog_timeout_s > 0) reads about
   // workers; null = the real one (/proc and stat(2)). Must outlive the agent.
   WorkerProbe* watchdog_probe = nullptr;

@@ -8,6 +8,7 @@
 #include "agent/log_dir.h"
 #include "agent/log_line_prefix.h"
 #include "agent/signal_names.h"
+#include "agent/stack_diagnosis.h"
 #include "common/logging.h"
 
 namespace ddprun::agent {
@@ -39,6 +40,7 @@ struct ElasticAgent::Worker {
   std::string error_file;
   std::string heartbeat_file;  // DDPRUN_WATCHDOG_FILE, "" without watchdog
   std::string watchdog_kill;   // why the watchdog killed it, "" if it did not
+  std::string stacks_file;     // DDPRUN_STACKS_FILE, "" without one
   std::unique_ptr<Process> process;
   std::unique_ptr<WorkerOutput> out;
   std::unique_ptr<WorkerOutput> err;
@@ -52,6 +54,11 @@ constexpr int kUsageErrorExitCode = 2;
 bool Has(StdStreams mask, StdStreams bit) {
   return (static_cast<int>(mask) & static_cast<int>(bit)) != 0;
 }
+
+// How long a worker has to answer a stack request.
+constexpr auto kStacksLimit = std::chrono::seconds(2);
+// Frames per rank on the console (the files hold all of them).
+constexpr size_t kConsoleFrames = 6;
 
 double Millis(Clock::Duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
@@ -93,6 +100,10 @@ ElasticAgent::ElasticAgent(AgentOptions options, EventLoop* loop,
         std::chrono::duration_cast<Clock::Duration>(
             std::chrono::duration<double>(timeout_s)),
         [this](const WorkerWatchdog::Stuck& s) { OnWorkerStuck(s); });
+  }
+  auto off = options_.parent_env.find("DDPRUN_STACKS");
+  if (off == options_.parent_env.end() || off->second != "0") {
+    stacks_ = std::make_unique<StackCollector>(loop_);
   }
 }
 
@@ -197,6 +208,7 @@ Status ElasticAgent::StartWorkers() {
   ++starts_;
   workers_.clear();
   failures_.clear();
+  hung_.clear();  // local ranks of the previous group
   stop_pending_ = false;
   stop_reason_ = StopReason::kNone;
   // No run log directory (--log_dir /dev/null): no files at all, and every
@@ -214,6 +226,7 @@ Status ElasticAgent::StartWorkers() {
       DDP_RETURN_IF_ERROR(MakeDirs(dir));
       w->error_file = dir + "/error.json";
       if (watchdog_) w->heartbeat_file = dir + "/heartbeat";
+      if (stacks_) w->stacks_file = dir + "/stacks.txt";
     }
     DDP_ASSIGN_OR_RETURN(
         std::string prefix,
@@ -255,6 +268,19 @@ Status ElasticAgent::StartWorkers() {
     spec.tty_stderr = w->err->live_terminal();
     if (spec.tty_stdout || spec.tty_stderr) {
       std::tie(spec.tty_rows, spec.tty_cols) = console_->TerminalSize();
+    }
+    if (!w->stacks_file.empty()) {
+      spec.env["DDPRUN_STACKS_FILE"] = w->stacks_file;
+      spec.env["DDPRUN_STACKS_SIGNAL"] = std::to_string(StackDumpSignal());
+      const std::string& helper = options_.python_stack_helper_dir;
+      if (!helper.empty()) {
+        // Last: the user's (and deepspeed's cwd-first) order stays; still
+        // before the standard library, where Debian's sitecustomize.py lies,
+        // which ddprun's chain-loads. A user's own sitecustomize.py on
+        // PYTHONPATH wins: that worker then answers no stack request.
+        std::string& path = spec.env["PYTHONPATH"];
+        path = path.empty() ? helper : path + ":" + helper;
+      }
     }
     ProcessCallbacks cb;
     Worker* raw = w.get();
@@ -344,12 +370,163 @@ void ElasticAgent::OnWorkerStuck(const WorkerWatchdog::Stuck& stuck) {
       std::string(WatchdogReasonText(stuck.reason)) + " for " +
       Seconds(std::chrono::duration<double>(stuck.stuck_for).count()) +
       " (--watchdog_timeout=" + Number(timeout_s) + ")";
+  w.watchdog_kill = "killed by the ddprun watchdog: " + what;
+  if (stacks_ == nullptr || w.stacks_file.empty()) {
+    DDP_LOG(ERROR) << "watchdog: local_rank " << w.local_rank << " (pid "
+                   << w.pid << ") hung, " << what
+                   << ": sending SIGKILL to its process group";
+    KillHung(w.local_rank);
+    return;
+  }
   DDP_LOG(ERROR) << "watchdog: local_rank " << w.local_rank << " (pid " << w.pid
                  << ") hung, " << what
-                 << ": sending SIGKILL to its process group";
-  w.watchdog_kill = "killed by the ddprun watchdog: " + what;
+                 << ": collecting every worker's stacks, then SIGKILL to its "
+                    "process group";
+  if (diagnosis_generation_ == generation_) {
+    // This hang's stacks are in already: the same verdict.
+    KillHung(w.local_rank);
+    return;
+  }
+  hung_.push_back(w.local_rank);
+  if (stacks_->busy()) return;  // killed when the collection ends
+  const int generation = generation_;
+  stacks_->Collect(StackTargets(),
+                   "watchdog: local_rank " + std::to_string(w.local_rank) +
+                       " hung",
+                   kStacksLimit,
+                   [this, generation](std::vector<StackResult> results) {
+                     OnStacksCollected(generation, /*watchdog=*/true,
+                                       std::move(results));
+                   });
+}
+
+void ElasticAgent::KillHung(int local_rank) {
+  Worker& w = *workers_[local_rank];
+  if (!w.running) return;
+  if (!diagnosis_.empty() && diagnosis_generation_ == generation_) {
+    w.watchdog_kill += "; hang diagnosis: " + diagnosis_;
+  }
   Status s = w.process->SignalGroup(SIGKILL);
   if (!s.ok()) DDP_LOG(WARNING) << s.message();
+}
+
+std::vector<StackTarget> ElasticAgent::StackTargets() const {
+  std::vector<StackTarget> targets;
+  for (const auto& w : workers_) {
+    if (!w->running || w->stacks_file.empty()) continue;
+    targets.push_back({w->global_rank, w->pid, w->stacks_file});
+  }
+  return targets;
+}
+
+void ElasticAgent::DumpStacks() {
+  if (finished_ || stacks_ == nullptr) {
+    DDP_LOG(WARNING) << "stack dump requested, but stack dumps are off "
+                        "(DDPRUN_STACKS=0)";
+    return;
+  }
+  std::vector<StackTarget> targets = StackTargets();
+  if (phase_ != Phase::kRunning || targets.empty()) {
+    DDP_LOG(WARNING) << "stack dump requested, but no worker runs"
+                     << (options_.run_log_dir.empty() ? " with a log dir" : "");
+    return;
+  }
+  if (stacks_->busy()) {
+    DDP_LOG(INFO) << "stack dump requested while one is being collected";
+    return;
+  }
+  DDP_LOG(INFO) << "stack dump requested: collecting every worker's stacks";
+  const int generation = generation_;
+  stacks_->Collect(std::move(targets), "requested", kStacksLimit,
+                   [this, generation](std::vector<StackResult> results) {
+                     OnStacksCollected(generation, /*watchdog=*/false,
+                                       std::move(results));
+                   });
+}
+
+void ElasticAgent::OnStacksCollected(int generation, bool watchdog,
+                                     std::vector<StackResult> results) {
+  if (finished_) return;
+  if (generation != generation_) {
+    // Dumps of a group that is gone; hung workers of the new one (hung_ is
+    // cleared when a group starts) are killed without a verdict.
+    std::vector<int> hung = std::move(hung_);
+    hung_.clear();
+    for (int lr : hung) KillHung(lr);
+    return;
+  }
+  // A hang found while a dump on demand ran: that dump is its verdict.
+  watchdog = watchdog || !hung_.empty();
+  std::vector<RankStacks> ranks;
+  bool any = false;
+  for (const StackResult& r : results) {
+    RankStacks rank;
+    rank.rank = r.target.rank;
+    rank.pid = r.target.pid;
+    rank.missing = r.missing;
+    if (r.missing.empty()) {
+      rank.threads = ParseFaulthandlerDump(r.dump);
+      rank.native = ParseNativeDump(r.dump);
+    }
+    any = any || !rank.threads.empty() || rank.native.present;
+    ranks.push_back(std::move(rank));
+  }
+  const std::string attempt_dir = options_.run_log_dir + "/attempt_" +
+                                  std::to_string(round_.restart_count);
+  if (any) {
+    // Every rank's main thread on one line; the files hold every thread.
+    std::string lines;
+    for (const RankStacks& r : ranks) {
+      lines += "  rank " + std::to_string(r.rank) + " (pid " +
+               std::to_string(r.pid) + "): ";
+      const ThreadStack* main = MainThread(r.threads);
+      if (main != nullptr) {
+        lines += OneLineStack(*main, kConsoleFrames);
+        if (r.threads.size() > 1) {
+          lines += " (+" + std::to_string(r.threads.size() - 1) +
+                   " more thread" + (r.threads.size() > 2 ? "s" : "") + ")";
+        }
+      } else if (r.native.present) {
+        lines += "native: " +
+                 (r.native.activity.empty() ? std::string("in no collective")
+                                            : "in " + r.native.activity) +
+                 ", step " + std::to_string(r.native.step) + ", " +
+                 std::to_string(r.native.threads) +
+                 (r.native.threads == 1 ? " thread" : " threads");
+      } else {
+        lines += "no stack: " +
+                 (r.missing.empty() ? std::string("no Python frames")
+                                    : r.missing);
+      }
+      lines += "\n";
+    }
+    const std::string diagnosis = DiagnoseHang(ranks);
+    const std::string where = attempt_dir + "/<local_rank>/stacks.txt";
+    // The log escapes line breaks: the per-rank lines go to the console.
+    if (watchdog) {
+      diagnosis_ = diagnosis;
+      diagnosis_generation_ = generation;
+      DDP_LOG(ERROR) << "hang diagnosis: " << diagnosis;
+    } else {
+      DDP_LOG(INFO) << "stack dump: " << diagnosis;
+    }
+    console_->Write(Console::Stream::kErr,
+                    lines + "  every thread's stack: " + where + "\n");
+  } else {
+    const std::string why =
+        results.empty() ? "no running worker" : results.front().missing;
+    if (watchdog) {
+      // Workers without the hook (a shell script, a C++ binary): the
+      // watchdog acts as it always did.
+      DDP_LOG(DEBUG) << "no worker gave a stack (" << why << ")";
+      diagnosis_generation_ = generation;
+    } else {
+      DDP_LOG(WARNING) << "no worker gave a stack (" << why << ")";
+    }
+  }
+  std::vector<int> hung = std::move(hung_);
+  hung_.clear();
+  for (int lr : hung) KillHung(lr);
 }
 
 void ElasticAgent::OnRendezvousEvent(const rendezvous::RendezvousEvent& event) {

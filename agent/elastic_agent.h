@@ -10,6 +10,7 @@
 #include "agent/console.h"
 #include "agent/failure_report.h"
 #include "agent/process_launcher.h"
+#include "agent/stack_collector.h"
 #include "agent/worker_env.h"
 #include "agent/worker_output.h"
 #include "agent/worker_watchdog.h"
@@ -53,6 +54,14 @@ const char* WorkerStateName(WorkerState state);
 // SIGTERM, so a stopped worker handles SIGTERM instead of waiting for
 // --shutdown_timeout.
 //
+// Before the watchdog kills, the agent collects the stacks of every local
+// worker (agent/stack_collector.h; Python workers answer through ddprun's
+// sitecustomize.py, env DDPRUN_STACKS_FILE / DDPRUN_STACKS_SIGNAL), appends
+// them to attempt_<k>/<local_rank>/stacks.txt, prints the diagnosis
+// (agent/stack_diagnosis.h) and adds it to the killed workers' failure
+// traceback. DumpStacks() does the same for a running job without stopping
+// anything. DDPRUN_STACKS=0 in ddprun's environment turns both off.
+//
 // Rendezvous calls are asynchronous (rendezvous/client/rendezvous_client.h):
 // each step starts one and goes on in its callback (OnJoined,
 // OnFailureReported, OnBarrierPassed); nothing blocks the loop. A handled
@@ -79,6 +88,10 @@ class ElasticAgent {
   // A signal in --signals_to_handle arrived (call on the loop thread). Also
   // before the first rendezvous: the agent then finishes without one.
   void OnSignal(int sig);
+
+  // A dump on demand (SIGUSR2 to ddprun): every running worker's stacks to
+  // its stacks.txt and the diagnosis to the console; the job goes on.
+  void DumpStacks();
 
   WorkerState state() const { return state_; }
   // TORCHELASTIC_RESTART_COUNT of the current attempt.
@@ -119,6 +132,13 @@ class ElasticAgent {
   Status StartWorkers();
   void OnWorkerExit(int generation, int local_rank, ExitStatus status);
   void OnWorkerStuck(const WorkerWatchdog::Stuck& stuck);
+  // Stack collection: the targets (running workers that have a stacks
+  // file), and what happens once the dumps are in.
+  std::vector<StackTarget> StackTargets() const;
+  void OnStacksCollected(int generation, bool watchdog,
+                         std::vector<StackResult> results);
+  // SIGKILL to a hung worker's process group (the watchdog's verdict).
+  void KillHung(int local_rank);
   void OnRendezvousEvent(const rendezvous::RendezvousEvent& event);
   void OnFailureReported(StatusOr<bool> again, bool usage_error);
   void OnBarrierPassed(const Status& status);
@@ -161,6 +181,12 @@ class ElasticAgent {
   Clock::TimePoint failure_seen_at_{};
   std::unique_ptr<WorkerProbe> own_probe_;    // when config has none
   std::unique_ptr<WorkerWatchdog> watchdog_;  // null: --watchdog_timeout=0
+  std::unique_ptr<StackCollector> stacks_;    // null: DDPRUN_STACKS=0
+  // Hung workers (local ranks) to kill once their stacks are in.
+  std::vector<int> hung_;
+  // The diagnosis of the current generation's hang, once made.
+  int diagnosis_generation_ = 0;
+  std::string diagnosis_;
 };
 
 }  // namespace ddprun::agent

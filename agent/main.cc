@@ -29,6 +29,7 @@
 #include "agent/python_sys_path.h"
 #include "agent/rendezvous_factory.h"
 #include "agent/signal_watcher.h"
+#include "agent/stack_collector.h"
 #include "agent/torch_version_probe.h"
 #include "agent/worker_env.h"
 #include "common/file_util.h"
@@ -142,6 +143,7 @@ AgentOptions MakeAgentOptions(const LaunchOptions& launch, EnvMap env,
     options.agent_error_file = own->second;
   }
   options.parent_env = std::move(env);
+  options.python_stack_helper_dir = PythonStackHelperDir();
   return options;
 }
 
@@ -182,12 +184,26 @@ int RunAgent(CommandLine cl, EnvMap env, const std::string& prog) {
   // rendezvous), or ends the launch after the slow steps below.
   std::vector<int> handled = launch.signals_to_handle;
   if (handled.empty()) handled = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+  // SIGUSR2 asks for a stack dump of the running workers (the job goes on),
+  // unless --signals_to_handle names it: then it is forwarded as asked.
+  const bool dump_on_request =
+      std::find(handled.begin(), handled.end(), kDumpRequestSignal) ==
+      handled.end();
+  std::vector<int> watched = handled;
+  if (dump_on_request) watched.push_back(kDumpRequestSignal);
   AsioEventLoop loop;
   ElasticAgent* agent = nullptr;  // set before the loop runs
   std::atomic<int> early_signal{0};
   SignalWatcher watcher;
-  Status watching =
-      watcher.Start(handled, [&loop, &agent, &early_signal](int sig) {
+  Status watching = watcher.Start(
+      watched, [&loop, &agent, &early_signal, dump_on_request](int sig) {
+        if (dump_on_request && sig == kDumpRequestSignal) {
+          // Before the agent exists there is nothing to dump.
+          loop.Post([&agent] {
+            if (agent != nullptr) agent->DumpStacks();
+          });
+          return;
+        }
         int none = 0;
         early_signal.compare_exchange_strong(none, sig);
         loop.Post([&agent, sig] { agent->OnSignal(sig); });

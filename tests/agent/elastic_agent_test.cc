@@ -714,4 +714,37 @@ TEST_CASE("ElasticAgent: a signal before the first rendezvous joins nothing",
   CHECK(h.launcher.workers.empty());
 }
 
+
+TEST_CASE("ElasticAgent: workers get a stacks file and ddprun's Python hook",
+          "[agent][stacks]") {
+  Harness h(2);
+  h.options.python_stack_helper_dir = "/opt/ddprun/lib/ddprun/python";
+  h.options.parent_env["PYTHONPATH"] = "/user/path";
+  h.Start();
+  REQUIRE(h.launcher.workers.size() == 2);
+  for (int lr = 0; lr < 2; ++lr) {
+    const auto& w = *h.launcher.workers[lr];
+    CHECK(w.env("DDPRUN_STACKS_FILE") ==
+          h.log_dir + "/attempt_0/" + std::to_string(lr) + "/stacks.txt");
+    CHECK(w.env("DDPRUN_STACKS_SIGNAL") == std::to_string(SIGRTMAX - 2));
+    // Last: the user's order is kept (deepspeed's cwd stays first).
+    CHECK(w.env("PYTHONPATH") == "/user/path:/opt/ddprun/lib/ddprun/python");
+  }
+}
+
+TEST_CASE("ElasticAgent: DDPRUN_STACKS=0 and a missing hook change nothing",
+          "[agent][stacks]") {
+  Harness off(1);
+  off.options.python_stack_helper_dir = "/opt/ddprun/lib/ddprun/python";
+  off.options.parent_env["DDPRUN_STACKS"] = "0";
+  off.Start();
+  CHECK(off.launcher.workers[0]->spec.env.count("DDPRUN_STACKS_FILE") == 0);
+  CHECK(off.launcher.workers[0]->spec.env.count("PYTHONPATH") == 0);
+  Harness missing(1);  // python_stack_helper_dir "": no folder to add
+  missing.Start();
+  CHECK(missing.launcher.workers[0]->spec.env.count("DDPRUN_STACKS_FILE") ==
+        1);
+  CHECK(missing.launcher.workers[0]->spec.env.count("PYTHONPATH") == 0);
+}
+
 }  // namespace ddprun::agent

@@ -37,12 +37,28 @@ std::map<std::string, std::string> Baseline(
 
 // Names whose value differs from the baseline (set or changed by the
 // launcher), without the harness's DDPRUN_TEST_OUT.
+// ddprun's own additions to every worker (DDPRUN_* variables, its stack
+// dump hook appended to PYTHONPATH) are not part of a launcher's contract.
+std::string WithoutDdprunHook(const std::string& k, const std::string& v) {
+  const std::string hook = "/lib/ddprun/python";
+  if (k != "PYTHONPATH" || v.size() < hook.size() ||
+      v.compare(v.size() - hook.size(), hook.size(), hook) != 0) {
+    return v;
+  }
+  size_t colon = v.rfind(':');
+  return colon == std::string::npos ? "" : v.substr(0, colon);
+}
+
 std::set<std::string> LauncherSet(
     const std::map<std::string, std::string>& worker,
     const std::map<std::string, std::string>& baseline) {
   std::set<std::string> names;
-  for (const auto& [k, v] : worker) {
+  for (const auto& [key, value] : worker) {
+    const std::string& k = key;
+    const std::string v = WithoutDdprunHook(k, value);
     auto it = baseline.find(k);
+    if (k.rfind("DDPRUN_", 0) == 0) continue;
+    if (v.empty() && it == baseline.end()) continue;  // only the hook
     if (k != "DDPRUN_TEST_OUT" && (it == baseline.end() || it->second != v)) {
       names.insert(k);
     }

@@ -208,13 +208,30 @@ def torchrun_port_lock(flags):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def without_ddprun_hook(env):
+    """A worker's environment without ddprun's stack-dump hook (the
+    DDPRUN_STACKS_* variables, the folder appended to PYTHONPATH): ddprun's
+    own extension, part of no launcher's contract."""
+    env = {k: v for k, v in env.items() if not k.startswith("DDPRUN_STACKS_")}
+    path = env.get("PYTHONPATH")
+    if path is not None and path.endswith("/lib/ddprun/python"):
+        rest = path.rsplit(":", 1)[0] if ":" in path else ""
+        if rest:
+            env["PYTHONPATH"] = rest
+        else:
+            del env["PYTHONPATH"]
+    return env
+
+
 def collect(out_dir, expected, attempt):
-    """{rank: {"env": ..., "argv": ...}} of one attempt."""
+    """{rank: {"env": ..., "argv": ...}} of one attempt (without ddprun's
+    stack-dump hook)."""
     runs = {}
     for name in os.listdir(out_dir):
         if name.startswith("env_%s_" % attempt) and name.endswith(".json"):
             with open(os.path.join(out_dir, name)) as f:
                 d = json.load(f)
+            d["env"] = without_ddprun_hook(d["env"])
             rank = int(d["env"]["RANK"])
             check(rank not in runs,
                   "rank %d started twice in attempt %s" % (rank, attempt))

@@ -10,6 +10,7 @@
 #include "ddprun/worker/errors.h"
 #include "ddprun/worker/shared_memory_group.h"
 #include "ddprun/worker/shared_memory_join.h"
+#include "ddprun/worker/stack_dump.h"
 #include "torch_compat.h"
 
 namespace ddprun::worker {
@@ -181,6 +182,9 @@ void DistributedDataParallel::Backward(const at::Tensor& output,
     output.backward(grad);
     return;
   }
+  // A stack dump of a rank stuck here names it: the gradients' all-reduce
+  // runs inside backward (the reducer's hooks).
+  ActivityScope activity("backward (DDP gradient all_reduce)");
   try {
     reducer->rebuild_buckets();  // no-op except once, after step 1
     if (sync_enabled_) {

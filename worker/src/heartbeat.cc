@@ -1,5 +1,7 @@
 #include "ddprun/worker/heartbeat.h"
 
+#include "ddprun/worker/stack_dump.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -40,6 +42,10 @@ void Touch(const std::string& path) {
 }  // namespace
 
 void Heartbeat() {
+  // A heartbeat is a step: the stack dump shows the count, and a worker
+  // that only calls Heartbeat() still answers ddprun's stack requests.
+  NoteStep();
+  (void)InstallStackDumpHandler();
   const std::string& path = HeartbeatPath();
   if (path.empty()) return;
   static std::atomic<int64_t> last_ns{0};

@@ -17,6 +17,7 @@
 #include "ddprun/worker/host_allocator.h"
 #include "ddprun/worker/shared_memory_group.h"
 #include "ddprun/worker/shared_memory_join.h"
+#include "ddprun/worker/stack_dump.h"
 #include "torch_compat.h"
 
 namespace ddprun::worker {
@@ -56,6 +57,8 @@ c10d::ReduceOp ToC10d(ReduceOp op) {
 // naming the operation.
 template <typename F>
 void Collective(const char* what, const World::Impl& w, F&& f) {
+  // A stack dump of a hung rank names the collective it waits in.
+  ActivityScope activity(what);
   try {
     f()->wait();
   } catch (const std::exception& e) {
@@ -189,6 +192,7 @@ std::shared_ptr<SharedMemoryGroup> World::shared_memory() const {
 
 void World::AllReduce(at::Tensor& t, ReduceOp op) const {
   if (!impl_->pg) return;
+  ActivityScope activity("all_reduce");  // also on the shared-memory path
   if (impl_->shm && (op == ReduceOp::kSum || op == ReduceOp::kAvg) &&
       SharedMemoryReducible(t)) {
     const double scale = op == ReduceOp::kAvg ? 1.0 / world_size() : 1.0;
@@ -220,6 +224,7 @@ void World::AllReduce(at::Tensor& t, ReduceOp op) const {
 
 void World::Broadcast(at::Tensor& t, int root) const {
   if (!impl_->pg) return;
+  ActivityScope activity("broadcast");  // also on the shared-memory path
   if (impl_->shm && t.device().is_cpu() && t.is_contiguous()) {
     ThrowIfFailed("broadcast", *impl_,
                   impl_->shm->Broadcast({{t.data_ptr(), t.nbytes()}}, root));
@@ -240,6 +245,7 @@ void World::Broadcast(at::Tensor& t, int root) const {
 
 std::vector<at::Tensor> World::AllGather(const at::Tensor& t) const {
   if (!impl_->pg) return {t.clone()};
+  ActivityScope activity("all_gather");  // also on the shared-memory path
   if (impl_->shm && t.device().is_cpu()) {
     const at::Tensor in = t.contiguous();
     std::vector<int64_t> shape{world_size()};
@@ -264,6 +270,7 @@ std::vector<at::Tensor> World::AllGather(const at::Tensor& t) const {
 
 at::Tensor World::AllGatherVariable(const at::Tensor& t) const {
   if (!impl_->pg) return t.clone();
+  ActivityScope activity("all_gather");  // also on the shared-memory path
   at::Tensor in = t.dim() == 0 ? t.reshape({1}) : t.contiguous();
   at::Tensor len = at::tensor({in.size(0)}, at::kLong).to(impl_->device);
   std::vector<at::Tensor> lens = AllGather(len);
@@ -285,6 +292,7 @@ at::Tensor World::AllGatherVariable(const at::Tensor& t) const {
 }
 
 at::Tensor World::ReduceScatter(const at::Tensor& input) const {
+  ActivityScope activity("reduce_scatter");  // also on the shared-memory path
   const int n = world_size(), r = rank();
   if (input.dim() != 1 || input.numel() % n != 0) {
     throw ConfigError("ReduceScatter: input must be 1-D with a multiple of " +
@@ -339,6 +347,8 @@ void World::Barrier() const {
 }
 
 World InitWorld(const WorkerEnv& env, const InitOptions& options) {
+  // Answers ddprun's stack requests (DDPRUN_STACKS_*) from here on.
+  (void)InstallStackDumpHandler();
   auto impl = std::make_shared<World::Impl>();
   impl->env = env;
   std::string backend = options.backend;
