@@ -302,7 +302,7 @@ TEST_CASE(
 
 TEST_CASE(
     "ddpm_trainer: --make_synthetic writes BraTS case folders and a CSV of "
-    "them; --synthetic_layout csv the 4-channel list",
+    "them, and --synthetic_layout csv the 4-channel list",
     "[ddpm][brats]") {
   const std::string brats = SmallRoot();
   for (const char* m : {"t1", "t1ce", "t2", "flair", "seg"}) {
