@@ -55,8 +55,8 @@ def catch_name_arg(command):
 
 
 def unescape(spec):
-    # catch_discover_tests escapes these with a backslash.
-    return re.sub(r"\\([,\[\]])", r"\1", spec)
+    # catch_discover_tests escapes these with a backslash (v3 also "\\").
+    return re.sub(r"\\([\\,\[\]])", r"\1", spec)
 
 
 def listed_cases(executable):
@@ -67,8 +67,10 @@ def listed_cases(executable):
                               text=True, timeout=120)
         names = [line.strip() for line in proc.stdout.splitlines()
                  if line.strip()]
-        # v2 exits with the number of tests listed, v3 with 0.
-        if names and proc.returncode >= 0 and not proc.stderr.strip():
+        # v2 exits with the number of tests listed, v3 with 0; v3 refuses
+        # v2's flag with "Error(s) in input:".
+        if (names and proc.returncode >= 0 and not proc.stderr.strip() and
+                not any(n.startswith("Error(s) in input") for n in names)):
             return names
     raise RuntimeError("%s lists no test cases" % executable)
 
