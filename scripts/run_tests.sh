@@ -72,6 +72,7 @@ stamp "host tests"
 host_rc=$?
 # Every registered test ran (scripts/ctest_summary.py); the counts and the
 # skips' reasons go into the last line.
+rm -f build/ctest-summary.txt
 python3 scripts/ctest_summary.py --build build --junit ctest-results.xml \
   --label "host" --line-file build/ctest-summary.txt || host_rc=1
 
