@@ -11,7 +11,7 @@ left out; instead one precompiled header of <torch/torch.h> and c10d's
 ProcessGroup.hpp is made from the kit per set of compile definitions and
 forced into every unit (parsing torch.h dominates: ~10x faster). Exit 0 when
 all pass, 1 when one fails (its errors are printed), 77 (skip) when the kit
-is absent.
+is absent (a failure under CI=true: CI has ../shared beside the checkout).
 
   check_libtorch_headers.py --build BUILD --source SRC --kit KIT.tar.xz
       [--cuda-include /usr/local/cuda/include] [--jobs 2]
@@ -30,7 +30,10 @@ import sys
 import tarfile
 import time
 
-SKIP = 77
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "tests"))
+from ddprun_skip import SKIP, skip_unless_ci  # noqa: E402
+
 # LibTorch headers found outside the kit (the system's, another version).
 FOREIGN = re.compile(r"^/usr/(local/)?include/(ATen|c10|caffe2|torch)/")
 
@@ -158,8 +161,7 @@ def main():
                                 for x in (a.build, a.source, a.kit))
 
     if not os.path.isfile(a.kit):
-        print("skipped: no LibTorch header kit at %s" % a.kit)
-        return SKIP
+        return skip_unless_ci("no LibTorch header kit at %s" % a.kit)
     cuda = a.cuda_include if os.path.isfile(
         os.path.join(a.cuda_include, "cuda_runtime_api.h")) else None
     dest = os.path.join(a.build, "_deps", "libtorch-kit-headers")

@@ -67,10 +67,16 @@ fi
 stamp "host build"
 bash scripts/build.sh || exit 1
 stamp "host tests"
-(cd build && ctest --output-on-failure --timeout 600 -j "${DDPRUN_TEST_JOBS:-2}")
+(cd build && ctest --output-on-failure --timeout 600 -j "${DDPRUN_TEST_JOBS:-2}" \
+   --output-junit ctest-results.xml)
 host_rc=$?
+# Every registered test ran (scripts/ctest_summary.py); the counts and the
+# skips' reasons go into the last line.
+rm -f build/ctest-summary.txt
+python3 scripts/ctest_summary.py --build build --junit ctest-results.xml \
+  --label "host" --line-file build/ctest-summary.txt || host_rc=1
 
-leg_rc=0
+leg_rc=0 leg_line="LibTorch 2.6 leg: not run (DDPRUN_TORCH2_LEG=0)"
 if [[ $leg != 0 ]]; then
   if ! wait "$root_pid"; then
     cat build/trixie_root.log >&2
@@ -78,8 +84,11 @@ if [[ $leg != 0 ]]; then
     exit 1
   fi
   stamp "LibTorch 2.6 leg"
-  bash scripts/libtorch2_tests.sh build
-  leg_rc=$?
+  bash scripts/libtorch2_tests.sh build 2>&1 | tee build/libtorch2_tests.log
+  leg_rc=${PIPESTATUS[0]}
+  leg_line=$(grep -a '^LibTorch 2.6 leg: ' build/libtorch2_tests.log | tail -1)
 fi
-stamp "done: host tests exit $host_rc, LibTorch 2.6 leg exit $leg_rc"
+stamp "done: host tests exit $host_rc, LibTorch 2.6 leg exit $leg_rc." \
+  "$(cat build/ctest-summary.txt 2>/dev/null || echo 'host: no summary')." \
+  "${leg_line:-LibTorch 2.6 leg: no summary}"
 ((host_rc == 0 && leg_rc == 0))

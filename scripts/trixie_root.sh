@@ -89,9 +89,10 @@ exec 9>"$cache/trixie-$variant.lock"
 flock -w 3600 9 || { echo "trixie_root: $root is locked by another run" >&2; exit 1; }
 
 # DDPRUN_* settings (jobs, test selection, the launcher's path inside the
-# root) reach the command; nothing else of the host's environment does.
+# root) and CI (a missing test prerequisite fails under CI=true) reach the
+# command; nothing else of the host's environment does.
 passthrough=()
-while IFS= read -r var; do passthrough+=("$var"); done < <(env | grep -E '^DDPRUN_[A-Z_]*=' || true)
+while IFS= read -r var; do passthrough+=("$var"); done < <(env | grep -E '^(DDPRUN_[A-Z_]*|CI)=' || true)
 
 in_root() {
   # Private mount namespace: /proc, /dev and the checkout are mounted for

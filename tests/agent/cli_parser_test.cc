@@ -362,7 +362,9 @@ TEST_CASE("CliParser: the command line beats PET_* env", "[cli]") {
   CHECK(ParseOk({Script()}, {{"PET_NNODES", ""}}).max_nodes == 1);
 }
 
-TEST_CASE("CliParser: SLURM and Kubernetes defaults sit below PET_*", "[cli]") {
+TEST_CASE(
+    "CliParser: SLURM and Kubernetes defaults sit below the PET_* variables",
+    "[cli]") {
   const Env srun = {{"SLURM_STEP_ID", "0"},
                     {"SLURM_NNODES", "2"},
                     {"SLURM_NTASKS", "2"},

@@ -5,6 +5,7 @@
 // down mid-training and comes back. Needs root and `ip`; skipped otherwise.
 
 #include "ddprun_catch.h"
+#include "ddprun_skip.h"
 
 #include <unistd.h>
 
@@ -36,13 +37,11 @@ std::optional<Event> StartAfterWhere(
 TEST_CASE("chaos: network partition of one node (link down, then up)",
           "[chaos][netns][root]") {
   if (::geteuid() != 0 || ::access(kIpTool, X_OK) != 0) {
-    WARN("skipped: network namespaces need root and " << kIpTool);
-    return;
+    DDPRUN_SKIP_UNLESS_CI("network namespaces need root and " << kIpTool);
   }
   NetnsTestbed net("ddpch", 8);
   if (!net.ok()) {
-    WARN("skipped: `ip netns` / veth / bridge setup failed on this machine");
-    return;
+    DDPRUN_SKIP_UNLESS_CI("`ip netns` / veth / bridge setup failed");
   }
   Scenario s("partition");
   // No GLOO_SOCKET_IFNAME: the host name resolves to loopback in these

@@ -3,6 +3,7 @@
 // listening sockets, threads or processes in the agent.
 
 #include "ddprun_catch.h"
+#include "ddprun_skip.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -86,8 +87,7 @@ std::optional<ProcessResources> SnapshotDuring(Scenario& s, int agent_pid,
 // checkpoints are ~16 KB). The failed write must leave no temp file behind.
 void DiskFullScenario() {
   if (::geteuid() != 0) {
-    WARN("skipped: mounting a tmpfs needs root");
-    return;
+    DDPRUN_SKIP_UNLESS_CI("mounting a tmpfs needs root");
   }
   Scenario s("diskfull");
   Workload w;
@@ -95,8 +95,7 @@ void DiskFullScenario() {
   REQUIRE(Baseline(2, w.steps).has_value());
   Tmpfs tmpfs(s.ckpt(), "256k");
   if (!tmpfs.ok()) {
-    WARN("skipped: cannot mount a tmpfs here: " << tmpfs.error());
-    return;
+    DDPRUN_SKIP_UNLESS_CI("cannot mount a tmpfs: " << tmpfs.error());
   }
   Child& run = s.StartAgent(
       "a", {"--standalone", "--nproc_per_node=2", "--max_restarts=1"}, w);

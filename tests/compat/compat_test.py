@@ -32,7 +32,7 @@ TORCH_NCCL_ASYNC_ERROR_HANDLING from 2.2, and `--local_rank` / `--local-rank`
 (torch >= 2.0) under torch.distributed.launch.
 
 Exit 0 = pass, 1 = fail (with the reason), 77 = skipped (no torch in the
-interpreter). Every launch runs under a deadline.
+interpreter; a failure under CI=true). Every launch runs under a deadline.
 """
 import argparse
 import contextlib
@@ -53,7 +53,8 @@ import time
 PYTHON = os.environ.get("PYTHON_EXEC") or "/usr/bin/python3"
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAUNCH_TIMEOUT_S = 120
-SKIP = 77
+sys.path.insert(0, os.path.dirname(HERE))
+from ddprun_skip import SKIP, skip_unless_ci  # noqa: E402
 
 # Variables whose values differ between any two launches.
 VARYING = {"MASTER_PORT", "TORCHELASTIC_ERROR_FILE"}
@@ -656,8 +657,7 @@ def main():
     global TORCH
     TORCH = torch_version()
     if TORCH is None:
-        print("SKIP: %s has no torch" % PYTHON)
-        return SKIP
+        return skip_unless_ci("%s has no torch" % PYTHON)
     try:
         if args.case == "ddp_standalone":
             ddp_run(args, ["--standalone", "--nproc_per_node=2"])

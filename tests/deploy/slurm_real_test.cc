@@ -8,6 +8,7 @@
 #include <string>
 
 #include "ddprun_catch.h"
+#include "ddprun_skip.h"
 
 #include "tests/deploy/loopback_namespace.h"
 #include "tests/deploy/slurm_cluster.h"
@@ -47,17 +48,12 @@ struct Fixture {
     ns.reset();
   }
 
-  // Starts the cluster (REQUIREs it up); false, with a warning, when this
-  // machine cannot run one and the test is skipped.
-  bool Start() {
-    if (!skipped.empty()) {
-      WARN("skipped: " << skipped);
-      return false;
-    }
+  // Starts the cluster (REQUIREs it up). Call only when `skipped` is empty
+  // (the test case skips otherwise).
+  void Start() {
     Status up = cluster->Start(kNodes, 2, 20s);
     INFO(up.ToString());
     REQUIRE(up.ok());
-    return true;
   }
 };
 
@@ -151,7 +147,8 @@ TEST_CASE("SLURM script: runs a 2-node job on a real slurmctld+slurmd",
           "[deploy][slurm]") {
   Fixture f;
   const auto start = std::chrono::steady_clock::now();
-  if (!f.Start()) return;
+  if (!f.skipped.empty()) DDPRUN_SKIP_UNLESS_CI(f.skipped);
+  f.Start();
   const auto ready = std::chrono::steady_clock::now();
 
 #ifdef DDPRUN_DDP_DEMO
@@ -193,7 +190,8 @@ TEST_CASE("SLURM script: runs a 2-node job on a real slurmctld+slurmd",
 TEST_CASE("SLURM script: a failing trainer fails the SLURM job",
           "[deploy][slurm]") {
   Fixture f;
-  if (!f.Start()) return;
+  if (!f.skipped.empty()) DDPRUN_SKIP_UNLESS_CI(f.skipped);
+  f.Start();
   // Rank 3 exits 7; with MAX_RESTARTS=0 its agent gives up, srun
   // --kill-on-bad-exit ends the other node's agent, the batch script fails.
   JobResult job =
@@ -209,7 +207,8 @@ TEST_CASE("SLURM script: a failing trainer fails the SLURM job",
 TEST_CASE("SLURM script: two jobs sharing a head node keep apart",
           "[deploy][slurm]") {
   Fixture f;
-  if (!f.Start()) return;
+  if (!f.skipped.empty()) DDPRUN_SKIP_UNLESS_CI(f.skipped);
+  f.Start();
   // Each job takes one of the two CPUs of each node, so both run at once
   // with the same first node, as on a cluster that shares nodes; the
   // workers stay up long enough for the two to overlap.

@@ -102,6 +102,35 @@ TEST_CASE("ddpm: each parameterisation's target gives back x0 and the noise",
   CHECK_THROWS_WITH(ParsePrediction("sample"), Catch::Contains("eps, v or x0"));
 }
 
+// A UNet of width 4 (seed 11) and a fixed batch for it (seed 12).
+UNet3d SeededUNet(bool checkpoint, bool bf16) {
+  torch::manual_seed(11);
+  UNet3dOptions o;
+  o.width = 4;
+  o.gradient_checkpointing = checkpoint;
+  o.recompute_autocast = {bf16, c10::Device(c10::kCPU), at::kBFloat16};
+  return UNet3d(o);
+}
+struct FixedBatch {
+  torch::Tensor x, target, t;
+};
+FixedBatch SeededBatch() {
+  torch::manual_seed(12);
+  return {torch::randn({2, 4, 8, 8, 8}), torch::randn({2, 1, 8, 8, 8}),
+          torch::tensor({99, 799}, torch::kInt64)};
+}
+
+// The MSE loss of `model` on `b`, the forward pass under bf16 autocast when
+// `bf16`.
+torch::Tensor BatchLoss(UNet3d& model, const FixedBatch& b, bool bf16) {
+  torch::Tensor out;
+  {
+    worker::AutocastScope autocast(bf16, c10::Device(c10::kCPU));
+    out = model->forward(b.x, b.t);
+  }
+  return torch::mse_loss(out.to(torch::kFloat32), b.target);
+}
+
 // Loss and gradients of one UNet step on fixed data, with or without
 // checkpointing, optionally under bf16 autocast.
 struct StepResult {
@@ -109,27 +138,30 @@ struct StepResult {
   std::vector<torch::Tensor> grads;
 };
 StepResult UNetStep(bool checkpoint, bool bf16) {
-  torch::manual_seed(11);
-  UNet3dOptions o;
-  o.width = 4;
-  o.gradient_checkpointing = checkpoint;
-  o.recompute_autocast = {bf16, c10::Device(c10::kCPU), at::kBFloat16};
-  UNet3d model(o);
-  torch::manual_seed(12);
-  const torch::Tensor x = torch::randn({2, 4, 8, 8, 8});
-  const torch::Tensor target = torch::randn({2, 1, 8, 8, 8});
-  const torch::Tensor t = torch::tensor({99, 799}, torch::kInt64);
-  torch::Tensor out;
-  {
-    worker::AutocastScope autocast(bf16, c10::Device(c10::kCPU));
-    out = model->forward(x, t);
-  }
-  torch::Tensor loss = torch::mse_loss(out.to(torch::kFloat32), target);
+  UNet3d model = SeededUNet(checkpoint, bf16);
+  torch::Tensor loss = BatchLoss(model, SeededBatch(), bf16);
   loss.backward();
   StepResult r;
   r.loss = loss.item<double>();
   for (const auto& p : model->parameters()) r.grads.push_back(p.grad().clone());
   return r;
+}
+
+// The loss of each of `steps` Adam steps with learning rate `lr` on
+// UNetStep's model and batch.
+std::vector<double> FitOneBatch(bool bf16, int steps, double lr) {
+  UNet3d model = SeededUNet(false, bf16);
+  const FixedBatch batch = SeededBatch();
+  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(lr));
+  std::vector<double> losses;
+  for (int i = 0; i < steps; ++i) {
+    adam.zero_grad();
+    torch::Tensor loss = BatchLoss(model, batch, bf16);
+    loss.backward();
+    adam.step();
+    losses.push_back(loss.item<double>());
+  }
+  return losses;
 }
 
 TEST_CASE(
@@ -194,12 +226,26 @@ TEST_CASE("ddpm: gradient checkpointing refuses batch norm",
   CHECK_THROWS_WITH(UNet3d(o), Catch::Contains("needs --norm group"));
 }
 
-TEST_CASE("ddpm: the UNet trains under bf16 autocast with group norm",
+TEST_CASE("ddpm: the UNet learns under bf16 autocast with group norm",
           "[ddpm][unit][amp]") {
   // Torch 1.13's CPU group_norm refused bf16 input with float32 weights.
   const StepResult r = UNetStep(false, true);
   CHECK(std::isfinite(r.loss));
   for (const auto& g : r.grads) CHECK(g.isfinite().all().item<bool>());
+  // And the steps learn: 15 Adam steps (lr 1e-2) on one batch. Measured
+  // over 8 seeds of model and batch: the last loss is 0.21-0.42 of the
+  // first under bf16, and within 0.6% of fp32's last; with lr 0 (a model
+  // that never learns) it stays at the first, which the bars fail.
+  const int steps = 15;
+  const std::vector<double> bf16 = FitOneBatch(true, steps, 1e-2);
+  const std::vector<double> fp32 = FitOneBatch(false, steps, 1e-2);
+  const std::vector<double> still = FitOneBatch(true, steps, 0);
+  INFO("bf16 " << bf16.front() << " -> " << bf16.back() << ", fp32 "
+               << fp32.front() << " -> " << fp32.back() << ", lr 0 "
+               << still.front() << " -> " << still.back());
+  CHECK(bf16.back() < 0.6 * bf16.front());
+  CHECK(bf16.back() < 1.1 * fp32.back());
+  CHECK_FALSE(still.back() < 0.6 * still.front());
 }
 
 TEST_CASE("ddpm: SplitTarget keeps the channel order, SamplePanel the layout",

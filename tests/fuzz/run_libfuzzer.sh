@@ -9,9 +9,10 @@
 #       rendezvous_fuzzer there. Later runs rebuild incrementally.
 # Fuzzes for SECONDS starting from CORPUS (read only; new inputs go to a
 # temp dir). Exit 0: no crash, leak, timeout or invariant violation; 77:
-# skipped (no clang++ or no libFuzzer runtime); anything else: a failure,
-# with the crashing input's bytes printed in hex.
+# skipped (no clang++ or no libFuzzer runtime; a failure under CI=true);
+# anything else: a failure, with the crashing input's bytes printed in hex.
 set -euo pipefail
+source "$(dirname "$0")/../skip.sh"
 
 mode=$1
 shift
@@ -20,9 +21,8 @@ if [[ $mode == --build ]]; then
   shift 3
   cxx=$(command -v clang++ || command -v clang++-14 || true)
   if [[ -z $cxx ]]; then
-    echo "SKIP: clang++ not found; install clang and libclang-rt-14-dev" \
-         "(scripts/setup.sh does) to run libFuzzer"
-    exit 77
+    skip_unless_ci "clang++ not found; install clang and libclang-rt-14-dev" \
+      "(scripts/setup.sh does) to run libFuzzer"
   fi
   cc=${cxx%++*}${cxx##*++}  # clang++-14 -> clang-14
   probe=$(mktemp -d)
@@ -30,11 +30,10 @@ if [[ $mode == --build ]]; then
     >"$probe/p.cc"
   if ! "$cxx" -fsanitize=fuzzer,address "$probe/p.cc" -o "$probe/p" \
        >"$probe/log" 2>&1; then
-    echo "SKIP: $cxx cannot link -fsanitize=fuzzer,address (install" \
-         "libclang-rt-14-dev):"
     cat "$probe/log"
     rm -rf "$probe"
-    exit 77
+    skip_unless_ci "$cxx cannot link -fsanitize=fuzzer,address (install" \
+      "libclang-rt-14-dev; the linker's errors above)"
   fi
   rm -rf "$probe"
   flags="-fsanitize=fuzzer-no-link,address -fno-omit-frame-pointer"

@@ -8,14 +8,14 @@
 # ddprun-rendezvous, that is every library of common/, proto/, rendezvous/
 # and agent/. Later runs rebuild incrementally. Exit 0: no violation of a
 # GUARDED_BY/REQUIRES contract (common/thread_annotations.h); 77: skipped
-# (no clang++); anything else: the compiler's errors.
+# (no clang++; a failure under CI=true); anything else: the compiler's errors.
 set -euo pipefail
+source "$(dirname "$0")/../skip.sh"
 
 cmake=$1 src=$2 build=$3
 cxx=$(command -v clang++ || command -v clang++-14 || true)
 if [[ -z $cxx ]]; then
-  echo "SKIP: clang++ not found; install clang (scripts/setup.sh does)"
-  exit 77
+  skip_unless_ci "clang++ not found; install clang (scripts/setup.sh does)"
 fi
 cc=${cxx%++*}${cxx##*++}  # clang++-14 -> clang-14
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$src}"

@@ -6,6 +6,7 @@
 // only the agents' reactions are timed.
 
 #include "ddprun_catch.h"
+#include "reaction_bound.h"
 
 #include <signal.h>
 
@@ -46,7 +47,7 @@ std::pair<Child*, Child*> StartHostedPair(
 
 TEST_CASE(
     "multinode: kill -9 of the agent hosting the rendezvous, the survivor "
-    "takes over and goes on within 10 s",
+    "takes over and goes on",
     "[multinode][failover]") {
   // A worker in a world of one node finishes at once: the job then ends.
   ElasticJob job({{"MN_FINISH_WS", "1"}}, /*external_server=*/false);
@@ -62,7 +63,10 @@ TEST_CASE(
       "[multinode] failover: the survivor's workers restarted %.2f s after "
       "kill -9 of the hosting agent\n",
       took);
-  CHECK(took <= 10.0);
+  // b, on the same host, takes the port over at its first unanswered
+  // heartbeat (heartbeat_interval, 1 s by default), long before
+  // connection_lost_timeout (60 s) would end it.
+  CHECK(took <= test_timing::ReactionBoundS(1.0));
   CHECK(b.Wait(15s) == 0);
   CHECK(b.Stderr().find("hosts it now") != std::string::npos);
   // The loss of a node spends no restart budget.

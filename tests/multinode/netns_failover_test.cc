@@ -11,6 +11,7 @@
 // message otherwise.
 
 #include "ddprun_catch.h"
+#include "ddprun_skip.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -87,14 +88,6 @@ class NetnsJob {
   std::vector<std::unique_ptr<Child>> agents_;
 };
 
-bool CanUseNetns() {
-  if (geteuid() != 0) {
-    WARN("skipped: network namespaces need root");
-    return false;
-  }
-  return true;
-}
-
 // Starts `node` on host 1 and waits until it hosts the rendezvous.
 Child& StartHost(NetnsJob& job, const std::string& node) {
   Child& a = job.Start(1, node);
@@ -135,12 +128,10 @@ TEST_CASE(
     "multinode: kill -9 of the agent hosting the rendezvous, the successor on "
     "another host takes over within 10 s",
     "[multinode][netns][failover]") {
-  if (!CanUseNetns()) return;
+  if (geteuid() != 0) DDPRUN_SKIP_UNLESS_CI("network namespaces need root");
   NetnsTestbed net("ddpfo", 9);
-  if (!net.ok()) {
-    WARN("skipped: `ip netns` / veth / bridge setup failed on this machine");
-    return;
-  }
+  if (!net.ok())
+    DDPRUN_SKIP_UNLESS_CI("`ip netns` / veth / bridge setup failed");
   NetnsJob job(net, "1:2", "1");
   Child& a = StartHost(job, "a");
   // b stands by at its own address, on a port of its choosing.
@@ -170,12 +161,10 @@ TEST_CASE(
     "multinode: with a survivor on the hosting agent's host, it takes the "
     "port over and the successor elsewhere stays with it",
     "[multinode][netns][failover]") {
-  if (!CanUseNetns()) return;
+  if (geteuid() != 0) DDPRUN_SKIP_UNLESS_CI("network namespaces need root");
   NetnsTestbed net("ddpfp", 10);
-  if (!net.ok()) {
-    WARN("skipped: `ip netns` / veth / bridge setup failed on this machine");
-    return;
-  }
+  if (!net.ok())
+    DDPRUN_SKIP_UNLESS_CI("`ip netns` / veth / bridge setup failed");
   // a and c on host 1 (a hosts, c stands by for its port), b on host 2.
   NetnsJob job(net, "1:3", "2");
   Child& a = StartHost(job, "a");
@@ -199,12 +188,10 @@ TEST_CASE(
     "multinode: after the hosting agent's kill -9 every agent on other hosts "
     "moves to the successor",
     "[multinode][netns][failover]") {
-  if (!CanUseNetns()) return;
+  if (geteuid() != 0) DDPRUN_SKIP_UNLESS_CI("network namespaces need root");
   NetnsTestbed net("ddpfq", 11);
-  if (!net.ok()) {
-    WARN("skipped: `ip netns` / veth / bridge setup failed on this machine");
-    return;
-  }
+  if (!net.ok())
+    DDPRUN_SKIP_UNLESS_CI("`ip netns` / veth / bridge setup failed");
   // a hosts on host 1; b (host 2) and d (host 0) join. The successor is
   // the smaller node id of b and d; the other one only moves.
   NetnsJob job(net, "1:3", "2");
@@ -230,12 +217,10 @@ TEST_CASE(
     "multinode: a successor cut off from the hosting agent does not host a "
     "second server",
     "[multinode][netns][failover]") {
-  if (!CanUseNetns()) return;
+  if (geteuid() != 0) DDPRUN_SKIP_UNLESS_CI("network namespaces need root");
   NetnsTestbed net("ddpfr", 12);
-  if (!net.ok()) {
-    WARN("skipped: `ip netns` / veth / bridge setup failed on this machine");
-    return;
-  }
+  if (!net.ok())
+    DDPRUN_SKIP_UNLESS_CI("`ip netns` / veth / bridge setup failed");
   NetnsJob job(net, "1:2", "1");
   Child& a = StartHost(job, "a");
   Child& b = job.Start(2, "b", {"--rdzv_conf=connection_lost_timeout=6"});

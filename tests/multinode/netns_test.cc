@@ -5,6 +5,7 @@
 // Needs root and `ip netns`; skipped with a message otherwise.
 
 #include "ddprun_catch.h"
+#include "ddprun_skip.h"
 
 #include <unistd.h>
 
@@ -19,15 +20,10 @@ namespace {
 
 TEST_CASE("multinode: a node whose link is cut is dropped, the other goes on",
           "[multinode][netns]") {
-  if (geteuid() != 0) {
-    WARN("skipped: network namespaces need root");
-    return;
-  }
+  if (geteuid() != 0) DDPRUN_SKIP_UNLESS_CI("network namespaces need root");
   NetnsTestbed net("ddpmn", 7);
-  if (!net.ok()) {
-    WARN("skipped: `ip netns` / veth / bridge setup failed on this machine");
-    return;
-  }
+  if (!net.ok())
+    DDPRUN_SKIP_UNLESS_CI("`ip netns` / veth / bridge setup failed");
   TempDir dir;
   RendezvousServerProcess server(dir.path(), 0, net.Exec(0), net.Addr(0));
   INFO(server.child().Output());

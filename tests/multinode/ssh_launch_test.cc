@@ -8,6 +8,7 @@
 // go away on every exit path (Child and NetnsTestbed destructors).
 
 #include "ddprun_catch.h"
+#include "ddprun_skip.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -108,22 +109,22 @@ std::vector<std::string> DeepSpeed(const NetnsTestbed& net,
 // Two hosts (a: 10.231.<subnet>.2, b: .3) with sshd on b, a scratch
 // directory with the hostfile (a first: node 0 starts on a; b: node 1 over
 // ssh) and the .deepspeed_env that gives every node DDPRUN_TEST_OUT.
-// ready() is false, with a WARN, where the machine cannot run it (not
-// root, no sshd, no network namespaces).
+// unavailable() says why the machine cannot run it (not root, no sshd, no
+// network namespaces); empty when it can.
 class SshTestbed {
  public:
   SshTestbed(const std::string& prefix, int subnet) {
     if (geteuid() != 0) {
-      WARN("skipped: network namespaces need root");
+      unavailable_ = "network namespaces need root";
       return;
     }
     if (access(kSshd.c_str(), X_OK) != 0) {
-      WARN("skipped: no " + kSshd + " (Debian package openssh-server)");
+      unavailable_ = "no " + kSshd + " (Debian package openssh-server)";
       return;
     }
     net_ = std::make_unique<NetnsTestbed>(prefix, subnet);
     if (!net_->ok()) {
-      WARN("skipped: `ip netns` / veth / bridge setup failed on this machine");
+      unavailable_ = "`ip netns` / veth / bridge setup failed";
       return;
     }
     ssh_ = std::make_unique<SshFixture>(*net_, dir_.path());
@@ -134,6 +135,7 @@ class SshTestbed {
     ready_ = true;
   }
   bool ready() const { return ready_; }
+  const std::string& unavailable() const { return unavailable_; }
   const NetnsTestbed& net() const { return *net_; }
   const std::string& dir() const { return dir_.path(); }
   const SshFixture& ssh() const { return *ssh_; }
@@ -152,13 +154,14 @@ class SshTestbed {
   TempDir dir_;
   std::unique_ptr<SshFixture> ssh_;
   bool ready_ = false;
+  std::string unavailable_;
 };
 
 TEST_CASE(
     "multinode: ddprun-deepspeed starts the hostfile's other host over ssh",
     "[multinode][netns][ssh]") {
   SshTestbed bed("ddpsh", 9);
-  if (!bed.ready()) return;
+  if (!bed.ready()) DDPRUN_SKIP_UNLESS_CI(bed.unavailable());
   const NetnsTestbed& net = bed.net();
   const std::string& dir = bed.dir();
   INFO(bed.ssh().SshdLog());
@@ -203,7 +206,7 @@ TEST_CASE(
 TEST_CASE("multinode: kill -9 of ddprun-deepspeed leaves no worker on any host",
           "[multinode][netns][ssh]") {
   SshTestbed bed("ddpsk", 10);
-  if (!bed.ready()) return;
+  if (!bed.ready()) DDPRUN_SKIP_UNLESS_CI(bed.unavailable());
   const std::string& dir = bed.dir();
   INFO(bed.ssh().SshdLog());
   REQUIRE(bed.ssh().ok());

@@ -4,6 +4,7 @@
 // bad command lines and tokens of ddprun-rendezvous.
 
 #include "ddprun_catch.h"
+#include "ddprun_skip.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -138,8 +139,7 @@ TEST_CASE(
     "so, and serves again",
     "[rendezvous][process][hostile]") {
   if (std::system("prlimit --version >/dev/null 2>&1") != 0) {
-    WARN("prlimit (util-linux) missing: descriptor-limit test skipped");
-    return;
+    DDPRUN_SKIP_UNLESS_CI("no prlimit (util-linux)");
   }
   // The flood below needs ~300 descriptors of our own.
   rlimit own{};
@@ -149,8 +149,7 @@ TEST_CASE(
     REQUIRE(setrlimit(RLIMIT_NOFILE, &own) == 0);
   }
   if (own.rlim_cur < 512) {
-    WARN("open-file limit below 512: descriptor-limit test skipped");
-    return;
+    DDPRUN_SKIP_UNLESS_CI("open-file limit below 512 (ulimit -Hn)");
   }
   ServerProcess server({"--host", "127.0.0.1", "--port", "0"}, {},
                        {"prlimit", "--nofile=128"});

@@ -46,7 +46,7 @@ TEST_CASE("RendezvousSuccessor: none when every standby is on the host",
 
 TEST_CASE(
     "RendezvousSuccessor: a standby's host is compared without its port and "
-    "brackets; one that does not parse is never chosen",
+    "brackets, and one that does not parse is never chosen",
     "[rendezvous][failover]") {
   const auto chosen = [](const std::string& standby,
                          const std::vector<std::string>& own) {

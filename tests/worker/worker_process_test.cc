@@ -270,9 +270,10 @@ TEST_CASE("DistributedDataParallel: 2 ranks x batch 8 equal 1 rank x batch 16",
   }
 }
 
-TEST_CASE("DistributedDataParallel: shared memory gradients and buffers "
-          "train like Gloo's; DDPRUN_SHM_ALLREDUCE=0 is Gloo",
-          "[worker][process][ddp][shm]") {
+TEST_CASE(
+    "DistributedDataParallel: shared memory gradients and buffers "
+    "train like Gloo's, and DDPRUN_SHM_ALLREDUCE=0 is Gloo",
+    "[worker][process][ddp][shm]") {
   std::string dir = TempDir();
   std::string shm = dir + "/shm.bin", gloo = dir + "/gloo.bin";
   // A batch norm layer: its running statistics are buffers, which DDP
