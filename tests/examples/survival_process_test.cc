@@ -519,9 +519,12 @@ TEST_CASE(
 
 // One worker is kill -9'd after a checkpoint exists; ddprun restarts the
 // group (--max_restarts=1), the run resumes from a checkpoint at least as new
-// as the one seen before the kill and ends within 0.1 C-index of an
-// uninterrupted run (resume is not bit-exact: the killed step is redone on a
-// fresh process group).
+// as the one seen before the kill and ends where an uninterrupted run ends:
+// on the CPU with one intra-op thread the resumed run repeats the clean
+// run's numbers (measured: 2 of 2 runs killed after step 10 matched its
+// final training loss and C-index to 6 digits), while a resume that lost
+// any state (optimizer, sampler position, RNG) would not; a 0.1 C-index
+// margin could not tell.
 TEST_CASE(
     "survival_trainer: survives kill -9 of a worker and resumes from its "
     "checkpoint",
@@ -530,8 +533,7 @@ TEST_CASE(
   const std::string clean = FreshDir("survival_clean");
   CommandResult base = RunCommand(Launch("") + Trainer(clean) + flags, 240);
   REQUIRE(base.exit_code == 0);
-  const double clean_cindex =
-      ReadMetrics(clean).back()["val_cindex"].get<double>();
+  const nlohmann::json clean_last = ReadMetrics(clean).back();
 
   const std::string out = FreshDir("survival_fault");
   FaultRun fault =
@@ -545,8 +547,11 @@ TEST_CASE(
   REQUIRE(!metrics.empty());
   CHECK(metrics.back()["epoch"] == 6);
   CHECK(metrics.back()["step"] == 72);
+  INFO("resumed " << metrics.back().dump() << "\nclean " << clean_last.dump());
+  CHECK(metrics.back()["train_loss"].get<double>() ==
+        Approx(clean_last["train_loss"].get<double>()).margin(1e-4));
   CHECK(metrics.back()["val_cindex"].get<double>() ==
-        Approx(clean_cindex).margin(0.1));
+        Approx(clean_last["val_cindex"].get<double>()).margin(1e-4));
 }
 
 }  // namespace
