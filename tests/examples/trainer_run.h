@@ -80,6 +80,13 @@ constexpr double kSurvivalCindexGain = 0.06;
 constexpr double kVqaLossGain = 0.1;
 constexpr double kVqaAurocGain = 0.05;
 
+// segmentation_trainer, --n 128 --seed 5 data, 4 epochs at --image_size 48,
+// --seed 0-4: validation Dice trained 0.41-0.63, untrained (--lr 0, 1
+// epoch) 0.02-0.11, trained minus untrained 0.34-0.61 (the old bar, > 0.5,
+// failed --seed 1 and 4). --lr 0 for 4 epochs instead of 1 moves the Dice
+// by < 0.001 (--seed 0 and 4).
+constexpr double kSegmentationDiceGain = 0.2;
+
 }  // namespace ddprun::examples::testing
 
 namespace ddprun::examples::testing {
