@@ -25,8 +25,25 @@ std::string Trainer(const std::string& out) {
          " --output_dir " + out + " --progress_interval 1";
 }
 
-TEST_CASE("survival_trainer: a short run alone beats chance (C-index > 0.62)",
-          "[survival][train]") {
+// The untrained model's validation C-index: the same seed and data with
+// --learning_rate 0 for one epoch (its C-index moves by <= 0.02 over 3 such
+// epochs: batch norm statistics).
+double UntrainedCindex(const std::string& tag, const std::string& flags = "") {
+  const std::string out = FreshDir(tag);
+  return UntrainedMetrics(Trainer(out) + " --epochs 1" + flags, out,
+                          120)["val_cindex"]
+      .get<double>();
+}
+
+// The bar of the 3-epoch runs below: beat chance and the untrained model.
+bool Learned(double cindex, double untrained) {
+  return cindex > 0.62 && cindex > untrained + kSurvivalCindexGain;
+}
+
+TEST_CASE(
+    "survival_trainer: a short run alone beats chance (C-index > 0.62) and "
+    "the untrained model",
+    "[survival][train]") {
   const std::string out = FreshDir("survival_alone");
   CommandResult r =
       RunCommand(Trainer(out) + " --epochs 3 --checkpoint_every 10", 240);
@@ -35,8 +52,12 @@ TEST_CASE("survival_trainer: a short run alone beats chance (C-index > 0.62)",
   CHECK(r.output.find("samples/s") != std::string::npos);  // progress line
   auto metrics = ReadMetrics(out);
   REQUIRE(metrics.size() == 3);
-  // Chance is 0.5; the generator's true risk scores about 0.75.
-  CHECK(metrics.back()["val_cindex"].get<double>() > 0.62);
+  // Chance is 0.5; the generator's true risk scores about 0.75. An untrained
+  // model scores 0.50-0.65 (seeds 0-7), so it must be beaten too.
+  const double cindex = metrics.back()["val_cindex"].get<double>();
+  const double untrained = UntrainedCindex("survival_alone_untrained");
+  INFO("val C-index " << cindex << ", untrained " << untrained);
+  CHECK(Learned(cindex, untrained));
   CHECK(metrics.back()["validation_subjects"].get<int>() == 32);
   CHECK(!std::filesystem::is_empty(out + "/checkpoints"));
   // What people look at: TensorBoard events (read back by an independent
@@ -95,6 +116,25 @@ TEST_CASE("survival_trainer: a short run alone beats chance (C-index > 0.62)",
     }
     CHECK(start_at_37);
   }
+}
+
+// A model that never learns (--lr 0, the guide's spelling of
+// --learning_rate) fails the learning bar of the run above; with --seed 3
+// it scores 0.65, which the chance bar alone (> 0.62) let pass.
+TEST_CASE("survival_trainer: a run with --lr 0 fails the learning bar",
+          "[survival][train]") {
+  const std::string out = FreshDir("survival_lr0");
+  CommandResult r =
+      RunCommand(Trainer(out) + " --epochs 3 --lr 0 --seed 3", 240);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  auto metrics = ReadMetrics(out);
+  REQUIRE(metrics.size() == 3);
+  const double cindex = metrics.back()["val_cindex"].get<double>();
+  const double untrained =
+      UntrainedCindex("survival_lr0_untrained", " --seed 3");
+  INFO("val C-index " << cindex << ", untrained " << untrained);
+  CHECK_FALSE(Learned(cindex, untrained));
 }
 
 TEST_CASE(
@@ -224,16 +264,33 @@ TEST_CASE(
   for (const auto& m : metrics)
     CHECK(std::isfinite(m["train_loss"].get<double>()));
   CHECK(metrics.back()["validation_subjects"] == 32);  // validation is not cached
-  CHECK(metrics.back()["val_cindex"].get<double>() > 0.55);
+  // It learns the cached subjects: the third epoch's training loss is below
+  // the untrained model's on the same cached subjects and batches (the same
+  // command with --lr 0). --seed 0-4: 0.65-1.31 against 1.44-1.83, 0.32-0.84
+  // below. (Validation C-index is no bar here: 18 steps on 48 subjects end
+  // 0.08 below the untrained model on --seed 1 and 0.07-0.24 above it on
+  // the others.)
+  const std::string base = FreshDir("survival_cache_untrained");
+  const double untrained_loss =
+      UntrainedMetrics(Trainer(base) +
+                           " --epochs 3 --use_smart_cache --cache_rate 0.5 "
+                           "--replace_rate 0.25",
+                       base, 240)["train_loss"]
+          .get<double>();
+  const double loss = metrics.back()["train_loss"].get<double>();
+  INFO("epoch 3 train loss " << loss << ", untrained " << untrained_loss);
+  CHECK(loss < untrained_loss - 0.15);
 }
 
 // bf16 autocast on CPU: the run trains as well as fp32 (finite losses,
-// metrics line, C-index beats chance by the same margin as the fp32 run
-// above), and its losses differ from the fp32 run of the same seed, so
-// autocast really changed the arithmetic.
+// metrics line, C-index beats chance and the untrained model by the same
+// margins as the fp32 run above; --seed 0-4 with --amp: 0.72-0.80, 0.12-0.27
+// above the untrained model), and its losses differ from the fp32 run of the
+// same seed, so autocast really changed the arithmetic.
 TEST_CASE("survival_trainer: --amp trains with bf16 autocast on CPU",
           "[survival][train]") {
   double loss[2] = {0, 0};
+  const double untrained = UntrainedCindex("survival_amp_untrained");
   for (int amp = 0; amp < 2; ++amp) {
     const std::string out = FreshDir("survival_amp" + std::to_string(amp));
     CommandResult r =
@@ -251,7 +308,9 @@ TEST_CASE("survival_trainer: --amp trains with bf16 autocast on CPU",
       CHECK(std::isfinite(m["val_loss"].get<double>()));
     }
     CHECK(metrics.back()["validation_subjects"] == 32);
-    CHECK(metrics.back()["val_cindex"].get<double>() > 0.62);
+    const double cindex = metrics.back()["val_cindex"].get<double>();
+    INFO("val C-index " << cindex << ", untrained " << untrained);
+    CHECK(Learned(cindex, untrained));
   }
   CHECK(loss[1] != loss[0]);
 }
@@ -385,7 +444,10 @@ TEST_CASE(
   REQUIRE(metrics.size() == 3);
   CHECK(metrics.back()["world_size"] == 2);
   CHECK(metrics.back()["validation_subjects"] == 32);  // gathered from both ranks
-  CHECK(metrics.back()["val_cindex"].get<double>() > 0.62);
+  const double cindex = metrics.back()["val_cindex"].get<double>();
+  const double untrained = UntrainedCindex("survival_2ranks_untrained");
+  INFO("val C-index " << cindex << ", untrained (1 rank) " << untrained);
+  CHECK(Learned(cindex, untrained));
 
   // The progress line comes from rank 0 only: ddprun prefixes local rank
   // 0's console lines with "[default0]:". 96 training subjects / batch 8 =
@@ -457,9 +519,12 @@ TEST_CASE(
 
 // One worker is kill -9'd after a checkpoint exists; ddprun restarts the
 // group (--max_restarts=1), the run resumes from a checkpoint at least as new
-// as the one seen before the kill and ends within 0.1 C-index of an
-// uninterrupted run (resume is not bit-exact: the killed step is redone on a
-// fresh process group).
+// as the one seen before the kill and ends where an uninterrupted run ends:
+// on the CPU with one intra-op thread the resumed run repeats the clean
+// run's numbers (measured: 2 of 2 runs killed after step 10 matched its
+// final training loss and C-index to 6 digits), while a resume that lost
+// any state (optimizer, sampler position, RNG) would not; a 0.1 C-index
+// margin could not tell.
 TEST_CASE(
     "survival_trainer: survives kill -9 of a worker and resumes from its "
     "checkpoint",
@@ -468,8 +533,7 @@ TEST_CASE(
   const std::string clean = FreshDir("survival_clean");
   CommandResult base = RunCommand(Launch("") + Trainer(clean) + flags, 240);
   REQUIRE(base.exit_code == 0);
-  const double clean_cindex =
-      ReadMetrics(clean).back()["val_cindex"].get<double>();
+  const nlohmann::json clean_last = ReadMetrics(clean).back();
 
   const std::string out = FreshDir("survival_fault");
   FaultRun fault =
@@ -483,8 +547,11 @@ TEST_CASE(
   REQUIRE(!metrics.empty());
   CHECK(metrics.back()["epoch"] == 6);
   CHECK(metrics.back()["step"] == 72);
+  INFO("resumed " << metrics.back().dump() << "\nclean " << clean_last.dump());
+  CHECK(metrics.back()["train_loss"].get<double>() ==
+        Approx(clean_last["train_loss"].get<double>()).margin(1e-4));
   CHECK(metrics.back()["val_cindex"].get<double>() ==
-        Approx(clean_cindex).margin(0.1));
+        Approx(clean_last["val_cindex"].get<double>()).margin(1e-4));
 }
 
 }  // namespace

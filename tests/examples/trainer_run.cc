@@ -136,6 +136,18 @@ std::vector<std::string> LinesWith(const std::string& output,
   return lines;
 }
 
+nlohmann::json UntrainedMetrics(const std::string& command,
+                                const std::string& output_dir, int timeout_s) {
+  CommandResult r = RunCommand(command + " --learning_rate 0", timeout_s);
+  std::vector<nlohmann::json> metrics = ReadMetrics(output_dir);
+  if (r.exit_code != 0 || metrics.empty()) {
+    throw std::runtime_error("the untrained baseline run (exit " +
+                             std::to_string(r.exit_code) + ") failed: " +
+                             r.output);
+  }
+  return metrics.back();
+}
+
 }  // namespace ddprun::examples::testing
 
 namespace ddprun::examples::testing {
