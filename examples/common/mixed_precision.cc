@@ -35,6 +35,17 @@ Precision ResolvePrecision(const std::string& amp,
         "(float16 needs LibTorch >= 2.2); training with bf16 autocast "
         "instead, which needs no loss scaling";
   }
+  if (!worker::AutocastSupported(device, at::kBFloat16) &&
+      worker::AutocastSupported(device, at::kHalf)) {
+    // A GPU before Ampere (compute capability < 8.0) has no bfloat16 units.
+    p.dtype = at::kHalf;
+    p.loss_scaling = true;
+    p.description = "fp16 autocast with dynamic loss scaling";
+    p.note = want +
+             ": this GPU has no bfloat16 (compute capability < 8.0); training "
+             "with fp16 autocast and dynamic loss scaling instead";
+    return p;
+  }
   p.dtype = at::kBFloat16;
   p.description = "bf16 autocast";
   return p;

@@ -27,9 +27,49 @@ constexpr double kMomentum = 0.1;  // torch's default for the running stats
 // fixes that but keeps the first batches' statistics forever (segmentation
 // Dice 0.63 vs 0.69). Same parameters and buffers as Base, so checkpoints
 // do not change.
-double WarmMomentum(const torch::Tensor& num_batches_tracked) {
-  return std::max(kMomentum, 1.0 / (num_batches_tracked.item<double>() + 1.0));
+double WarmMomentum(int64_t num_batches_tracked) {
+  return std::max(kMomentum,
+                  1.0 / (static_cast<double>(num_batches_tracked) + 1.0));
 }
+
+// From this count on WarmMomentum is kMomentum: 1 / (9 + 1) = 0.1.
+constexpr int64_t kWarmBatches = 9;
+
+// A host copy of num_batches_tracked, so that a forward does not read the
+// buffer from the device (a host sync per layer per step on a GPU). Keyed by
+// the buffer's version counter: anything else that writes it (a checkpoint
+// load, DDP's buffer broadcast, reset_running_stats) bumps the version and
+// the next Read() fetches it again, as long as the copy is below
+// kWarmBatches. From there on the momentum no longer depends on the count,
+// which only grows while training (DDP's broadcast rewrites rank 0's equal
+// count every step): no more reads.
+class TrackedCount {
+ public:
+  int64_t Read(const torch::Tensor& buffer) {
+    if (!known_ || (value_ < kWarmBatches && buffer._version() != version_)) {
+      value_ = buffer.item<int64_t>();
+      version_ = buffer._version();
+      known_ = true;
+    }
+    return value_;
+  }
+  // After a training forward that added 1 to the buffer (one in-place add:
+  // one version step).
+  void Incremented(const torch::Tensor& buffer) {
+    if (known_ &&
+        (value_ >= kWarmBatches || buffer._version() == version_ + 1)) {
+      ++value_;
+      version_ = buffer._version();
+    } else {
+      known_ = false;
+    }
+  }
+
+ private:
+  bool known_ = false;
+  int64_t version_ = 0;
+  int64_t value_ = 0;
+};
 
 // torch BatchNorm reads its momentum option on every forward.
 template <typename Base>
@@ -38,15 +78,21 @@ class WarmStartBatchNorm : public Base {
   using Base::Base;
 
   torch::Tensor forward(const torch::Tensor& x) {
-    if (this->is_training())
-      this->options.momentum(WarmMomentum(this->num_batches_tracked));
-    return Base::forward(x);
+    if (!this->is_training()) return Base::forward(x);
+    this->options.momentum(
+        WarmMomentum(tracked_.Read(this->num_batches_tracked)));
+    torch::Tensor y = Base::forward(x);
+    tracked_.Incremented(this->num_batches_tracked);
+    return y;
   }
 
   // Defined here: libtorch does not export BatchNormImplBase's.
   void pretty_print(std::ostream& stream) const override {
     stream << "WarmStartBatchNorm(" << this->running_mean.numel() << ")";
   }
+
+ private:
+  TrackedCount tracked_;
 };
 
 // SyncBatchNorm's momentum is fixed at construction; it updates
@@ -59,11 +105,16 @@ class WarmStartSyncBatchNorm : public worker::SyncBatchNormImpl {
 
   torch::Tensor forward(const torch::Tensor& x) {
     if (!is_training()) return SyncBatchNormImpl::forward(x);
-    const double m = WarmMomentum(num_batches_tracked);
-    if (m == kMomentum) return SyncBatchNormImpl::forward(x);
+    const double m = WarmMomentum(tracked_.Read(num_batches_tracked));
+    if (m == kMomentum) {
+      torch::Tensor y = SyncBatchNormImpl::forward(x);
+      tracked_.Incremented(num_batches_tracked);
+      return y;
+    }
     const torch::Tensor mean0 = running_mean.detach().clone();
     const torch::Tensor var0 = running_var.detach().clone();
     torch::Tensor y = SyncBatchNormImpl::forward(x);
+    tracked_.Incremented(num_batches_tracked);
     torch::NoGradGuard no_grad;
     Reweight(running_mean, mean0, m);
     Reweight(running_var, var0, m);
@@ -71,6 +122,8 @@ class WarmStartSyncBatchNorm : public worker::SyncBatchNormImpl {
   }
 
  private:
+  TrackedCount tracked_;
+
   static void Reweight(torch::Tensor& r, const torch::Tensor& r0, double m) {
     const torch::Tensor batch = (r - (1 - kMomentum) * r0) / kMomentum;
     r.copy_((1 - m) * r0 + m * batch);

@@ -109,11 +109,16 @@ double StepRunner::Step(int64_t n,
   }
   auto span = profiler_->Measure(Phase::kOptimizer);
   if (scaler_.Unscale(params_)) {
-    if (options_.clip_grad_norm > 0) {
+    // ZeRO-2 (no DDP): the gradients here are this rank's, not yet reduced;
+    // the sharded optimizer clips the reduced ones.
+    const bool local_grads = sharded_ != nullptr && ddp_ == nullptr;
+    if (options_.clip_grad_norm > 0 && !local_grads) {
       worker::ClipGradNorm(params_, options_.clip_grad_norm);
     }
     if (optimizer_ != nullptr) optimizer_->step();
-    if (sharded_ != nullptr) sharded_->Step();
+    if (sharded_ != nullptr) {
+      sharded_->Step(local_grads ? options_.clip_grad_norm : 0.0);
+    }
   } else {
     ++skipped_;
   }

@@ -40,8 +40,20 @@ worker::World InitTrainerWorld(const CommonOptions& options) {
     threads = std::max(1, cores / std::max(1, world.local_world_size()));
   }
   torch::set_num_threads(threads);
-  torch::manual_seed(options.seed);
+  SeedRank(options.seed, world.rank());
+  // One line a check can grep: no silent CPU fallback.
+  worker::LogMain(
+      world,
+      "world: backend " + world.backend() + ", device " + world.device().str() +
+          ", " + std::to_string(world.world_size()) + " rank(s)" +
+          (world.backend_note().empty() ? std::string()
+                                        : " (" + world.backend_note() + ")"));
   return world;
+}
+
+void SeedRank(uint64_t seed, int rank) {
+  // Rank 0 keeps `seed`: a one-rank run draws what it drew before.
+  torch::manual_seed(seed + static_cast<uint64_t>(rank));
 }
 
 void WriteEpochMetrics(const worker::World& world,

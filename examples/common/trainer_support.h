@@ -68,7 +68,16 @@ StatusOr<T> AtRow(const std::string& where, StatusOr<T> value) {
 // Initializes the process group (falls back to a single process) and sets
 // Torch's intra-op threads to OMP_NUM_THREADS when set, else cores / local
 // ranks, so ranks sharing a machine do not oversubscribe it.
+// Seeds Torch's generators with seed + rank (SeedRank) and logs one line
+// (rank 0) naming the backend and device.
 worker::World InitTrainerWorld(const CommonOptions& options);
+
+// Seeds Torch's default generators (CPU and CUDA) with seed + rank, as the
+// cascade trainer does for its noise: every rank draws its own random
+// numbers (diffusion timesteps and noise, dropout, augmentation) and a rerun
+// draws the same ones. Model initialisation may differ between ranks: DDP
+// and ShardedAdam broadcast rank 0's parameters.
+void SeedRank(uint64_t seed, int rank);
 
 // Moves each defined tensor to `device` (the world's: CUDA under NCCL, CPU
 // under Gloo). Batches are built on CPU by loader threads and moved here, on

@@ -29,9 +29,11 @@ int Demo(int steps) {
   const int r = world.rank(), n = world.world_size();
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
-  std::printf("[ddp_demo] rank %d/%d local_rank %d/%d host %s pid %d backend %s\n",
-              r, n, world.local_rank(), world.local_world_size(), host,
-              getpid(), world.backend().c_str());
+  std::printf(
+      "[ddp_demo] rank %d/%d local_rank %d/%d host %s pid %d backend %s "
+      "device %s\n",
+      r, n, world.local_rank(), world.local_world_size(), host, getpid(),
+      world.backend().c_str(), world.device().str().c_str());
   std::fflush(stdout);
 
   // 1. All-reduce: sum over ranks of (rank + 1) = n(n+1)/2.
@@ -45,12 +47,15 @@ int Demo(int steps) {
   // 2. DDP: fit y = 3x - 1 from data split across ranks.
   torch::manual_seed(r);  // different init per rank; DDP broadcasts rank 0's
   auto model = std::make_shared<torch::nn::LinearImpl>(1, 1);
+  // Model and batches on the world's device (CUDA under NCCL, which serves
+  // no CPU tensors); DDP refuses parameters elsewhere.
+  model->to(world.device());
   w::DistributedDataParallel ddp(world, model);
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
   auto gen = at::detail::createCPUGenerator(1234 + r);
   double loss_value = 0;
   for (int s = 1; s <= steps; ++s) {
-    at::Tensor x = at::rand({32, 1}, gen) * 2 - 1;
+    at::Tensor x = (at::rand({32, 1}, gen) * 2 - 1).to(world.device());
     at::Tensor y = 3 * x - 1;
     sgd.zero_grad();
     at::Tensor loss = torch::nn::functional::mse_loss(model->forward(x), y);

@@ -15,6 +15,7 @@
 #include "examples/common/image_io.h"
 #include "examples/common/metrics.h"
 #include "examples/common/nifti_io.h"
+#include "examples/common/norm_layer.h"
 #include "examples/survival/cox_loss.h"
 #include "examples/survival/smart_cache.h"
 #include "examples/vqa/vqa_data.h"
@@ -254,6 +255,38 @@ TEST_CASE("CoxPartialLikelihoodLoss: Breslow ties match a hand computation",
   CHECK(none.item<double>() == 0.0);
   none.backward();
   CHECK(w.grad().defined());
+}
+
+TEST_CASE("MakeNorm: warm-start batch norm follows writes to its batch count",
+          "[norm]") {
+  // The layer keeps a host copy of num_batches_tracked (no device read per
+  // forward); a write from elsewhere (checkpoint load, DDP broadcast) must
+  // still be seen while the count decides the momentum.
+  for (NormKind kind : {NormKind::kBatch, NormKind::kSyncBatch}) {
+    CAPTURE(NormKindName(kind));
+    torch::nn::AnyModule norm = MakeNorm(kind, 2, 2, 1, worker::World());
+    torch::nn::Module& m = *norm.ptr();
+    m.train();
+    torch::Tensor tracked = m.named_buffers()["num_batches_tracked"];
+    torch::Tensor mean = m.named_buffers()["running_mean"];
+    for (int i = 0; i < 3; ++i) norm.forward(torch::randn({4, 2, 3, 3}));
+    CHECK(tracked.item<int64_t>() == 3);
+    // The count reset: the next batch's momentum is 1/(0+1), so the running
+    // mean becomes that batch's mean exactly.
+    {
+      torch::NoGradGuard no_grad;
+      tracked.zero_();
+    }
+    torch::Tensor x = torch::randn({4, 2, 3, 3}) + 5;
+    norm.forward(x);
+    CHECK(torch::allclose(mean, x.mean({0, 2, 3}), 1e-5, 1e-5));
+    CHECK(tracked.item<int64_t>() == 1);
+    // The second batch after the reset averages with momentum 1/2.
+    torch::Tensor x2 = torch::randn({4, 2, 3, 3}) - 5;
+    norm.forward(x2);
+    CHECK(torch::allclose(mean, (x.mean({0, 2, 3}) + x2.mean({0, 2, 3})) / 2,
+                          1e-5, 1e-5));
+  }
 }
 
 TEST_CASE(

@@ -14,6 +14,7 @@
 #include "ddprun/worker/conv3d.h"
 #include "ddprun/worker/precision.h"
 #include "examples/common/activation_checkpoint.h"
+#include "examples/common/trainer_support.h"
 #include "examples/ddpm/ddpm_validation.h"
 #include "examples/ddpm/fast_ddpm.h"
 #include "examples/ddpm/unet3d.h"
@@ -59,6 +60,24 @@ class OneIntraOpThread {
  private:
   int before_;
 };
+
+TEST_CASE(
+    "ddpm: each rank draws its own timesteps and noise, the same on a "
+    "rerun",
+    "[ddpm][unit]") {
+  const FastDdpm ddpm{FastDdpmOptions()};
+  const torch::Tensor x0 = torch::zeros({16, 1, 4, 4, 4});
+  auto draw = [&](int rank) {
+    SeedRank(7, rank);  // what InitTrainerWorld does on rank `rank`
+    return ddpm.AddNoise(x0);
+  };
+  const FastDdpm::Noised rank0 = draw(0), rank1 = draw(1), again = draw(0);
+  CHECK_FALSE(torch::equal(rank0.t, rank1.t));
+  CHECK_FALSE(torch::equal(rank0.target, rank1.target));
+  CHECK(torch::equal(rank0.t, again.t));
+  CHECK(torch::equal(rank0.target, again.target));
+  CHECK(torch::equal(rank0.x_t, again.x_t));
+}
 
 TEST_CASE("ddpm: Fast-DDPM's uniform and non-uniform timesteps",
           "[ddpm][unit]") {

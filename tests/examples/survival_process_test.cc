@@ -50,6 +50,9 @@ TEST_CASE(
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK(r.output.find("samples/s") != std::string::npos);  // progress line
+  // Backend and device named once at the start (no silent fallback).
+  CHECK(LinesWith(r.output, "world: backend none, device cpu, 1 rank(s)")
+            .size() == 1);
   auto metrics = ReadMetrics(out);
   REQUIRE(metrics.size() == 3);
   // Chance is 0.5; the generator's true risk scores about 0.75. An untrained
@@ -434,6 +437,9 @@ TEST_CASE(
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK(r.output.find("batch 8 total (4 per rank)") != std::string::npos);
+  CHECK(LinesWith(r.output, "world: backend gloo, device cpu, 2 rank(s)") ==
+        std::vector<std::string>{
+            "[default0]:world: backend gloo, device cpu, 2 rank(s)"});
   int heartbeats = 0;
   for (const auto& e :
        std::filesystem::recursive_directory_iterator(out + "/logs")) {

@@ -362,8 +362,8 @@ int Train(const std::string& dir, int total, int every, const std::string& log,
 // ShardedAdam (no DDP, gradients reduced by the optimizer; `mode`
 // "sharded", or "offload": state and update on the CPU) on N ranks x batch B
 // vs torch::optim::AdamW ("plain") on one process x batch N*B.
-int Zero(const std::string& out, int steps, int batch,
-         const std::string& mode) {
+int Zero(const std::string& out, int steps, int batch, const std::string& mode,
+         double clip) {
   const bool sharded = mode != "plain";
   w::World world = w::InitFromEnv();
   // Different init per rank: ShardedAdam must broadcast rank 0's.
@@ -392,10 +392,11 @@ int Zero(const std::string& out, int steps, int batch,
     if (sharded) {
       zero->ZeroGrad();
       loss.backward();
-      zero->Step();
+      zero->Step(clip);
     } else {
       plain->zero_grad();
       loss.backward();
+      if (clip > 0) torch::nn::utils::clip_grad_norm_(net->parameters(), clip);
       plain->step();
     }
   }
@@ -488,6 +489,23 @@ int Amp() {
   }
   CHECK_OR_THROW(lin->forward(x).scalar_type() == at::kFloat, "autocast off");
   {
+    // A scope restores autocast's dtype as well as its flag. LibTorch
+    // 1.13's CPU autocast takes bfloat16 only; CUDA's state is thread-local
+    // and settable without a GPU (no op runs under it here).
+    const c10::DeviceType cuda = c10::DeviceType::CUDA;
+    w::torch_compat::SetAutocastDtype(cuda, at::kBFloat16);
+    {
+      w::AutocastScope scope(true, c10::Device(c10::kCUDA), at::kHalf);
+      CHECK_OR_THROW(w::torch_compat::AutocastDtype(cuda) == at::kHalf,
+                     "autocast dtype set");
+    }
+    CHECK_OR_THROW(w::torch_compat::AutocastDtype(cuda) == at::kBFloat16,
+                   "autocast dtype restored");
+    CHECK_OR_THROW(!w::torch_compat::AutocastEnabled(cuda),
+                   "autocast flag restored");
+    w::torch_compat::SetAutocastDtype(cuda, at::kHalf);
+  }
+  {
     // What the trainers use: bf16 on the world's device (CPU here).
     w::AutocastScope scope(true, w::World().device());
     CHECK_OR_THROW(lin->forward(x).scalar_type() == at::kBFloat16,
@@ -546,6 +564,50 @@ int HostStore(int port, int seconds) {
   return 0;
 }
 
+// A parameter that is not on the world's device (meta here; a CPU model
+// under NCCL on a GPU machine): DDP must say so, not "the model differs".
+int DdpDevice() {
+  w::World world = w::InitFromEnv();
+  struct Off : torch::nn::Module {
+    Off() { register_parameter("w", at::empty({2}, at::device(at::kMeta))); }
+  };
+  auto m = std::make_shared<Off>();
+  w::DistributedDataParallel ddp(world, m);
+  return 0;
+}
+
+// SyncBatchNorm on rank r's part of a global batch whose values sit at
+// OFFSET with standard deviation 0.01 (|mean| >> std): outputs and running
+// variance must match a float64 batch norm of the whole batch.
+int SyncBnOffset(double offset, int batch) {
+  w::World world = w::InitFromEnv();
+  const int n = world.world_size(), r = world.rank();
+  auto gen = at::detail::createCPUGenerator(99);
+  at::Tensor all =
+      (at::randn({batch * n, 3, 4, 4}, gen) * 0.01 + offset).to(at::kFloat);
+  at::Tensor mine = all.narrow(0, r * batch, batch);
+  w::SyncBatchNormOptions o{3};
+  o.momentum = 1.0;  // running stats = this batch's
+  w::SyncBatchNorm bn(world, o);
+  at::Tensor y = bn->forward(mine);
+  at::Tensor xd = all.to(at::kDouble);
+  at::Tensor mean = xd.mean({0, 2, 3}, true);
+  at::Tensor var = xd.var({0, 2, 3}, /*unbiased=*/false, true);
+  at::Tensor ref =
+      ((xd - mean) / (var + 1e-5).sqrt()).narrow(0, r * batch, batch);
+  const double err = (y.to(at::kDouble) - ref).abs().max().item<double>();
+  at::Tensor unbiased = xd.var({0, 2, 3}, /*unbiased=*/true);
+  const double var_err =
+      ((bn->running_var.to(at::kDouble) - unbiased).abs() / unbiased)
+          .max()
+          .item<double>();
+  std::printf("rank %d max_err %.3g running_var_rel_err %.3g\n", r, err,
+              var_err);
+  CHECK_OR_THROW(err < 2e-2, "sync batch norm output far from float64's");
+  CHECK_OR_THROW(var_err < 1e-2, "running variance far from float64's");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -579,7 +641,12 @@ int main(int argc, char** argv) {
       return HostStore(std::stoi(a.at(2)), std::stoi(a.at(3)));
     }
     if (mode == "zero") {
-      return Zero(a.at(2), std::stoi(a.at(3)), std::stoi(a.at(4)), a.at(5));
+      return Zero(a.at(2), std::stoi(a.at(3)), std::stoi(a.at(4)), a.at(5),
+                  a.size() > 6 ? std::stod(a[6]) : 0.0);
+    }
+    if (mode == "ddp_device") return DdpDevice();
+    if (mode == "syncbn_offset") {
+      return SyncBnOffset(std::stod(a.at(2)), std::stoi(a.at(3)));
     }
     throw w::ConfigError("unknown mode " + mode);
   });

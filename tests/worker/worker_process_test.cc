@@ -631,3 +631,63 @@ TEST_CASE("World: groups can join twice through one agent-hosted store",
     REQUIRE(results[0].output.find("agent_store 1") != std::string::npos);
   }
 }
+
+TEST_CASE(
+    "DistributedDataParallel: a parameter off the world's device is a "
+    "usage error saying so",
+    "[worker][process]") {
+  // A rank that finds the problem first may leave while its peer still
+  // connects the Gloo mesh: that peer then fails as a collective (75).
+  auto results = wt::RunRanks({Helper(), "ddp_device"}, 2);
+  int usage = 0;
+  for (const auto& r : results) {
+    INFO(r.output);
+    REQUIRE(r.output.find("differs between ranks") == std::string::npos);
+    if (r.exit_code == kExitCollective) continue;
+    REQUIRE(r.exit_code == ddprun::worker::kExitUsage);
+    REQUIRE(r.output.find("parameter 0 [2] is on meta but the world's device "
+                          "is cpu (backend gloo): move the model to "
+                          "world.device()") != std::string::npos);
+    ++usage;
+  }
+  REQUIRE(usage >= 1);
+}
+
+TEST_CASE(
+    "SyncBatchNorm: per-rank statistics combine stably when the mean "
+    "dwarfs the spread",
+    "[worker][process][syncbn]") {
+  // Values 1000 +- 0.01 on 2 ranks: E[x^2] - E[x]^2 from float sums loses
+  // the variance entirely; Chan's combination matches float64.
+  auto results = wt::RunRanks({Helper(), "syncbn_offset", "1000", "4"}, 2);
+  RequireAllOk(results);
+  // The same check standalone (one rank, no collectives).
+  wt::RankProcess p({Helper(), "syncbn_offset", "1000", "8"}, {});
+  REQUIRE(p.Wait(std::chrono::seconds(60)));
+  INFO(p.Output());
+  REQUIRE(p.exit_code() == 0);
+}
+
+TEST_CASE(
+    "ShardedAdam: gradient clipping uses the reduced gradients' norm "
+    "(ZeRO-2)",
+    "[worker][process][zero]") {
+  // 0.05 is below every step's gradient norm here: every step clips. Local
+  // gradients' norms differ from the averaged gradient's, so clipping them
+  // would not match clip_grad_norm_ on one process with the full batch.
+  std::string dir = TempDir();
+  std::string multi = dir + "/multi.bin", single = dir + "/single.bin";
+  auto results =
+      wt::RunRanks({Helper(), "zero", multi, "5", "8", "sharded", "0.05"}, 2);
+  RequireAllOk(results);
+  wt::RankProcess p({Helper(), "zero", single, "5", "16", "plain", "0.05"}, {});
+  REQUIRE(p.Wait(std::chrono::seconds(60)));
+  REQUIRE(p.exit_code() == 0);
+  REQUIRE(MaxAbsDiff(ReadFloats(multi), ReadFloats(single)) < 1e-5);
+  // Without clipping the runs differ: the clip did something.
+  std::string unclipped = dir + "/unclipped.bin";
+  wt::RankProcess q({Helper(), "zero", unclipped, "5", "16", "plain"}, {});
+  REQUIRE(q.Wait(std::chrono::seconds(60)));
+  REQUIRE(q.exit_code() == 0);
+  REQUIRE(MaxAbsDiff(ReadFloats(unclipped), ReadFloats(single)) > 1e-4);
+}

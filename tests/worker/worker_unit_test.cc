@@ -7,6 +7,7 @@
 
 #include "ddprun_catch.h"
 
+#include "ddprun/worker/backend_choice.h"
 #include "ddprun/worker/env.h"
 #include "ddprun/worker/hardware.h"
 #include "ddprun/worker/metrics.h"
@@ -237,4 +238,97 @@ TEST_CASE("ProgressMeter: after only the first step there is no rate, not 0",
   meter.Update(0, 2, 0.4, 8);
   REQUIRE(meter.rate_measured());
   REQUIRE(meter.samples_per_second() > 0);
+}
+
+namespace {
+
+w::BackendFacts Facts(const std::string& backend, int local_ranks, int gpus) {
+  w::BackendFacts f;
+  f.backend = backend;
+  f.local_world_size = local_ranks;
+  f.visible_gpus = gpus;
+  f.torch_has_cuda = true;
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("ChooseBackend: NCCL with a GPU per local rank, Gloo otherwise",
+          "[worker][backend]") {
+  auto c = w::ChooseBackend(Facts("auto", 2, 2));
+  REQUIRE(c.ok());
+  CHECK(c->backend == "nccl");
+  CHECK(c->device == "cuda");
+  CHECK(c->why.empty());
+  c = w::ChooseBackend(Facts("auto", 4, 0));
+  REQUIRE(c.ok());
+  CHECK(c->backend == "gloo");
+  CHECK(c->device == "cpu");
+  CHECK(c->why.empty());
+  w::BackendFacts cpu_build = Facts("auto", 1, 0);
+  cpu_build.torch_has_cuda = false;
+  c = w::ChooseBackend(cpu_build);
+  REQUIRE(c.ok());
+  CHECK(c->backend == "gloo");
+  CHECK(c->device == "cpu");
+  // An explicit CPU device under auto is Gloo, not an NCCL error.
+  w::BackendFacts on_cpu = Facts("auto", 1, 1);
+  on_cpu.device = "cpu";
+  c = w::ChooseBackend(on_cpu);
+  REQUIRE(c.ok());
+  CHECK(c->backend == "gloo");
+  CHECK(c->device == "cpu");
+}
+
+TEST_CASE(
+    "ChooseBackend: more local ranks than GPUs share them over Gloo "
+    "under auto and are a usage error under nccl",
+    "[worker][backend]") {
+  auto c = w::ChooseBackend(Facts("auto", 2, 1));
+  REQUIRE(c.ok());
+  CHECK(c->backend == "gloo");
+  CHECK(c->device == "cuda");
+  CHECK(c->why.find("2 ranks on this node share 1 visible GPU") !=
+        std::string::npos);
+  c = w::ChooseBackend(Facts("nccl", 3, 2));
+  REQUIRE_FALSE(c.ok());
+  CHECK(c.status().code() == ddprun::StatusCode::kInvalidArgument);
+  CHECK(c.status().message().find("3 ranks on this node see 2 visible GPUs") !=
+        std::string::npos);
+  CHECK(c.status().message().find("--nproc_per_node=2") != std::string::npos);
+  CHECK(c.status().message().find("--backend gloo") != std::string::npos);
+  // A launcher that gives each rank its own GPU (--virtual_local_rank).
+  w::BackendFacts own = Facts("nccl", 2, 1);
+  own.gpu_per_rank = true;
+  c = w::ChooseBackend(own);
+  REQUIRE(c.ok());
+  CHECK(c->backend == "nccl");
+  own.backend = "auto";
+  c = w::ChooseBackend(own);
+  REQUIRE(c.ok());
+  CHECK(c->backend == "nccl");
+  // Explicit gloo keeps the requested (auto: CPU) device.
+  c = w::ChooseBackend(Facts("gloo", 2, 1));
+  REQUIRE(c.ok());
+  CHECK(c->backend == "gloo");
+  CHECK(c->device == "cpu");
+}
+
+TEST_CASE("ChooseBackend: unknown names and impossible combinations",
+          "[worker][backend]") {
+  CHECK(w::ChooseBackend(Facts("mpi", 1, 1)).status().message() ==
+        "unknown backend 'mpi' (expected auto, gloo or nccl)");
+  w::BackendFacts f = Facts("nccl", 1, 1);
+  f.device = "cpu";
+  CHECK(w::ChooseBackend(f).status().message().find("device cpu needs "
+                                                    "backend gloo") !=
+        std::string::npos);
+  CHECK(w::ChooseBackend(Facts("nccl", 1, 0))
+            .status()
+            .message()
+            .find("no CUDA device is visible") != std::string::npos);
+  w::BackendFacts no_cuda = Facts("nccl", 1, 0);
+  no_cuda.torch_has_cuda = false;
+  CHECK(w::ChooseBackend(no_cuda).status().message().find(
+            "built without CUDA") != std::string::npos);
 }

@@ -306,8 +306,11 @@ TrainState LoadVerifiedFile(const std::string& path,
   if (!ReadVerified(path, &payload)) {
     throw WorkerError("checkpoint " + path + " is missing or corrupt");
   }
+  // Onto the CPU first: without a device, tensors go back to the device
+  // they were saved from, so every rank would materialise rank 0's state on
+  // cuda:0 (and a GPU checkpoint would not load on a CPU-only machine).
   torch::serialize::InputArchive archive;
-  archive.load_from(payload.data(), payload.size());
+  archive.load_from(payload.data(), payload.size(), c10::Device(c10::kCPU));
   // Model and optimizer state go where the model lives: an optimizer loaded
   // onto the CPU under a CUDA model fails at its first step. Metadata and
   // RNG states stay on the CPU (the CPU generator only takes CPU state).

@@ -97,6 +97,22 @@ DistributedDataParallel::DistributedDataParallel(
   auto pg = world_.process_group();
   if (!pg) return;  // standalone: plain backward
 
+  // The reducer's buckets and the backend live on the world's device; a
+  // parameter elsewhere fails inside Torch with a message about backends or
+  // a "model that differs between ranks".
+  for (size_t i = 0; i < impl_->params.size(); ++i) {
+    const at::Tensor& p = impl_->params[i];
+    if (p.device() != world_.device()) {
+      throw ConfigError(
+          "DistributedDataParallel: parameter " + std::to_string(i) + " " +
+          c10::str(p.sizes()) + " is on " + p.device().str() +
+          " but the world's device is " + world_.device().str() + " (backend " +
+          world_.backend() +
+          "): move the model to world.device() (module->to(world.device())) "
+          "before wrapping it, and its batches too");
+    }
+  }
+
   try {
     c10d::verify_params_across_processes(pg, impl_->params, {});
   } catch (const c10::Error& e) {
@@ -131,6 +147,12 @@ DistributedDataParallel::DistributedDataParallel(
   // Decided by every rank alike: options and the job's environment.
   if (!options_.shared_memory || !SharedMemoryAllowedByEnv()) {
     impl_->why_not_shm = "turned off";
+    return;
+  }
+  // The group reduces host memory: a CUDA model's gradients would go
+  // through the process group anyway (every rank's device type is alike).
+  if (!world_.device().is_cpu()) {
+    impl_->why_not_shm = "the model is on " + world_.device().str();
     return;
   }
   // One group per job: a second DDP model (a GAN's two networks) reuses the

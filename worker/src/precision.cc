@@ -48,10 +48,12 @@ AutocastScope::AutocastScope(bool enabled, c10::Device device,
                       " is not supported on " +
                       c10::DeviceTypeName(device.type(), true) +
                       " by LibTorch " + torch_compat::TorchVersion() +
-                      " (CPU float16 needs LibTorch >= 2.2)");
+                      " (CPU float16 needs LibTorch >= 2.2, CUDA bfloat16 a "
+                      "GPU of compute capability >= 8.0)");
   }
   const c10::DeviceType d = cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
   previous_enabled_ = torch_compat::AutocastEnabled(d);
+  previous_dtype_ = torch_compat::AutocastDtype(d);
   torch_compat::SetAutocastDtype(d, dtype);
   torch_compat::SetAutocastEnabled(d, true);
   at::autocast::increment_nesting();
@@ -61,8 +63,10 @@ AutocastScope::~AutocastScope() {
   if (!enabled_) return;
   // Leaving the outermost scope drops the cast cache, as torch.autocast does.
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  torch_compat::SetAutocastEnabled(
-      cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU, previous_enabled_);
+  const c10::DeviceType d =
+      cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+  torch_compat::SetAutocastEnabled(d, previous_enabled_);
+  torch_compat::SetAutocastDtype(d, previous_dtype_);
 }
 
 GradScaler::GradScaler(World world, GradScalerOptions options)

@@ -40,6 +40,10 @@ ShardedAdam::ShardedAdam(World world, std::vector<at::Tensor> params,
     opts = opts.pinned_memory(true);
   exp_avg_ = at::zeros({shard_size_}, opts);
   exp_avg_sq_ = at::zeros({shard_size_}, opts);
+  if (options_.offload_to_cpu) {
+    grad_host_ = at::empty({shard_size_}, opts);
+    shard_host_ = at::empty({shard_size_}, opts);
+  }
 }
 
 c10::Device ShardedAdam::StateDevice() const {
@@ -83,7 +87,7 @@ at::Tensor ShardedAdam::GatherFull(const at::Tensor& shard) const {
   return at::cat(world_.AllGather(shard)).narrow(0, 0, numel_);
 }
 
-void ShardedAdam::Step() {
+double ShardedAdam::Step(double max_grad_norm) {
   at::NoGradGuard no_grad;
   const int n = world_.world_size();
   const int r = world_.rank();
@@ -99,14 +103,25 @@ void ShardedAdam::Step() {
       grad = flat_grad.narrow(0, shard_size_ * r, shard_size_).clone();
     }
   }
+  double total_norm = 0;
+  if (max_grad_norm > 0) {
+    // The shards are disjoint (the padding is zero): the sum of their
+    // squared norms is the full gradient's. Same arithmetic as
+    // clip_grad_norm_: coefficient max_norm / (norm + 1e-6), if below 1.
+    at::Tensor sq = grad.to(at::kDouble).pow(2).sum().reshape({1});
+    world_.AllReduce(sq);
+    total_norm = std::sqrt(sq.item<double>());
+    const double coef = max_grad_norm / (total_norm + 1e-6);
+    if (coef < 1) grad.mul_(coef);
+  }
 
   // This rank's shard of the parameters as one flat vector (a copy).
   at::Tensor shard = ParamShard();
   if (options_.offload_to_cpu) {
-    // The update runs where the state is (blocking copies: the CPU reads
-    // them next).
-    grad = grad.to(StateDevice());
-    shard = shard.to(StateDevice());
+    // The update runs where the state is, on the host buffers (blocking
+    // copies: the CPU reads them next).
+    grad = grad_host_.copy_(grad);
+    shard = shard_host_.copy_(shard);
   }
 
   // torch::optim::Adam / AdamW, step for step.
@@ -130,6 +145,7 @@ void ShardedAdam::Step() {
   // Every rank gets every shard back.
   CopyToParams(n > 1 ? world_.AllGather(shard)
                      : std::vector<at::Tensor>{shard});
+  return total_norm;
 }
 
 at::Tensor ShardedAdam::ParamShard() const {

@@ -30,26 +30,44 @@ class SyncBatchNormFunction
                             const at::Tensor& x, const at::Tensor& weight,
                             const at::Tensor& bias, const World* world,
                             double eps, at::Tensor* batch_mean,
-                            at::Tensor* batch_var, int64_t* count) {
+                            at::Tensor* batch_var, at::Tensor* count) {
     auto dims = ReduceDims(x);
     int64_t c = x.size(1);
     at::Tensor xf = x.to(at::kFloat);
-    at::Tensor stats = at::cat({xf.sum(dims), (xf * xf).sum(dims),
-                                at::full({1}, x.numel() / c, xf.options())});
-    world->AllReduce(stats, ReduceOp::kSum);
-    double n = stats[2 * c].item<double>();
-    at::Tensor mean = stats.narrow(0, 0, c) / n;
-    at::Tensor var = (stats.narrow(0, c, c) / n - mean * mean).clamp_min(0);
+    // Each rank's count, mean and sum of squared deviations (two-pass,
+    // local), combined across ranks as Chan et al.'s parallel variance does
+    // and as PyTorch's SyncBatchNorm (batch_norm_gather_stats_with_counts)
+    // does. E[x^2] - E[x]^2 from fp32 sums loses the variance to
+    // cancellation when |mean| >> std. The counts stay tensors: no host sync.
+    const int64_t local_n = c > 0 ? x.numel() / c : 0;
+    at::Tensor mean_l = at::zeros({c}, xf.options());
+    at::Tensor m2_l = at::zeros({c}, xf.options());
+    if (local_n > 0) {
+      auto [var_l, mu_l] =
+          at::var_mean(xf, at::IntArrayRef(dims), /*unbiased=*/false);
+      mean_l = mu_l;
+      m2_l = var_l * static_cast<double>(local_n);
+    }
+    at::Tensor local =
+        at::cat({mean_l, m2_l,
+                 at::full({1}, static_cast<double>(local_n), xf.options())});
+    at::Tensor all = at::stack(world->AllGather(local));  // (ranks, 2c+1)
+    at::Tensor counts = all.narrow(1, 2 * c, 1);          // (ranks, 1)
+    at::Tensor means = all.narrow(1, 0, c);
+    at::Tensor n = counts.sum();
+    at::Tensor mean = (means * counts).sum(0) / n;
+    at::Tensor m2 =
+        all.narrow(1, c, c).sum(0) + (counts * (means - mean).pow(2)).sum(0);
+    at::Tensor var = m2 / n;
     at::Tensor invstd = (var + eps).rsqrt();
     at::Tensor xhat = (xf - PerChannel(mean, x)) * PerChannel(invstd, x);
     at::Tensor y = xhat;
     if (weight.defined()) y = y * PerChannel(weight, x) + PerChannel(bias, x);
-    ctx->save_for_backward({xhat, invstd, weight});
+    ctx->save_for_backward({xhat, invstd, weight, n});
     ctx->saved_data["world"] = reinterpret_cast<int64_t>(world);
-    ctx->saved_data["n"] = n;
     *batch_mean = mean;
     *batch_var = var;
-    *count = static_cast<int64_t>(n);
+    *count = n;
     return y.to(x.scalar_type());
   }
 
@@ -58,9 +76,9 @@ class SyncBatchNormFunction
       torch::autograd::variable_list grads) {
     auto saved = ctx->get_saved_variables();
     at::Tensor xhat = saved[0], invstd = saved[1], weight = saved[2];
+    at::Tensor n = saved[3];
     const World* world =
         reinterpret_cast<const World*>(ctx->saved_data["world"].toInt());
-    double n = ctx->saved_data["n"].toDouble();
     at::Tensor dy = grads[0].to(at::kFloat);
     auto dims = ReduceDims(dy);
     int64_t c = dy.size(1);
@@ -128,8 +146,7 @@ at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
     }
     return y;
   }
-  at::Tensor mean, var;
-  int64_t count = 0;
+  at::Tensor mean, var, count;
   at::Tensor y = SyncBatchNormFunction::apply(
       input, options_.affine ? weight : at::Tensor(),
       options_.affine ? bias : at::Tensor(), &world_, options_.eps, &mean, &var,
@@ -137,7 +154,9 @@ at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
   {
     at::NoGradGuard no_grad;
     double m = options_.momentum;
-    double unbias = count > 1 ? static_cast<double>(count) / (count - 1) : 1.0;
+    // n / (n - 1) where n > 1, as a tensor: no host sync.
+    at::Tensor unbias =
+        at::where(count > 1, count / (count - 1), at::ones_like(count));
     running_mean.mul_(1 - m).add_(mean.detach(), m);
     running_var.mul_(1 - m).add_(var.detach() * unbias, m);
     num_batches_tracked.add_(1);

@@ -14,6 +14,7 @@
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 #include <torch/version.h>
 #if DDPRUN_WORKER_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -47,6 +48,12 @@ c10::intrusive_ptr<PG> NewProcessGroup(
     return c10::make_intrusive<PG>(store, rank, size, options);
   }
 }
+
+template <typename T, typename = void>
+struct HasShutdown : std::false_type {};
+template <typename T>
+struct HasShutdown<T, std::void_t<decltype(std::declval<T&>().shutdown())>>
+    : std::true_type {};
 
 template <typename T, typename = void>
 struct HasUseLibUv : std::false_type {};
@@ -222,6 +229,23 @@ PgPtr MakeNcclGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank,
 #endif
 }
 
+template <typename PG = c10d::ProcessGroup>
+void Shutdown(const c10::intrusive_ptr<PG>& group) {
+  if constexpr (HasShutdown<PG>::value) {
+    try {
+      group->shutdown();
+    } catch (...) {
+      // The destructor's abort is what remains.
+    }
+  } else {
+    (void)group;  // LibTorch < 2.3: ~ProcessGroupNCCL is the only way
+  }
+}
+
+void ShutdownProcessGroup(const PgPtr& group) {
+  if (group) Shutdown(group);
+}
+
 std::unique_ptr<c10d::Reducer> MakeReducer(ReducerArgs args,
                                            const PgPtr& group) {
   return NewReducer(std::move(args), group);
@@ -237,6 +261,9 @@ void SetAutocastEnabled(c10::DeviceType device, bool enabled) {
 }
 void SetAutocastDtype(c10::DeviceType device, at::ScalarType dtype) {
   at::autocast::set_autocast_dtype(device, dtype);
+}
+at::ScalarType AutocastDtype(c10::DeviceType device) {
+  return at::autocast::get_autocast_dtype(device);
 }
 
 #else  // LibTorch < 2.4: one function per device type
@@ -259,12 +286,25 @@ void SetAutocastDtype(c10::DeviceType device, at::ScalarType dtype) {
     at::autocast::set_autocast_cpu_dtype(dtype);
   }
 }
+at::ScalarType AutocastDtype(c10::DeviceType device) {
+  return device == c10::DeviceType::CUDA
+             ? at::autocast::get_autocast_gpu_dtype()
+             : at::autocast::get_autocast_cpu_dtype();
+}
 
 #endif
 
 bool AutocastSupports(c10::DeviceType device, at::ScalarType dtype) {
   if (dtype != at::kBFloat16 && dtype != at::kHalf) return false;
-  if (device == c10::DeviceType::CUDA) return true;
+  if (device == c10::DeviceType::CUDA) {
+    if (dtype == at::kHalf) return true;
+#if DDPRUN_WORKER_WITH_CUDA
+    const cudaDeviceProp* p = at::cuda::getCurrentDeviceProperties();
+    return p != nullptr && p->major >= 8;
+#else
+    return false;  // no CUDA autocast without CUDA
+#endif
+  }
   if (device != c10::DeviceType::CPU) return false;
 #if TORCH_VERSION_MAJOR > 2 || \
     (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)

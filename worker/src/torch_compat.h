@@ -74,6 +74,12 @@ c10::intrusive_ptr<c10d::ProcessGroup> MakeNcclGroup(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
     std::chrono::milliseconds timeout);
 
+// Shuts `group` down cleanly at the end of a job where this LibTorch can
+// (ProcessGroup::shutdown, Torch >= 2.3: NCCL's communicators are destroyed
+// instead of aborted by ~ProcessGroupNCCL, which also warns); a no-op on
+// older releases. Never throws (it runs from destructors).
+void ShutdownProcessGroup(const c10::intrusive_ptr<c10d::ProcessGroup>& group);
+
 struct ReducerArgs {
   std::vector<at::Tensor> params;
   std::vector<std::vector<size_t>> bucket_indices;
@@ -93,9 +99,12 @@ std::unique_ptr<c10d::Reducer> MakeReducer(
 bool AutocastEnabled(c10::DeviceType device);
 void SetAutocastEnabled(c10::DeviceType device, bool enabled);
 void SetAutocastDtype(c10::DeviceType device, at::ScalarType dtype);
+at::ScalarType AutocastDtype(c10::DeviceType device);
 // Whether this LibTorch's autocast on `device` (kCPU or kCUDA) computes in
-// `dtype` (kBFloat16 or kHalf): CUDA both; CPU bfloat16, and float16 from
-// LibTorch 2.2 on.
+// `dtype` (kBFloat16 or kHalf): CUDA float16, and bfloat16 on the current
+// GPU from compute capability 8.0 (Ampere) on, as torch.cuda.is_bf16_supported
+// says (older GPUs emulate it, slowly or not at all); CPU bfloat16, and
+// float16 from LibTorch 2.2 on.
 bool AutocastSupports(c10::DeviceType device, at::ScalarType dtype);
 
 }  // namespace ddprun::worker::torch_compat

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <exception>
 #include <thread>
 
 #include <ATen/ATen.h>
@@ -12,7 +13,9 @@
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
+#include "common/logging.h"
 #include "common/net.h"
+#include "ddprun/worker/backend_choice.h"
 #include "ddprun/worker/errors.h"
 #include "ddprun/worker/host_allocator.h"
 #include "ddprun/worker/shared_memory_group.h"
@@ -30,17 +33,20 @@ struct World::Impl {
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
   std::chrono::milliseconds collective_timeout = std::chrono::seconds(1800);
   std::shared_ptr<SharedMemoryGroup> shm;  // World::AttachSharedMemory
+  std::string backend_note;                // BackendChoice::why
+  // A collective failed: the process group is left to its destructor
+  // (NCCL's aborts) instead of a clean shutdown that may wait on a dead peer.
+  mutable bool failed = false;
+
+  ~Impl() {
+    // Also not while an exception unwinds (a peer may still be mid-step).
+    if (pg && !failed && std::uncaught_exceptions() == 0) {
+      torch_compat::ShutdownProcessGroup(pg);
+    }
+  }
 };
 
 namespace {
-
-bool CudaUsable() {
-#if DDPRUN_WORKER_WITH_CUDA
-  return c10::cuda::device_count() > 0;
-#else
-  return false;
-#endif
-}
 
 c10d::ReduceOp ToC10d(ReduceOp op) {
   switch (op) {
@@ -55,13 +61,27 @@ c10d::ReduceOp ToC10d(ReduceOp op) {
 
 // Runs a collective; rethrows any Torch/Gloo failure as CollectiveError
 // naming the operation.
+// NCCL work is waited for on the host with the collective timeout: without
+// one, wait() only orders the streams, and a dead peer would be found by
+// NCCL's watchdog, which aborts the process (no CollectiveError, no error
+// file, no restartable exit code).
 template <typename F>
 void Collective(const char* what, const World::Impl& w, F&& f) {
   // A stack dump of a hung rank names the collective it waits in.
   ActivityScope activity(what);
   try {
-    f()->wait();
+    auto work = f();
+    if (w.backend == "nccl") {
+      if (!work->wait(w.collective_timeout)) {
+        throw std::runtime_error("timed out after " +
+                                 std::to_string(w.collective_timeout.count()) +
+                                 " ms");
+      }
+    } else {
+      work->wait();
+    }
   } catch (const std::exception& e) {
+    w.failed = true;
     throw CollectiveError(std::string(what) + " failed on rank " +
                           std::to_string(w.env.rank) + " of " +
                           std::to_string(w.env.world_size) + ": " + e.what());
@@ -77,6 +97,7 @@ at::Tensor OnDevice(const at::Tensor& t, c10::Device device) {
 
 void ThrowIfFailed(const char* what, const World::Impl& w, const Status& s) {
   if (s.ok()) return;
+  w.failed = true;
   throw CollectiveError(std::string(what) + " (shared memory) failed on rank " +
                         std::to_string(w.env.rank) + " of " +
                         std::to_string(w.env.world_size) + ": " + s.message());
@@ -157,6 +178,9 @@ InitOptions InitOptionsFromEnv(InitOptions base) {
   if (const char* d = std::getenv("DDPRUN_DEVICE")) {
     if (*d != '\0') base.device = d;
   }
+  if (const char* g = std::getenv("DDPRUN_GPU_PER_RANK")) {
+    if (*g != '\0') base.gpu_per_rank = std::string(g) != "0";
+  }
   base.store_timeout = std::chrono::seconds(
       EnvSeconds("DDPRUN_STORE_TIMEOUT_S",
                  static_cast<int>(base.store_timeout.count() / 1000)));
@@ -178,6 +202,7 @@ std::chrono::milliseconds World::collective_timeout() const {
 }
 const WorkerEnv& World::env() const { return impl_->env; }
 const std::string& World::backend() const { return impl_->backend; }
+const std::string& World::backend_note() const { return impl_->backend_note; }
 c10::Device World::device() const { return impl_->device; }
 c10::intrusive_ptr<c10d::ProcessGroup> World::process_group() const {
   return impl_->pg;
@@ -351,28 +376,25 @@ World InitWorld(const WorkerEnv& env, const InitOptions& options) {
   (void)InstallStackDumpHandler();
   auto impl = std::make_shared<World::Impl>();
   impl->env = env;
-  std::string backend = options.backend;
-  if (backend == "auto") backend = CudaUsable() ? "nccl" : "gloo";
-  if (backend != "gloo" && backend != "nccl") {
-    throw ConfigError("unknown backend '" + options.backend +
-                      "' (expected auto, gloo or nccl)");
-  }
-  std::string device = options.device;
-  if (device == "auto") device = backend == "nccl" ? "cuda" : "cpu";
-  if (device != "cpu" && device != "cuda") {
-    throw ConfigError("unknown device '" + options.device +
-                      "' (expected auto, cpu or cuda)");
-  }
-  if (backend == "nccl" && device == "cpu") {
-    throw ConfigError("backend nccl reduces CUDA tensors only: device cpu "
-                      "needs backend gloo");
+  BackendFacts facts;
+  facts.backend = options.backend;
+  facts.device = options.device;
+  facts.local_world_size = env.local_world_size;
+  facts.gpu_per_rank = options.gpu_per_rank || !options.pin_cuda_device;
+#if DDPRUN_WORKER_WITH_CUDA
+  facts.torch_has_cuda = true;
+  facts.visible_gpus = static_cast<int>(c10::cuda::device_count());
+#endif
+  StatusOr<BackendChoice> choice = ChooseBackend(facts);
+  if (!choice.ok()) throw ConfigError(choice.status().message());
+  const std::string backend = choice->backend;
+  const std::string device = choice->device;
+  impl->backend_note = choice->why;
+  if (!choice->why.empty() && env.local_rank == 0 && !env.standalone) {
+    DDP_LOG(WARNING) << choice->why;
   }
   if (device == "cuda") {
 #if DDPRUN_WORKER_WITH_CUDA
-    if (!CudaUsable()) {
-      throw ConfigError("backend " + backend + " on device cuda requested "
-                        "but no CUDA device is visible");
-    }
     if (options.pin_cuda_device) {
       int dev = env.local_rank % c10::cuda::device_count();
       c10::cuda::set_device(static_cast<c10::DeviceIndex>(dev));
@@ -383,9 +405,6 @@ World InitWorld(const WorkerEnv& env, const InitOptions& options) {
       // its own set_device); NCCL uses the current one, so do collectives.
       impl->device = c10::Device(c10::kCUDA, c10::cuda::current_device());
     }
-#else
-    throw ConfigError("backend " + backend + " on device cuda requested "
-                      "but this LibTorch was built without CUDA");
 #endif
   }
   impl->collective_timeout = options.collective_timeout;

@@ -10,14 +10,15 @@
 namespace ddprun::worker {
 
 // Whether autocast on `device` computes in `dtype` (at::kBFloat16 or
-// at::kHalf) with this LibTorch: CUDA both; CPU bfloat16 always, float16
-// from LibTorch 2.2 on (1.13's CPU autocast has bfloat16 only).
+// at::kHalf) with this LibTorch: CUDA float16, and bfloat16 on a GPU of
+// compute capability >= 8.0; CPU bfloat16 always, float16 from LibTorch 2.2
+// on (1.13's CPU autocast has bfloat16 only).
 bool AutocastSupported(c10::Device device, at::ScalarType dtype);
 
 // Mixed precision: autocast on the CPU or on CUDA (CUDA builds only).
 // bf16 (matmul/conv in bf16, reductions in fp32) needs no loss scaling;
-// fp16 needs a GradScaler. RAII: restores the previous autocast state on
-// destruction. With enabled=false it does nothing.
+// fp16 needs a GradScaler. RAII: restores the previous autocast state (its
+// flag and its dtype) on destruction. With enabled=false it does nothing.
 class AutocastScope {
  public:
   // device: "cpu" or "cuda"; dtype: "bf16" or "fp16" (a ConfigError where
@@ -37,6 +38,7 @@ class AutocastScope {
   bool enabled_;
   bool cuda_;
   bool previous_enabled_ = false;
+  at::ScalarType previous_dtype_ = at::kBFloat16;
 };
 
 struct GradScalerOptions {

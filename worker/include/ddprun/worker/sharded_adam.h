@@ -64,7 +64,11 @@ class ShardedAdam {
               ShardedAdamOptions options = {});
 
   void ZeroGrad();
-  void Step();
+  // max_grad_norm > 0 clips like torch::nn::utils::clip_grad_norm_ on the
+  // averaged gradients of all ranks (the shards' norms are all-reduced), not
+  // on this rank's local ones: what ZeRO-2 needs, whose gradients are only
+  // reduced here. Returns the total norm (0 when not clipping).
+  double Step(double max_grad_norm = 0);
 
   double lr() const { return options_.lr; }
   void set_lr(double lr) { options_.lr = lr; }
@@ -112,6 +116,11 @@ class ShardedAdam {
   int64_t step_ = 0;
   at::Tensor exp_avg_;     // shard (host memory with offload_to_cpu)
   at::Tensor exp_avg_sq_;  // shard
+  // offload_to_cpu: host buffers the gradient and parameter shards are
+  // copied through each step (pinned on a GPU world: DMA, no fresh
+  // pageable tensors per step).
+  at::Tensor grad_host_;
+  at::Tensor shard_host_;
 };
 
 }  // namespace ddprun::worker

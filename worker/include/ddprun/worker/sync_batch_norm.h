@@ -15,8 +15,10 @@ struct SyncBatchNormOptions {
 };
 
 // Batch normalisation whose batch statistics are computed over the global
-// batch of all ranks: per-channel sum, sum of squares and count are
-// all-reduced in forward, and the two gradient sums in backward, so N ranks
+// batch of all ranks: each rank's per-channel count, mean and sum of squared
+// deviations are all-gathered in forward and combined as PyTorch does
+// (Chan's parallel variance: stable when |mean| >> std), and the two
+// gradient sums are all-reduced in backward, so N ranks
 // x batch B normalise exactly like one process with batch N*B (tested).
 // Works for (N, C, *) inputs: 2D (N,C,H,W) and 3D (N,C,D,H,W) alike. Every
 // rank must call forward the same number of times in training mode (each

@@ -25,8 +25,10 @@ class SharedMemoryGroup;
 enum class ReduceOp { kSum, kAvg, kMax, kMin };
 
 struct InitOptions {
-  // "auto" (NCCL when Torch has CUDA and a device is visible, else Gloo),
-  // "gloo" or "nccl". "nccl" on a CPU-only Torch build is a ConfigError.
+  // "auto" (NCCL when Torch has CUDA and a device is visible, else Gloo;
+  // Gloo on CUDA when this node has more ranks than visible GPUs), "gloo"
+  // or "nccl". "nccl" on a CPU-only Torch build, or with more local ranks
+  // than visible GPUs, is a ConfigError (backend_choice.h).
   std::string backend = "auto";
   // How long rank 0 waits for all peers at the store, and how long a
   // client tries to reach the store. A peer that never arrives gives a
@@ -43,6 +45,10 @@ struct InitOptions {
   std::string device = "auto";
   // Pin the CUDA device to LOCAL_RANK (mod visible devices) on CUDA.
   bool pin_cuda_device = true;
+  // Each rank was given its own GPU by its launcher (a CUDA_VISIBLE_DEVICES
+  // of one entry per rank): more local ranks than visible GPUs then do not
+  // share one. DDPRUN_GPU_PER_RANK=1 sets it.
+  bool gpu_per_rank = false;
   // Gloo worker threads (0: Torch's default, 2).
   int gloo_threads = 0;
   // InitFromEnv keeps freed memory in glibc's heap (TuneHostAllocator in
@@ -52,7 +58,8 @@ struct InitOptions {
 };
 
 // Applies overrides from the environment: DDPRUN_BACKEND, DDPRUN_DEVICE,
-// DDPRUN_STORE_TIMEOUT_S, DDPRUN_COLLECTIVE_TIMEOUT_S. Returns the result.
+// DDPRUN_GPU_PER_RANK, DDPRUN_STORE_TIMEOUT_S, DDPRUN_COLLECTIVE_TIMEOUT_S.
+// Returns the result.
 InitOptions InitOptionsFromEnv(InitOptions base = {});
 
 // One process's view of the job: its ranks, the store and the process
@@ -74,6 +81,9 @@ class World {
   const WorkerEnv& env() const;
   // "gloo", "nccl" or "none" (standalone).
   const std::string& backend() const;
+  // Why the backend is not what "auto" picks on a GPU machine (e.g. Gloo on
+  // CUDA for ranks sharing a GPU), or empty.
+  const std::string& backend_note() const;
   // Device the collectives run on: CPU for Gloo, cuda:LOCAL_RANK for NCCL
   // (the current CUDA device when pin_cuda_device is off). Tensors on
   // another device are accepted by every collective below: they travel on a
@@ -83,6 +93,9 @@ class World {
   // InitOptions::collective_timeout this world was made with.
   std::chrono::milliseconds collective_timeout() const;
 
+  // Every collective below waits at most collective_timeout() (NCCL too:
+  // its work is waited for on the host with that timeout), then throws
+  // CollectiveError.
   // In-place all-reduce of `t`.
   void AllReduce(at::Tensor& t, ReduceOp op = ReduceOp::kSum) const;
   // In-place broadcast of `t` from `root` to every rank.
