@@ -241,7 +241,7 @@ synthetic() {  # TRAINER: its synthetic data folder, made once
   # dry run's CPU a third of them or less (the logic is what it checks).
   declare -A synth=([survival]="--n 96" [segmentation]="--n 128" [vqa]="--n 320"
                     [ddpm]="--n 24 --synthetic_size 16" [cascade]="--n 16 --stages 8")
-  [[ -n $DRY ]] && synth=([survival]="--n 32" [segmentation]="--n 32" [vqa]="--n 96"
+  [[ -n $DRY ]] && synth=([survival]="--n 32" [segmentation]="--n 16" [vqa]="--n 96"
                           [ddpm]="--n 16 --synthetic_size 16" [cascade]="--n 12 --stages 8")
   if [[ ! -f $dir/.done ]]; then
     rm -rf "$dir"
