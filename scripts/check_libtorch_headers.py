@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Compiles every worker/ and examples/ source of a build against other
-LibTorch headers (syntax only: no libraries needed), e.g. the headers of the
-PyTorch 2.11.0+cu130 wheel in ../shared/gpu-kit, with the CUDA/NCCL paths on
-when CUDA headers are present.
+"""Compiles every worker/, examples/ and bench/model_step/ source of a
+build against other LibTorch headers (syntax only: no libraries needed),
+e.g. the headers of the PyTorch 2.11.0+cu130 wheel in ../shared/gpu-kit,
+with the CUDA/NCCL paths on when CUDA headers are present.
 
 Each translation unit is compiled with the exact flags of the build's
 compile_commands.json, with the build's Torch include directories swapped for
@@ -14,7 +14,7 @@ all pass, 1 when one fails (its errors are printed), 77 (skip) when the kit
 is absent (a failure under CI=true: CI has ../shared beside the checkout).
 
   check_libtorch_headers.py --build BUILD --source SRC --kit KIT.tar.xz
-      [--cuda-include /usr/local/cuda/include] [--jobs 2]
+      [--cuda-include /usr/local/cuda/include] [--jobs 2] [--only DIR...]
 """
 
 import argparse
@@ -156,6 +156,9 @@ def main():
     p.add_argument("--kit", required=True)
     p.add_argument("--cuda-include", default="/usr/local/cuda/include")
     p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--only", action="append", default=[], metavar="DIR",
+                   help="check only the sources under DIR (relative to "
+                        "--source; repeatable), e.g. bench/model_step")
     a = p.parse_args()
     a.build, a.source, a.kit = (os.path.abspath(x)
                                 for x in (a.build, a.source, a.kit))
@@ -173,14 +176,15 @@ def main():
 
     with open(os.path.join(a.build, "compile_commands.json")) as f:
         entries = json.load(f)
-    roots = [os.path.join(os.path.realpath(a.source), d) + os.sep
-             for d in ("worker", "examples")]
+    roots = [os.path.join(os.path.realpath(a.source), d.strip("/")) + os.sep
+             for d in (a.only or ("worker", "examples", "bench/model_step"))]
     units = sorted({(e["file"], e["directory"], e["command"])
                     for e in entries
                     if any(os.path.realpath(e["file"]).startswith(r)
                            for r in roots)})
     if not units:
-        print("error: no worker/ or examples/ sources in %s" % a.build)
+        print("error: no worker/, examples/ or bench/model_step/ sources in %s"
+              % a.build)
         return 1
     # Torch-free units (a library without Torch's compile definitions, e.g.
     # examples/outputs) never see LibTorch's include directories, which in a

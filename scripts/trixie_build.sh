@@ -156,12 +156,14 @@ if [[ $with_launcher == 0 && $run_tests == 1 ]]; then
            examples_survival_test examples_segmentation_test examples_vqa_test
            examples_ddpm_test outputs_test)
 fi
+# DDPRUN_BUILD_TARGETS: only these (e.g. the CUDA check's quick run).
+[[ -n ${DDPRUN_BUILD_TARGETS:-} ]] && read -r -a targets <<<"$DDPRUN_BUILD_TARGETS"
 cmake --build "$build" -j "${DDPRUN_BUILD_JOBS:-2}" ${targets[@]:+--target "${targets[@]}"}
 version=$(awk '/define TORCH_VERSION_(MAJOR|MINOR|PATCH) /{printf "%s%s", sep, $3; sep="."}' \
   /usr/include/torch/csrc/api/include/torch/version.h)
 echo "trixie_build: built the $variant variant against LibTorch $version"
 
-if [[ $variant == cuda && $with_launcher == 1 ]]; then
+if [[ $variant == cuda && $with_launcher == 1 && -z ${DDPRUN_BUILD_TARGETS:-} ]]; then
   # docker/Dockerfile.cuda's runtime stage must install what these load.
   absent=()
   [[ $cudnn == placeholder ]] && absent=(--absent libcudnn.so.9=nvidia-cudnn)

@@ -11,9 +11,11 @@ the two sides alternate for --rounds rounds (C++ first in even rounds,
 Python first in odd ones) and the table shows the medians and the ratio
 C++/Python of samples/s (goal >= 1.0). Both sides must report the same
 parameter count and the same parameter and buffer shapes in the same order,
-else the run fails. --check first runs the C++ step from exported weights
-and batch in the Python twin (twin_bench.py --compare) and fails when losses,
-updated weights or batch-norm statistics differ.
+else that configuration fails. --check first runs the C++ step from
+exported weights and batch in the Python twin (twin_bench.py --compare); a
+trainer whose losses, updated weights or batch-norm statistics differ is
+reported (MISMATCH, and "ok": false in --json) and makes the exit status 1,
+but its configurations are still timed, as are the other trainers'.
 
   /usr/bin/python3 bench/model_step/run.py --bin-dir build/bin
       [--device cpu|cuda] [--precision fp32[,bf16,fp16]] [--steps 20]
@@ -29,8 +31,9 @@ compares the training code, not the allocator; --python-malloc default runs
 Python with glibc's defaults, as a user would.
 A configuration that fails on both sides (an op this Torch lacks at that
 precision) is reported as a table row with the error, not measured.
-Exit: 0 done, 1 one side failed or the twins differ, 2 bad flags, 77 the
-Python interpreter has no torch (the ctest counts that as skipped)."""
+Exit: 0 done, 1 a check or a configuration failed (the rest still ran and
+is in --json), 2 bad flags, 77 the Python interpreter has no torch (the
+ctest counts that as skipped)."""
 import argparse
 import json
 import os
@@ -154,6 +157,26 @@ class Sides:
                             self.py_env, self.a.timeout)
 
 
+def check_one(sides, trainer, report):
+    """Runs the numerical check of one trainer's twin and records it in
+    report["checks"] (ok False with an "error" when it could not run)."""
+    try:
+        c = sides.check(trainer)
+    except (BenchError, subprocess.TimeoutExpired) as e:
+        c = {"trainer": trainer, "ok": False, "error": last_error_line(e)}
+    report["checks"].append(c)
+    if "error" in c:
+        print(f"check {trainer}: FAILED to run: {c['error']}", flush=True)
+    elif not c["ok"]:
+        print(f"check {trainer}: MISMATCH, the Python twin does not compute what the "
+              f"C++ step computes: {json.dumps(c)}", flush=True)
+    else:
+        print(f"check {trainer}: twin matches C++ over {c['steps']} steps (loss "
+              f"rel diff {c['max_loss_rel_diff']:.1e}, weights "
+              f"{c['max_param_abs_diff']:.1e}, buffers "
+              f"{c['max_buffer_abs_diff']:.1e})", flush=True)
+
+
 def compare_sides(cpp, py):
     for key in MATCHING:
         if cpp[key] != py[key]:
@@ -204,6 +227,9 @@ def print_table(rows, device):
     print(head)
     print("-" * len(head))
     for r in rows:
+        if "failed" in r:
+            print(f"{r['trainer']:<13}{device:<8}{r['precision']:<10}  FAILED: {r['failed']}")
+            continue
         if "error" in r:
             print(f"{r['trainer']:<13}{device:<8}{r['precision']:<10}  fails on both sides: "
                   f"{r['error']['cpp']}")
@@ -228,20 +254,22 @@ def main():
                   "python_adam_foreach": a.python_adam_foreach,
                   "load_average_before": load_average(), "checks": [], "rows": []}
         print(f"load average before: {report['load_average_before']}", flush=True)
+        # A twin that differs (or a check that breaks) is reported and makes
+        # the exit status 1, but every configuration is still timed: one
+        # mismatch on a new device must not lose the other trainers' ratios.
         for trainer in a.trainers:
             if a.check:
-                c = sides.check(trainer)
-                report["checks"].append(c)
-                if not c["ok"]:
-                    raise BenchError(f"{trainer}: the Python twin does not compute what "
-                                     f"the C++ step computes: {json.dumps(c)}")
-                print(f"check {trainer}: twin matches C++ over {c['steps']} steps (loss "
-                      f"rel diff {c['max_loss_rel_diff']:.1e}, weights "
-                      f"{c['max_param_abs_diff']:.1e}, buffers "
-                      f"{c['max_buffer_abs_diff']:.1e})", flush=True)
+                check_one(sides, trainer, report)
             for precision in a.precision:
-                row = bench_one(sides, trainer, precision, a.rounds)
+                try:
+                    row = bench_one(sides, trainer, precision, a.rounds)
+                except (BenchError, subprocess.TimeoutExpired) as e:
+                    row = {"trainer": trainer, "precision": precision,
+                           "failed": last_error_line(e)}
+                    print(f"run.py: error: {e}", file=sys.stderr, flush=True)
                 report["rows"].append(row)
+                if "failed" in row:
+                    continue
                 if "error" in row:
                     print(f"{trainer} {precision}: fails on both sides: {row['error']}",
                           flush=True)
@@ -249,13 +277,18 @@ def main():
                 print(f"{trainer} {precision}: C++ {row['cpp_samples_per_s']:.2f} vs "
                       f"Python {row['python_samples_per_s']:.2f} samples/s "
                       f"(ratio {row['ratio']:.3f})", flush=True)
-    except (BenchError, subprocess.TimeoutExpired) as e:
+    except BenchError as e:
         print(f"run.py: error: {e}", file=sys.stderr)
         return 1
     report["load_average_after"] = load_average()
+    bad_checks = [c["trainer"] for c in report["checks"] if not c["ok"]]
+    failed_rows = [f"{r['trainer']} {r['precision']}" for r in report["rows"] if "failed" in r]
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(report, f, indent=1)
     measured = [r for r in report["rows"] if "runs" in r]
     if not measured:
-        print("run.py: every configuration failed on both sides", file=sys.stderr)
+        print("run.py: no configuration was measured", file=sys.stderr)
         return 1
     first = measured[0]["runs"]
     report["torch_cpp"] = first["cpp"][0]["torch_version"]
@@ -276,6 +309,11 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump(report, f, indent=1)
+    if bad_checks or failed_rows:
+        print(f"run.py: FAILED: twins differing from the C++ step: "
+              f"{', '.join(bad_checks) or 'none'}; configurations failing on one side: "
+              f"{', '.join(failed_rows) or 'none'}", file=sys.stderr)
+        return 1
     return 0
 
 
