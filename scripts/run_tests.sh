@@ -14,7 +14,7 @@
 # machine has cached: an empty ccache and a new trixie root, both in a
 # temporary folder removed at the end (DDPRUN_FRESH=/some/empty/dir keeps
 # them there instead). It needs a tree without build/, e.g. a clean clone:
-#   git clone . /tmp/fresh && DDPRUN_FRESH=1 bash /tmp/fresh/.ci/run
+#   git clone . ../fresh && DDPRUN_FRESH=1 bash ../fresh/.ci/run  (beside ../shared)
 # (The Debian packages on the host are what they are: run it on a new
 # machine to time their installation too.)
 set -uo pipefail
