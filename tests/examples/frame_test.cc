@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 
 #include <torch/torch.h>
@@ -201,6 +202,26 @@ TEST_CASE("StepMicroBatches: steps of micro_batch x accumulation, cut",
   CHECK(steps[1] == std::vector<std::vector<int64_t>>{{4, 5}, {6}});
 }
 
+// The toy trainers' loop callbacks: item i loads as [i, i], a step is the
+// mean square of `forward` over each micro-batch; `validate` may be null.
+LoopCallbacks<at::Tensor> ToyCallbacks(
+    TrainerSession& session,
+    std::function<at::Tensor(const at::Tensor&)> forward,
+    std::function<nlohmann::json(int64_t)> validate) {
+  return {nullptr,
+          [](const std::vector<int64_t>& p) -> StatusOr<at::Tensor> {
+            return torch::tensor(p, torch::kFloat32)
+                .reshape({-1, 1})
+                .repeat({1, 2});
+          },
+          [&session, forward](std::vector<at::Tensor>& micro) {
+            return session.Step(micro.size(), [&](int64_t m) {
+              return forward(micro[m] / 12).pow(2).mean();
+            });
+          },
+          std::move(validate)};
+}
+
 // Counts what the loop hands to an observer.
 struct Recorder : TrainingObserver {
   std::vector<int64_t> steps;
@@ -260,18 +281,9 @@ std::shared_ptr<Recorder> BatchNormEpoch(const std::string& dir, int64_t dataset
   loop.min_micro_batch = min_micro_batch;
   loop.min_micro_batch_reason = "batch norm of one value per channel";
   session.Run<at::Tensor>(
-      loop, {nullptr,
-             [](const std::vector<int64_t>& p) -> StatusOr<at::Tensor> {
-               return torch::tensor(p, torch::kFloat32)
-                   .reshape({-1, 1})
-                   .repeat({1, 2});
-             },
-             [&](std::vector<at::Tensor>& micro) {
-               return session.Step(micro.size(), [&](int64_t m) {
-                 return model->forward(micro[m] / 12).pow(2).mean();
-               });
-             },
-             nullptr});
+      loop, ToyCallbacks(
+                session, [&](const at::Tensor& x) { return model->forward(x); },
+                nullptr));
   session.Done("toy");
   return recorder;
 }
@@ -342,20 +354,12 @@ struct ToyRun {
     loop.best = {"val_metric", /*higher_is_better=*/true, "toy_best.pt"};
     const double script[] = {0.5, 0.7, 0.6, 0.9};
     session.Run<at::Tensor>(
-        loop, {nullptr,
-               [](const std::vector<int64_t>& p) -> StatusOr<at::Tensor> {
-                 return torch::tensor(p, torch::kFloat32)
-                     .reshape({-1, 1})
-                     .repeat({1, 2});
-               },
-               [&](std::vector<at::Tensor>& micro) {
-                 return session.Step(micro.size(), [&](int64_t m) {
-                   return model->forward(micro[m] / 12).pow(2).mean();
-                 });
-               },
-               [&](int64_t epoch) -> nlohmann::json {
-                 return {{"val_metric", script[epoch]}};
-               }});
+        loop, ToyCallbacks(
+                  session,
+                  [&](const at::Tensor& x) { return model->forward(x); },
+                  [&](int64_t epoch) -> nlohmann::json {
+                    return {{"val_metric", script[epoch]}};
+                  }));
     last_metric = session.last_metrics().value("val_metric", -1.0);
     session.Done("toy");
   }
