@@ -63,6 +63,41 @@ exec -a "$0" "$(dirname -- "${{BASH_SOURCE[0]}}")/ddprun" "$@"
 """
 
 
+# The commands the wheel puts on the environment's PATH: shell scripts in
+# the wheel's .data/scripts/, which pip copies into the environment's bin/
+# as they are. Not Python console scripts: those cost an interpreter start
+# (~70-100 ms) before the launcher even begins, and ddprun's point is to
+# start in milliseconds. Each finds the package next to the environment's
+# bin/ (venv, conda, --user and Debian's /usr/local all put site- or
+# dist-packages under ../lib/pythonX.Y) and execs its binary there, so the
+# process is the binary's: pid, signals, exit code. PYTHON_EXEC: run as
+# venv/bin/ddprun without activating the venv, the workers get the venv's
+# interpreter, as the venv's torchrun would give them.
+PATH_SCRIPT = """#!/bin/sh
+# {name}: the ddprun launcher of the ddprun package installed beside this
+# script (pip install ddprun-*.whl); see `{name} --help`. No subshell, no
+# interpreter: the only process started is the launcher itself.
+case $0 in */*) here=${{0%/*}} ;; *) here=. ;; esac
+for pkg in "$here"/../lib/python3*/site-packages/ddprun \\
+           "$here"/../lib/python3*/dist-packages/ddprun \\
+           "$here"/../lib64/python3*/site-packages/ddprun; do
+  if [ -x "$pkg/bin/{name}" ]; then
+    # Run from a venv that is not on PATH: its interpreter for the workers.
+    if [ -z "${{PYTHON_EXEC:-}}" ] && [ -x "$here/python3" ]; then
+      case ":$PATH:" in
+        *":$here:"*) ;;
+        *) PYTHON_EXEC=$here/python3 && export PYTHON_EXEC ;;
+      esac
+    fi
+    exec "$pkg/bin/{name}" "$@"
+  fi
+done
+echo "{name}: no ddprun package under $here/../lib (python -m ddprun works" \\
+  "wherever the package is importable)" >&2
+exit 127
+"""
+
+
 class DistError(Exception):
     pass
 
@@ -156,13 +191,33 @@ def _header_packages(build_dir):
     return owners
 
 
+def bundle_entries(bundle, sub):
+    """The bundle's `sub` (bin or lib) as sorted (relative path, full path)
+    pairs: files and symlinks, and the folders below `sub` (ddprun's own
+    lib/ddprun/python, the workers' stack-dump hook), each before what it
+    holds."""
+    top = os.path.join(bundle, sub)
+    entries = []
+    for dirpath, dirs, names in os.walk(top):
+        dirs.sort()
+        rel_dir = os.path.relpath(dirpath, top)
+        for n in sorted(dirs) + sorted(names):
+            rel = n if rel_dir == "." else os.path.join(rel_dir, n)
+            entries.append((rel, os.path.join(dirpath, n)))
+    return sorted(entries)
+
+
 def collect_licences(bundle, build_dir):
     """{package: path of /usr/share/doc/<package>/copyright} for what the
     bundle ships. Every bundled library must be traced to a package."""
     packages = {}
     origins = _library_origins(build_dir, bundle) if build_dir else {}
+    # Folders in lib/ are ddprun's own files (lib/ddprun/python), not
+    # libraries of a package.
+    lib_dir = os.path.join(bundle, "lib")
     sources = {lib: origins.get(lib, "/usr/lib/x86_64-linux-gnu/" + lib)
-               for lib in sorted(os.listdir(os.path.join(bundle, "lib")))}
+               for lib in sorted(os.listdir(lib_dir))
+               if not os.path.isdir(os.path.join(lib_dir, lib))}
     owners = _dpkg_owners(list(sources.values()))
     for lib, source in sources.items():
         pkg = owners.get(source)
@@ -257,8 +312,9 @@ def build_wheel(bundle, version, tag, licences, out_dir):
           ('"""Written by packaging/make_dist.py from `ddprun --version`."""'
            '\n__version__ = "%s"\n' % version).encode())
     for sub in ("bin", "lib"):
-        for name in sorted(os.listdir(os.path.join(bundle, sub))):
-            src = os.path.join(bundle, sub, name)
+        for name, src in bundle_entries(bundle, sub):
+            if os.path.isdir(src) and not os.path.islink(src):
+                continue  # a zip needs no folder entries
             if os.path.islink(src):
                 if sub != "bin" or os.readlink(src) != "ddprun":
                     raise DistError("unexpected symlink %s" % src)
@@ -279,10 +335,10 @@ def build_wheel(bundle, version, tag, licences, out_dir):
     w.add(dist_info + "/WHEEL",
           ("Wheel-Version: 1.0\nGenerator: ddprun packaging/make_dist.py\n"
            "Root-Is-Purelib: false\nTag: py3-none-%s\n" % tag).encode())
-    w.add(dist_info + "/entry_points.txt",
-          ("[console_scripts]\n" +
-           "".join("%s = ddprun._launcher:%s\n" % kv
-                   for kv in ENTRY_POINTS.items())).encode())
+    data_scripts = "%s-%s.data/scripts/" % (NAME, version)
+    for name in ENTRY_POINTS:
+        w.add(data_scripts + name, PATH_SCRIPT.format(name=name).encode(),
+              executable=True)
     w.add(dist_info + "/top_level.txt", b"ddprun\n")
     w.close()
     return path
@@ -336,11 +392,13 @@ def build_tarball(bundle, version, licences, out_dir):
         _tar_add(tar, top, isdir=True)
         for sub in ("bin", "lib"):
             _tar_add(tar, "%s/%s" % (top, sub), isdir=True)
-            for name in sorted(os.listdir(os.path.join(bundle, sub))):
-                src = os.path.join(bundle, sub, name)
+            for name, src in bundle_entries(bundle, sub):
                 arc = "%s/%s/%s" % (top, sub, name)
                 if os.path.islink(src):
                     _tar_add(tar, arc, linkname=os.readlink(src))
+                    continue
+                if os.path.isdir(src):
+                    _tar_add(tar, arc, isdir=True)
                     continue
                 with open(src, "rb") as f:
                     _tar_add(tar, arc, f.read(),

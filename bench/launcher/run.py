@@ -19,11 +19,12 @@ Prints a table with torchrun/ddprun ratios and the project's goals:
 missed (the table says MISS); exit 1 only when a launch itself fails.
 
 With --wheel WHEEL (scripts/build_wheel.sh) the wheel is pip-installed into
-a fresh venv of /usr/bin/python3 and its console entry point venv/bin/ddprun
-(a Python shim that os.execv's the packaged binary) is measured against that
-packaged binary run directly, interleaved, in the same run: (a) and
-(d) `ddprun --version` launch->exit, medians of --runs, with entry
-point/binary ratios and the milliseconds the shim adds. --no-torchrun prints
+a fresh venv of /usr/bin/python3 and its entry point venv/bin/ddprun (a
+shell script that execs the packaged binary) is measured against that
+packaged binary run directly, interleaved, in the same run, with the venv
+activated (its bin/ first on PATH): (a) and (d) `ddprun --version`
+launch->exit, medians of --runs, with entry point/binary ratios and the
+milliseconds the script adds. --no-torchrun prints
 only that table (~1 min).
 """
 import argparse
@@ -85,6 +86,11 @@ def measure_wheel(wheel, env, runs, tmp):
     """{(what, 'entry point'|'binary'): median} for (a) launch->exit in s
     and (d) --version in ms, the two interleaved run by run."""
     entry_point, binary, vpy = install_wheel(os.path.abspath(wheel), tmp)
+    # An activated venv: its bin/ first on PATH, so both sides' workers run
+    # the venv's python3 (outside PATH the entry point would hand them the
+    # venv's interpreter and the binary /usr/bin/python3: not the same work).
+    env = dict(env)
+    env["PATH"] = os.path.dirname(entry_point) + os.pathsep + env["PATH"]
     samples = {}
 
     def timed_ms(cmd, what):
@@ -114,7 +120,8 @@ def print_wheel_table(med, runs):
         print("%-33s %9s %12s %6.2fx %9.1f" %
               (name, fmt % b, fmt % w, w / b, (w - b) * to_ms))
     print("the venv's `python -c pass` alone: %.1f ms (median, same runs): "
-          "the shim's cost is one interpreter start" % med["python"])
+          "what a Python console script would add; the wheel's entry point "
+          "is a shell script that execs the binary" % med["python"])
     print("(runs: %d each, interleaved; entry point = bin/ddprun of a venv "
           "of %s holding the wheel)\n" % (runs, PYTHON))
 
@@ -203,8 +210,7 @@ def main():
         if args.wheel:
             print("measuring the wheel's entry point ...", file=sys.stderr,
                   flush=True)
-            # As a user's shell has it: no PYTHON_EXEC (the shim looks for
-            # python3 on PATH).
+            # As a user's shell has it: no PYTHON_EXEC.
             env = {k: v for k, v in os.environ.items()
                    if not k.startswith(("PET_", "TORCHELASTIC_")) and
                    k != "PYTHON_EXEC"}

@@ -1,11 +1,13 @@
-"""Console entry points of the ddprun wheel: each replaces the Python process
+"""`python -m ddprun` (and Python code that wants to start the launcher): each
+function replaces the Python process
 with the launcher binary shipped in this package (os.execv), under the name
 it was invoked as, which is what the binary dispatches on (argv[0]: ddprun is
 torchrun, ddprun-launch torch.distributed.launch, ddprun-accelerate
 `accelerate launch`, ddprun-deepspeed `deepspeed`). After the exec the
 process is the binary: its pid, its signal handling, its exit code.
 
-Imports nothing beyond os and sys, so the shim costs one interpreter start.
+The commands the wheel puts on PATH are shell scripts that exec the binary
+directly (make_dist.PATH_SCRIPT): no interpreter start at all.
 """
 import os
 import sys

@@ -29,7 +29,6 @@ Exit 0 = pass, 1 = fail, 77 = skipped: PY has no torch (every other check
 of the case ran and passed first) or a needed tool is missing.
 """
 import argparse
-import ast
 import base64
 import csv
 import glob
@@ -235,15 +234,23 @@ def case_contents(args):
               "WHEEL's Tag does not match the file name:\n" + wheel)
         check("Root-Is-Purelib: false" in wheel, "a platform wheel is "
               "installed to platlib")
-        eps = z.read(dist_info + "/entry_points.txt").decode()
-        launcher = ast.parse(z.read("ddprun/_launcher.py").decode())
-        functions = {n.name for n in launcher.body
-                     if isinstance(n, ast.FunctionDef)}
+        # The commands on PATH are shell scripts that exec the package's
+        # binaries (no interpreter start), not Python console scripts.
+        check(dist_info + "/entry_points.txt" not in names,
+              "the wheel declares Python console scripts")
+        data_scripts = "ddprun-%s.data/scripts/" % version
         for ep in ENTRY_POINTS:
-            m = re.search(r"^%s = ddprun\._launcher:(\w+)$" % re.escape(ep),
-                          eps, re.M)
-            check(m and m.group(1) in functions,
-                  "entry point %s missing or not in _launcher.py" % ep)
+            script = data_scripts + ep
+            check(script in names, "%s missing from the wheel" % script)
+            if script not in names:
+                continue
+            text = z.read(script).decode()
+            check(text.startswith("#!/bin/sh\n"),
+                  "%s is not a POSIX shell script" % script)
+            check('exec "$pkg/bin/%s" "$@"' % ep in text,
+                  "%s does not exec ddprun/bin/%s" % (script, ep))
+            check(z.getinfo(script).external_attr >> 16 & 0o111,
+                  "%s is not executable in the wheel" % script)
         check(any(n.startswith(dist_info + "/licenses/") for n in names),
               "no licence files in the wheel")
         for exe in ["ddprun/bin/ddprun", "ddprun/bin/ddprun-rendezvous",
