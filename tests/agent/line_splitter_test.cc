@@ -120,7 +120,7 @@ TEST_CASE("WorkerOutput: an uncreatable file is an error", "[agent]") {
         std::string::npos);
 }
 
-TEST_CASE("WorkerOutput live: '\\r' redraws pass as they arrive", "[agent]") {
+TEST_CASE("WorkerOutput live: carriage-return redraws pass as they arrive", "[agent]") {
   CaptureConsole console;
   WorkerOutput::Options o;
   o.prefix = "[default0]:";
