@@ -289,8 +289,8 @@ std::shared_ptr<Recorder> BatchNormEpoch(const std::string& dir, int64_t dataset
 }
 
 TEST_CASE(
-    "TrainerSession: a batch-norm model trains every dataset size; a batch "
-    "below its minimum stops at the start naming the flag",
+    "TrainerSession: a batch-norm model trains every dataset size and a "
+    "batch below its minimum stops at the start naming the flag",
     "[frame][session]") {
   const std::string dir =
       "/tmp/ddprun_frame_test_" + std::to_string(::getpid()) + "_minbatch";

@@ -424,14 +424,16 @@ TEST_CASE("segmentation_trainer: the guide's torchrun lines under ddprun",
 }
 
 // "python -m torch.distributed.launch --nproc_per_node=4 train_prs_med.py
-// --data_root ... --batch_size 8": ddprun-launch appends --local_rank=N.
+// --data_root ... --batch_size 8": a compiled trainer needs --no_python,
+// which torch's legacy launcher (and ddprun-launch) accepts only with
+// --use_env: the ranks read LOCAL_RANK instead of --local_rank=N.
 TEST_CASE("segmentation_trainer: the guide's torch.distributed.launch line",
           "[segmentation][guide][ddprun]") {
   const std::string cwd = FreshDir("seg_guide_launch");
   CommandResult r =
       RunIn(cwd,
             std::string(DDPRUN_LAUNCHER_BIN) +
-                "-launch --standalone --nproc_per_node=4 --no_python " +
+                "-launch --standalone --nproc_per_node=4 --no_python --use_env " +
                 Trainer() + " --data_root " + GuideRoot() + " --batch_size 8",
             600);
   INFO(r.output);

@@ -501,17 +501,19 @@ TEST_CASE(
           "world size 2") != std::string::npos);
 }
 
-// torch.distributed.launch's way (prs-med-segmentation.md, option 3):
-// ddprun-launch without --use_env appends --local_rank=N to each worker's
-// arguments, which the trainers take (and check against LOCAL_RANK).
+// torch.distributed.launch's way (prs-med-segmentation.md, option 3). A
+// compiled trainer needs --no_python, and torch's legacy launcher refuses
+// --no_python without --use_env (as ddprun-launch does), so the ranks read
+// LOCAL_RANK from the environment; --local_rank=N itself is a flag the
+// trainers take (flags_test).
 TEST_CASE(
-    "survival_trainer: 2 ranks under ddprun-launch (the legacy launcher's "
-    "--local_rank=N)",
+    "survival_trainer: 2 ranks under ddprun-launch --no_python --use_env "
+    "(the legacy launcher)",
     "[survival][ddprun][frame]") {
   const std::string out = FreshDir("survival_legacy_launch");
   CommandResult r = RunCommand(
       std::string(DDPRUN_LAUNCHER_BIN) +
-          "-launch --standalone --nproc_per_node=2 --no_python " +
+          "-launch --standalone --nproc_per_node=2 --no_python --use_env " +
           SurvivalFrame().command + " --output_dir " + out + " --debug",
       120);
   INFO(r.output);
