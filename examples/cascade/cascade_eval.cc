@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "ddprun/worker/rng_fork.h"
 #include "examples/cascade/drr.h"
 #include "examples/common/metrics.h"
 #include "examples/common/outputs_observer.h"
@@ -12,18 +13,6 @@ namespace ddprun::examples {
 namespace F = torch::nn::functional;
 
 namespace {
-
-// A seed for (run seed, patient, stage, purpose): splitmix64 over the parts.
-uint64_t Mix(std::initializer_list<uint64_t> parts) {
-  uint64_t h = 0x9E3779B97F4A7C15ull;
-  for (uint64_t p : parts) {
-    h ^= p + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
-    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
-    h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
-    h ^= h >> 31;
-  }
-  return h;
-}
 
 // [r, c] resampled to [edge, edge] (nearest: voxels stay voxels) as a
 // labelled tile.
@@ -102,7 +91,7 @@ torch::Tensor CascadeEvaluator::Reconstruct(const torch::Tensor& views,
     const torch::Tensor noise =
         at::randn({1, 1, size[0], size[1], size[2]},
                   at::detail::createCPUGenerator(
-                      Mix({seed_, static_cast<uint64_t>(item), j, 1})),
+                      worker::MixSeed({seed_, static_cast<uint64_t>(item), j, 1})),
                   torch::TensorOptions(torch::kFloat32))
             .to(views.device());
     const torch::Tensor condition =
@@ -150,7 +139,7 @@ nlohmann::json CascadeEvaluator::Validate(size_t k,
     }
     const VDiffusion::Noised noised = diffusion_->AddNoise(
         truth, at::detail::createCPUGenerator(
-                   Mix({seed_, static_cast<uint64_t>(item), k, 2})));
+                   worker::MixSeed({seed_, static_cast<uint64_t>(item), k, 2})));
     const torch::Tensor out = Net(k, noised.x_t, noised.t, views, previous);
     s[6] += torch::mse_loss(out, noised.target).item<double>();
     s[7] +=

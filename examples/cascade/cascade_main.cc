@@ -111,9 +111,6 @@ int Train(int argc, char** argv) {
   session.Prepare(setup);
 
   CascadeEvaluator evaluator(&session, model, &diffusion, &store, common.seed);
-  // Training noise: a stream per rank (seeded, so a run is repeatable).
-  at::Generator noise = at::detail::createCPUGenerator(
-      common.seed * 1000003 + static_cast<uint64_t>(world.rank()) + 1);
   std::atomic<int64_t> current_epoch{0};
   TrainSums sums;
   for (size_t k = 0; k < stages.size(); ++k) {
@@ -159,6 +156,13 @@ int Train(int argc, char** argv) {
     };
     auto step = [&](std::vector<CascadeBatch>& micro) {
       model->train();
+      // Training noise: a stream per (rank, optimizer step), so a run is
+      // repeatable and a resumed run draws what the uninterrupted one drew
+      // (a stream per rank alone would start over at the restart).
+      constexpr uint64_t kTrainingNoise = 3;
+      at::Generator noise = at::detail::createCPUGenerator(worker::MixSeed(
+          {common.seed, static_cast<uint64_t>(world.rank()),
+           static_cast<uint64_t>(session.state().step), kTrainingNoise}));
       return session.Step(micro.size(), [&](int64_t m) {
         CascadeBatch& b = micro[m];
         ToDevice(world.device(), {&b.views, &b.volume, &b.previous});

@@ -249,6 +249,13 @@ void TrainerSession::UpdateBest(const BestCheckpoint& best,
           std::to_string(state_.epoch) + ": " + path);
 }
 
+uint64_t TrainerSession::ValidationSeed(int64_t epoch) const {
+  constexpr uint64_t kValidationPurpose = 0x76616c;  // "val"
+  return worker::MixSeed({common_.seed, static_cast<uint64_t>(epoch),
+                          static_cast<uint64_t>(world_.rank()),
+                          kValidationPurpose});
+}
+
 void TrainerSession::SaveIfChanged() {
   // Nothing trained (a finished run, a finished stage): nothing written.
   if (!trained_ || MarkOf(state_) == saved_) return;

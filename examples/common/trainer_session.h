@@ -14,6 +14,7 @@
 #include "ddprun/worker/ddp.h"
 #include "ddprun/worker/metrics.h"
 #include "ddprun/worker/precision.h"
+#include "ddprun/worker/rng_fork.h"
 #include "ddprun/worker/sampler.h"
 #include "ddprun/worker/world.h"
 #include "examples/common/batch_loader.h"
@@ -181,6 +182,8 @@ class TrainerSession {
   void EndEpoch(Plan& plan, int64_t epoch, nlohmann::json record,
                 int64_t steps);
   void UpdateBest(const BestCheckpoint& best, const nlohmann::json& record);
+  // The seed of epoch's validation on this rank (see Run).
+  uint64_t ValidationSeed(int64_t epoch) const;
   void SaveIfChanged();
 
   worker::World world_;
@@ -233,6 +236,11 @@ void TrainerSession::Run(const LoopConfig& config,
     nlohmann::json record = nlohmann::json::object();
     if (callbacks.validate) {
       auto validation = profiler_.Measure(Phase::kValidation);
+      // Noise a validation samples depends on (seed, epoch, rank) only, and
+      // training draws after it what it would have drawn without it: a
+      // resume from a checkpoint taken before the validation repeats the
+      // uninterrupted run.
+      worker::RngFork fork(ValidationSeed(epoch), world_.device());
       record = callbacks.validate(epoch);
     }
     EndEpoch(plan, epoch, std::move(record),

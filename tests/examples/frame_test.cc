@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <fstream>
 
 #include <torch/torch.h>
@@ -256,18 +257,25 @@ TEST_CASE(
   CHECK(StepMicroBatches({}, 4, 1, 2).empty());
 }
 
+// A toy trainer's command line "toy --output_dir DIR ARGS..." parsed (the
+// session keeps a reference: the caller keeps it alive).
+std::unique_ptr<TrainerCli> ToyCli(const std::string& dir,
+                                   std::vector<std::string> args) {
+  args.insert(args.begin(), {"toy", "--output_dir", dir});
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  auto cli = std::make_unique<TrainerCli>("toy", TrainerDefaults{dir, 1, 0});
+  REQUIRE_FALSE(cli->Parse(static_cast<int>(argv.size()), argv.data()));
+  return cli;
+}
+
 // One epoch of a batch-norm model (BatchNorm1d after a linear layer: a
 // batch of one sample fails in training, as ResNet3d's 1x1x1 maps do) over
 // `dataset` items with --batch_size `batch`; what the loop reported.
 std::shared_ptr<Recorder> BatchNormEpoch(const std::string& dir, int64_t dataset,
                                     int64_t batch, int64_t min_micro_batch) {
-  std::vector<std::string> args = {"toy",  "--output_dir", dir, "--epochs",
-                                   "1",    "--checkpoint_every", "0"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  TrainerCli cli("toy", {dir, 1, 0});
-  REQUIRE_FALSE(cli.Parse(static_cast<int>(argv.size()), argv.data()));
-  TrainerSession session(cli);
+  auto cli = ToyCli(dir, {"--epochs", "1", "--checkpoint_every", "0"});
+  TrainerSession session(*cli);
   auto recorder = std::make_shared<Recorder>();
   session.AddObserver(recorder);
   torch::nn::Sequential model(torch::nn::Linear(2, 3),
@@ -332,15 +340,10 @@ struct ToyRun {
   double last_metric = 0;
 
   ToyRun(const std::string& dir, int epochs) {
-    std::vector<std::string> args = {
-        "toy",      "--output_dir",         dir,
-        "--epochs", std::to_string(epochs), "--gradient_accumulation_steps",
-        "2",        "--checkpoint_every",   "0"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    TrainerCli cli("toy", {dir, 1, 0});
-    REQUIRE_FALSE(cli.Parse(static_cast<int>(argv.size()), argv.data()));
-    TrainerSession session(cli);
+    auto cli = ToyCli(dir, {"--epochs", std::to_string(epochs),
+                            "--gradient_accumulation_steps", "2",
+                            "--checkpoint_every", "0"});
+    TrainerSession session(*cli);
     session.AddObserver(recorder);
     torch::nn::Linear model(2, 1);
     session.PlaceOnDevice(*model);
@@ -400,6 +403,68 @@ TEST_CASE(
   CHECK(worker::Checkpointer::LoadFile(dir + "/checkpoints/toy_best.pt", {})
             .step == 12);
   std::filesystem::remove_all(dir);
+}
+
+// A toy run whose steps draw noise from Torch's default generator (as
+// ddpm's do) and whose validation draws 4 numbers, records the first, then
+// draws `validation_draws` more (as a sampler does); returns the epochs'
+// records and the trained weights.
+struct NoisyRun {
+  std::vector<nlohmann::json> epochs;
+  std::vector<at::Tensor> weights;
+};
+NoisyRun RunNoisy(const std::string& dir, int64_t validation_draws) {
+  std::filesystem::remove_all(dir);
+  auto cli = ToyCli(dir, {"--epochs", "3", "--checkpoint_every", "0"});
+  TrainerSession session(*cli);
+  auto recorder = std::make_shared<Recorder>();
+  session.AddObserver(recorder);
+  torch::nn::Linear model(2, 1);
+  session.PlaceOnDevice(*model);
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+  session.Prepare({model.ptr(), &sgd});
+  LoopConfig loop;
+  loop.dataset_size = 8;
+  loop.micro_batch = 2;
+  session.Run<at::Tensor>(
+      loop, ToyCallbacks(
+                session,
+                [&](const at::Tensor& x) {
+                  return model->forward(x + torch::randn_like(x));
+                },
+                [&](int64_t) -> nlohmann::json {
+                  const double first = torch::randn({4})[0].item<double>();
+                  torch::randn({validation_draws});  // the sampler's rest
+                  return {{"val_first_draw", first}};
+                }));
+  session.Done("toy");
+  NoisyRun run{recorder->epochs, {}};
+  for (const auto& p : model->parameters()) run.weights.push_back(p.clone());
+  std::filesystem::remove_all(dir);
+  return run;
+}
+
+TEST_CASE(
+    "TrainerSession: a validation's random draws depend on its seed and "
+    "epoch only and leave the training stream as it was",
+    "[frame][session]") {
+  const std::string dir =
+      "/tmp/ddprun_frame_test_" + std::to_string(::getpid()) + "_noisy";
+  const NoisyRun few = RunNoisy(dir, 1);
+  const NoisyRun many = RunNoisy(dir, 1000);
+  REQUIRE(few.epochs.size() == 3);
+  REQUIRE(many.epochs.size() == 3);
+  for (size_t e = 0; e < 3; ++e) {
+    INFO("epoch " << e + 1);
+    // The same first draw whether the validation drew 1 or 1000 numbers
+    // (and whatever training drew before it) ...
+    CHECK(few.epochs[e]["val_first_draw"] == many.epochs[e]["val_first_draw"]);
+    // ... and the same training loss: the draws did not shift training's.
+    CHECK(few.epochs[e]["train_loss"] == many.epochs[e]["train_loss"]);
+  }
+  // Each epoch's validation has its own stream.
+  CHECK(few.epochs[0]["val_first_draw"] != few.epochs[1]["val_first_draw"]);
+  CHECK(MaxDiff(few.weights, many.weights) == 0.0);
 }
 
 }  // namespace

@@ -14,8 +14,6 @@
 #include <vector>
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Context.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/archive.h>
@@ -23,6 +21,7 @@
 #include "common/file_util.h"
 #include "common/logging.h"
 #include "ddprun/worker/errors.h"
+#include "ddprun/worker/rng_fork.h"
 #include "ddprun/worker/sharded_adam.h"
 
 namespace ddprun::worker {
@@ -37,19 +36,6 @@ c10::Device ModelDevice(const torch::nn::Module* model) {
     for (const at::Tensor& p : model->parameters()) return p.device();
   }
   return c10::Device(c10::kCPU);
-}
-
-// The generators a checkpoint keeps, by archive name: Torch's default CPU
-// generator, and the default generator of the model's CUDA device (dropout
-// on the GPU draws from it). Their states are CPU byte tensors.
-std::vector<std::pair<std::string, at::Generator>> RankGenerators(
-    c10::Device device) {
-  std::vector<std::pair<std::string, at::Generator>> gens;
-  gens.emplace_back("cpu", at::detail::getDefaultCPUGenerator());
-  if (device.is_cuda()) {
-    gens.emplace_back("cuda", at::globalContext().defaultGenerator(device));
-  }
-  return gens;
 }
 
 std::function<void(const std::string&)>& BeforeRenameHook() {
@@ -222,7 +208,7 @@ std::string Checkpointer::Write(const std::string& file_name,
   }
   if (parts.rng) {
     // Every rank's generators: ranks draw different dropout masks.
-    for (auto& [kind, gen] : RankGenerators(ModelDevice(parts.model))) {
+    for (auto& [kind, gen] : DefaultGenerators(ModelDevice(parts.model))) {
       at::Tensor mine;
       {
         std::lock_guard<std::mutex> lock(gen.mutex());
@@ -357,7 +343,7 @@ TrainState LoadVerifiedFile(const std::string& path,
     parts.sharded_optimizer->Load(sub);
   }
   if (parts.rng) {
-    for (auto& [kind, gen] : RankGenerators(device)) {
+    for (auto& [kind, gen] : DefaultGenerators(device)) {
       at::Tensor state_t;
       if (archive.try_read("rng/" + kind + "/" + std::to_string(rank),
                            state_t) ||

@@ -10,6 +10,7 @@
 #include "ddprun/worker/host_allocator.h"
 #include "ddprun/worker/metrics.h"
 #include "ddprun/worker/precision.h"
+#include "ddprun/worker/rng_fork.h"
 #include "ddprun/worker/run_main.h"
 #include "ddprun/worker/sampler.h"
 #include "ddprun/worker/sharded_adam.h"
