@@ -133,4 +133,10 @@ enum class RendezvousMode {
 };
 RendezvousMode ModeOf(const LaunchOptions& options);
 
+// True when node 0's agent serves the workers' c10d store on --master_port
+// beside the rendezvous (static multi-node mode without rdzv_conf TLS):
+// workers get MASTER_PORT = --master_port and
+// TORCHELASTIC_USE_AGENT_STORE=True (agent/agent_store.h).
+bool UsesAgentStore(const LaunchOptions& options);
+
 }  // namespace ddprun::agent
