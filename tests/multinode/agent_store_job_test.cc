@@ -8,6 +8,7 @@
 #include "ddprun_catch.h"
 #include "ddprun_skip.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -110,6 +111,46 @@ TEST_CASE("agent store: a Gloo job restarts successfully five times in a row",
     CheckRanks(dir, 2, port, 1);
     CHECK(log.find("agent store: rendezvous") != std::string::npos);
   }
+}
+
+TEST_CASE("agent store: a replaced node's round starts from an empty store",
+          "[multinode][python][agent_store]") {
+  // Node 1's agent dies (kill -9; its worker dies with it) after the group
+  // formed, and a new node 1 joins: the next round keeps the restart count,
+  // so its workers use the same key prefix as the first round's. Their Gloo
+  // addresses must not be the dead round's.
+  if (!HaveTorch()) DDPRUN_SKIP("no torch for /usr/bin/python3");
+  TempDir dir;
+  const int port = FreeLoopbackPort();
+  std::map<std::string, std::string> env = {{"MN_OUT", dir.path()},
+                                            {"PYTHON_EXEC", "/usr/bin/python3"},
+                                            {"OMP_NUM_THREADS", "1"},
+                                            {"STORE_HOLD", "1"}};
+  auto start = [&](int rank, const std::string& name) {
+    std::vector<std::string> argv =
+        Ddprun(Node(rank, port, 1, {"--max_restarts=1"}));
+    argv.insert(argv.end(), kStoreJob.begin(), kStoreJob.end());
+    return std::make_unique<Child>(dir.path(), name, argv, env);
+  };
+  auto node0 = start(0, "node0");
+  auto node1 = start(1, "node1");
+  const bool held = WaitUntil(
+      [&] {
+        return access((dir.path() + "/held_0").c_str(), F_OK) == 0 &&
+               access((dir.path() + "/held_1").c_str(), F_OK) == 0;
+      },
+      150s);
+  INFO(node0->Output() + node1->Output());
+  REQUIRE(held);
+  node1->Kill(SIGKILL);
+  REQUIRE(node1->Wait(10s) >= 0);
+  auto node1b = start(1, "node1b");
+  const int c1 = node1b->Wait(150s);
+  const int c0 = node0->Wait(30s);
+  INFO("node 0:\n" << node0->Output() << "\nnew node 1:\n" << node1b->Output());
+  REQUIRE(c1 == 0);
+  REQUIRE(c0 == 0);
+  CheckRanks(dir, 2, port, 0);
 }
 
 #ifdef DDPRUN_RANK_HELPER
