@@ -409,6 +409,8 @@ bool AgentStore::Sniff(Conn* c, std::vector<int>* handoff) {
       return false;
     }
     if (n < 4) {
+      // The preface comes in one segment in practice; a split one is
+      // peeked again on every poll (a spin bounded by sniff_timeout).
       c->in.assign(buf, n);  // only marks the sniff deadline; not consumed
       return true;
     }
