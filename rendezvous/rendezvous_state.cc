@@ -253,6 +253,9 @@ StatusOr<v1::HeartbeatResponse> RendezvousState::Heartbeat(
   } else {
     deadline_changed_ |= job->TakeDeadlineMoved();
   }
+  if (reply.ok()) {
+    AddStacksRequest(req.rdzv_id(), req.node().node_id(), &*reply);
+  }
   return reply;
 }
 

@@ -119,6 +119,7 @@ void GrpcRendezvousClient::HeartbeatLoop() {
         successor_endpoint_ = resp.successor_endpoint();
         successor_node_ = resp.successor_node_id();
       }
+      OnStacksRequest(resp);
       using A = v1::HeartbeatResponse;
       switch (resp.action()) {
         case A::ACTION_REJOIN:
