@@ -42,6 +42,7 @@ struct ElasticAgent::Worker {
   std::string heartbeat_file;  // DDPRUN_WATCHDOG_FILE, "" without watchdog
   std::string watchdog_kill;   // why the watchdog killed it, "" if it did not
   std::string stacks_file;     // DDPRUN_STACKS_FILE, "" without one
+  std::string steps_file;      // DDPRUN_STEP_FILE, "" without a log dir
   std::unique_ptr<Process> process;
   std::unique_ptr<WorkerOutput> out;
   std::unique_ptr<WorkerOutput> err;
@@ -106,6 +107,11 @@ ElasticAgent::ElasticAgent(AgentOptions options, EventLoop* loop,
             std::chrono::duration<double>(timeout_s)),
         [this](const WorkerWatchdog::Stuck& s) { OnWorkerStuck(s); });
   }
+  StragglerPolicy policy;
+  policy.factor = options_.launch.straggler_factor;
+  policy.slow_for = std::chrono::duration_cast<Clock::Duration>(
+      std::chrono::duration<double>(options_.launch.straggler_time_s));
+  stragglers_ = std::make_unique<StragglerWatch>(loop_, policy, rendezvous_);
   auto off = options_.parent_env.find("DDPRUN_STACKS");
   if (off == options_.parent_env.end() || off->second != "0") {
     stacks_ = std::make_unique<StackCollector>(loop_);
@@ -239,6 +245,7 @@ Status ElasticAgent::StartWorkers() {
       w->error_file = dir + "/error.json";
       if (watchdog_) w->heartbeat_file = dir + "/heartbeat";
       if (stacks_) w->stacks_file = dir + "/stacks.txt";
+      w->steps_file = dir + "/steps";
     }
     DDP_ASSIGN_OR_RETURN(
         std::string prefix,
@@ -281,9 +288,12 @@ Status ElasticAgent::StartWorkers() {
     if (spec.tty_stdout || spec.tty_stderr) {
       std::tie(spec.tty_rows, spec.tty_cols) = console_->TerminalSize();
     }
+    if (!w->steps_file.empty()) spec.env["DDPRUN_STEP_FILE"] = w->steps_file;
     if (!w->stacks_file.empty()) {
       spec.env["DDPRUN_STACKS_FILE"] = w->stacks_file;
       spec.env["DDPRUN_STACKS_SIGNAL"] = std::to_string(StackDumpSignal());
+      // ddprun's sitecustomize.py (stack dumps) and ddprun_steps.py (step
+      // counts); DDPRUN_STACKS=0 leaves PYTHONPATH alone.
       const std::string& helper = options_.python_stack_helper_dir;
       if (!helper.empty()) {
         // Last: the user's (and deepspeed's cwd-first) order stays; still
@@ -310,6 +320,12 @@ Status ElasticAgent::StartWorkers() {
     w->running = true;
     if (watchdog_) watchdog_->Watch(w->local_rank, w->pid, w->heartbeat_file);
   }
+  std::vector<StragglerWatch::Target> counted;
+  for (const auto& w : workers_) {
+    if (w->steps_file.empty()) continue;
+    counted.push_back({w->global_rank, w->local_rank, w->pid, w->steps_file});
+  }
+  stragglers_->Start(std::move(counted));
   DDP_LOG(DEBUG) << "started " << workers_.size() << " workers, attempt "
                  << round_.restart_count;
   return Status::Ok();
@@ -351,6 +367,7 @@ void ElasticAgent::OnWorkerExit(int generation, int local_rank,
   }
   if (!stop_pending_ && !AnyRunning()) {
     state_ = WorkerState::kSucceeded;
+    stragglers_->Stop();
     DDP_LOG(DEBUG) << "worker group succeeded";
     KillLeftovers();
     phase_ = Phase::kBarrier;
@@ -698,6 +715,7 @@ void ElasticAgent::OnSignal(int sig) {
 
 void ElasticAgent::BeginStop(StopReason reason, int sig,
                              const std::string& why) {
+  stragglers_->Stop();
   stop_reason_ = reason;
   stop_signal_ = sig;
   stop_why_ = why;
@@ -848,6 +866,7 @@ void ElasticAgent::ReportFailedJob() {
 void ElasticAgent::Finish(WorkerState state, int exit_code) {
   if (finished_) return;
   finished_ = true;
+  stragglers_->Stop();
   phase_ = Phase::kDone;
   state_ = state;
   if (on_done_) on_done_(exit_code);

@@ -12,6 +12,7 @@
 #include "agent/process_launcher.h"
 #include "agent/stack_collector.h"
 #include "agent/stack_diagnosis.h"
+#include "agent/straggler_watch.h"
 #include "agent/worker_env.h"
 #include "agent/worker_output.h"
 #include "agent/worker_watchdog.h"
@@ -205,6 +206,7 @@ class ElasticAgent {
   std::unique_ptr<WorkerProbe> own_probe_;    // when config has none
   std::unique_ptr<WorkerWatchdog> watchdog_;  // null: --watchdog_timeout=0
   std::unique_ptr<StackCollector> stacks_;    // null: DDPRUN_STACKS=0
+  std::unique_ptr<StragglerWatch> stragglers_;  // step rates, warnings
   // Hung workers (local ranks) to kill once their stacks are in.
   std::vector<int> hung_;
   // The diagnosis of the current generation's hang, once made.

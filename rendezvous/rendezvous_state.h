@@ -115,6 +115,15 @@ class RendezvousState {
   // Stack dumps, by rdzv_id (only jobs that had one; rendezvous_state_
   // stacks.cc). A board whose job is gone is dropped by the next Stacks.
   std::map<std::string, StackBoard> boards_;
+  // Step rates by rdzv_id and node_id, from the last heartbeats
+  // (rendezvous_state_stacks.cc); dropped with the job or the node.
+  std::map<std::string, std::map<std::string, std::vector<v1::RankRate>>>
+      rates_;
+  // Keeps a heartbeat's rates and sets the job's median in `reply`.
+  void NoteRates(const v1::HeartbeatRequest& req,
+                 v1::HeartbeatResponse* reply);
+  // Adds each node's rates to the job's status.
+  void AddRates(v1::JobStatus* job) const;
   // Adds a dump under way that `node_id` has not answered to `reply`.
   void AddStacksRequest(const std::string& rdzv_id, const std::string& node_id,
                         v1::HeartbeatResponse* reply) const;

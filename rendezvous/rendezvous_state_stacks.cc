@@ -1,12 +1,16 @@
 #include "rendezvous/rendezvous_state.h"
 
-// RendezvousState's stack dumps across a job's nodes (the Stacks rpc):
-// validation, the job's running nodes, and the board (stack_board.h).
+#include <algorithm>
+
+// RendezvousState's hang diagnosis across a job's nodes: stack dumps (the
+// Stacks rpc: validation, the job's running nodes, the board of
+// stack_board.h) and the step rates heartbeats carry (stragglers).
 namespace ddprun::rendezvous {
 namespace {
 
 constexpr size_t kMaxStacksReasonBytes = 256;
 constexpr int kMaxRanksPerAnswer = 65536;
+constexpr int kMaxRates = 65536;
 
 std::vector<BoardNode> RunningNodes(const RendezvousJob& job) {
   std::vector<BoardNode> running;
@@ -75,6 +79,50 @@ void RendezvousState::AddStacksRequest(const std::string& rdzv_id,
   if (id == 0) return;
   reply->set_stacks_request(id);
   reply->set_stacks_reason(reason);
+}
+
+void RendezvousState::NoteRates(const v1::HeartbeatRequest& req,
+                                v1::HeartbeatResponse* reply) {
+  reply->set_median_steps_per_s(-1);
+  auto job = jobs_.find(req.rdzv_id());
+  if (job == jobs_.end()) {
+    rates_.erase(req.rdzv_id());
+    return;
+  }
+  auto& nodes = rates_[req.rdzv_id()];
+  if (req.rank_rates_size() > 0 && req.rank_rates_size() <= kMaxRates) {
+    nodes[req.node().node_id()].assign(req.rank_rates().begin(),
+                                       req.rank_rates().end());
+  } else {
+    nodes.erase(req.node().node_id());
+  }
+  std::vector<double> known;
+  for (auto it = nodes.begin(); it != nodes.end();) {
+    if (!job->second->HasNode(it->first)) {
+      it = nodes.erase(it);
+      continue;
+    }
+    for (const v1::RankRate& r : it->second) {
+      if (r.steps_per_s() >= 0) known.push_back(r.steps_per_s());
+    }
+    ++it;
+  }
+  if (nodes.empty()) rates_.erase(req.rdzv_id());
+  if (known.empty()) return;
+  std::sort(known.begin(), known.end());
+  const size_t n = known.size();
+  reply->set_median_steps_per_s(
+      n % 2 ? known[n / 2] : (known[n / 2 - 1] + known[n / 2]) / 2);
+}
+
+void RendezvousState::AddRates(v1::JobStatus* job) const {
+  auto rates = rates_.find(job->rdzv_id());
+  if (rates == rates_.end()) return;
+  for (v1::NodeStatus& n : *job->mutable_nodes()) {
+    auto it = rates->second.find(n.node_id());
+    if (it == rates->second.end()) continue;
+    for (const v1::RankRate& r : it->second) *n.add_rank_rates() = r;
+  }
 }
 
 }  // namespace ddprun::rendezvous

@@ -5,7 +5,8 @@
 
 // GrpcRendezvousClient's stack dumps across nodes (the Stacks rpc): the
 // heartbeat's request handed to the agent, its answer, and a dump this node
-// starts and polls until every node answered.
+// starts and polls until every node answered; and the step rates its
+// heartbeats carry (stragglers).
 namespace ddprun::rendezvous::internal {
 namespace {
 
@@ -130,6 +131,16 @@ void GrpcRendezvousClient::GatherStacks(const std::string& reason,
                }
                PollStacks(answer->request_id, deadline, done);
              });
+}
+
+void GrpcRendezvousClient::SetStepRates(std::vector<RankStepRate> rates) {
+  MutexLock lock(&mu_);
+  rates_ = std::move(rates);
+}
+
+double GrpcRendezvousClient::JobMedianStepRate() const {
+  MutexLock lock(&mu_);
+  return job_median_;
 }
 
 void GrpcRendezvousClient::PollStacks(uint64_t id, Clock::TimePoint deadline,

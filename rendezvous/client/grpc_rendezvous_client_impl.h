@@ -96,6 +96,8 @@ class GrpcRendezvousClient final : public RendezvousClient {
   void GatherStacks(const std::string& reason,
                     std::vector<RankStackSummary> own,
                     Clock::TimePoint deadline, StacksDone done) override;
+  void SetStepRates(std::vector<RankStepRate> rates) override;
+  double JobMedianStepRate() const override;
 
  private:
   using Finished = std::function<void(grpc::Status)>;
@@ -281,6 +283,10 @@ class GrpcRendezvousClient final : public RendezvousClient {
   // The last stack dump handed to the agent (a heartbeat repeats it until
   // this node answers).
   uint64_t stacks_seen_ GUARDED_BY(mu_) = 0;
+  // This node's step rates (sent with heartbeats) and the job's median
+  // from the last heartbeat's answer.
+  std::vector<RankStepRate> rates_ GUARDED_BY(mu_);
+  double job_median_ GUARDED_BY(mu_) = -1;
 };
 
 template <typename Rpc, typename Issue>

@@ -77,6 +77,13 @@ struct StacksAnswer {
   std::vector<std::string> missing_nodes;  // "node_id (addr)"
 };
 
+// One rank's training speed (straggler check), as heartbeats carry it.
+struct RankStepRate {
+  int rank = 0;
+  int64_t steps = 0;
+  double per_s = -1;  // < 0: not known yet
+};
+
 // The agent's view of a rendezvous backend (local, gRPC).
 //
 // Asynchronous: every call returns at once and never blocks on the
@@ -154,6 +161,13 @@ class RendezvousClient {
   // the running round has answered or `deadline` passes: `done` gets what
   // was collected (complete false at the deadline), or the error of the
   // first call.
+  // Step rates: this node's ranks' rates go with every later heartbeat
+  // (Status shows them); JobMedianStepRate() is the median over the job's
+  // ranks from the last heartbeat's answer, <= 0 when none is known (and
+  // always for backends without other nodes). Loop thread.
+  virtual void SetStepRates(std::vector<RankStepRate> rates) {}
+  virtual double JobMedianStepRate() const { return -1; }
+
   virtual void GatherStacks(const std::string& reason,
                             std::vector<RankStackSummary> own,
                             Clock::TimePoint deadline, StacksDone done) {

@@ -4,95 +4,29 @@
 // Skipped without torch.
 
 #include "ddprun_catch.h"
-#include <netinet/in.h>
-#include <stdio.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <cstdio>
 #include <fstream>
 
 #include "ddprun_skip.h"
-#include "tests/agent/process_harness.h"
+#include "tests/agent/stack_test_util.h"
 
 namespace ddprun::test {
 namespace {
 
-const std::string kPython = "/usr/bin/python3";
-const std::string kHangWorker = kData + "/hang_worker.py";
 const std::string kRendezvous = DDPRUN_BIN_DIR "/ddprun-rendezvous";
-
-std::string Capture(const std::string& command) {
-  std::string out;
-  FILE* p = ::popen(command.c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[512];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  ::pclose(p);
-  return out;
-}
-
-bool HaveTorch() {
-  return Capture(kPython + " -c 'import torch.distributed as d; "
-                           "print(d.is_available())' 2>/dev/null") == "True\n";
-}
-
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
-
-int LineOf(const std::string& marker) {
-  std::ifstream in(kHangWorker);
-  std::string line;
-  for (int n = 1; std::getline(in, line); ++n) {
-    if (line.find(marker) != std::string::npos) return n;
-  }
-  return -1;
-}
-
-bool Contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
-bool WaitForText(const std::string& path, const std::string& part,
-                 std::chrono::milliseconds timeout) {
-  auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    if (Contains(ReadFile(path), part)) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return false;
-}
-
-// The one <run_id>_XXXX folder under `logs`.
-std::string RunDir(const std::string& logs) {
-  return Capture("ls -d " + logs + "/*/ 2>/dev/null | head -1 | tr -d '\\n'");
-}
 
 // Agent `node` (0 hosts the rendezvous) of a 2-node job of 2 workers each.
 std::unique_ptr<Ddprun> Agent(const TempDir& dir, int node, int port,
                               const std::string& id,
                               std::vector<std::string> extra,
-                              std::map<std::string, std::string> env) {
+                              std::map<std::string, std::string> env,
+                              const std::string& script = kHangWorker) {
   std::vector<std::string> args = {
       "--nnodes=2", "--nproc_per_node=2", "--node_rank=" + std::to_string(node),
       "--rdzv_backend=c10d",
       "--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--rdzv_id=" + id,
       "--log_dir", dir.path() + "/logs"};
   args.insert(args.end(), extra.begin(), extra.end());
-  args.push_back(kHangWorker);
+  args.push_back(script);
   env["PYTHON_EXEC"] = kPython;
   env["OMP_NUM_THREADS"] = "1";
   return std::make_unique<Ddprun>(dir, args, env);
@@ -103,7 +37,7 @@ TEST_CASE("ddprun across two nodes: the watchdog names the rank that hangs, "
           "[agent][process][stacks][multinode]") {
   if (!HaveTorch()) DDPRUN_SKIP(kPython << " has no torch.distributed");
   TempDir a, b;
-  const int port = FreePort();
+  const int port = FreeLoopbackPort();
   REQUIRE(port > 0);
   // Rank 3 (node 1's local rank 1) sleeps in load_batch at step 2; ranks
   // 0-2 wait in its all_reduce, on both nodes.
@@ -114,7 +48,7 @@ TEST_CASE("ddprun across two nodes: the watchdog names the rank that hangs, "
   auto node0 = Agent(a, 0, port, "hang2", flags, env);
   std::this_thread::sleep_for(300ms);  // node 0 hosts the rendezvous
   auto node1 = Agent(b, 1, port, "hang2", flags, env);
-  REQUIRE(WaitForFiles({b.path() + "/hanging"}, 25s));
+  REQUIRE(WaitForFiles({b.path() + "/hanging"}, 45s));
   const auto hung_at = Clock::now();
   const std::string verdict =
       ") is in hang_worker.py:" + std::to_string(LineOf("HANG_LINE")) +
@@ -144,8 +78,8 @@ TEST_CASE("ddprun across two nodes: the watchdog names the rank that hangs, "
   CHECK(Contains(err0, "hang diagnosis: rank 3 (node 1: "));
   CHECK(Contains(err0, verdict));
   // Every rank's stacks were written on its own node before the kill.
-  const std::string run0 = RunDir(a.path() + "/logs");
-  const std::string run1 = RunDir(b.path() + "/logs");
+  const std::string run0 = OnlyEntry(a.path() + "/logs") + "/";
+  const std::string run1 = OnlyEntry(b.path() + "/logs") + "/";
   CHECK(Contains(ReadFile(run0 + "attempt_0/0/stacks.txt"),
                  "hang_worker.py\", line " +
                      std::to_string(LineOf("WAIT_LINE"))));
@@ -160,12 +94,12 @@ TEST_CASE("ddprun-rendezvous --stacks dumps a running 2-node job, which "
           "[agent][process][stacks][multinode]") {
   if (!HaveTorch()) DDPRUN_SKIP(kPython << " has no torch.distributed");
   TempDir a, b;
-  const int port = FreePort();
+  const int port = FreeLoopbackPort();
   REQUIRE(port > 0);
   auto node0 = Agent(a, 0, port, "ondemand", {}, {});
   std::this_thread::sleep_for(300ms);
   auto node1 = Agent(b, 1, port, "ondemand", {}, {});
-  REQUIRE(WaitForFiles({a.path() + "/step_0", b.path() + "/step_3"}, 25s));
+  REQUIRE(WaitForFiles({a.path() + "/step_0", b.path() + "/step_3"}, 45s));
   const auto asked = Clock::now();
   const std::string out =
       Capture(kRendezvous + " --stacks 127.0.0.1:" + std::to_string(port) +
@@ -181,7 +115,7 @@ TEST_CASE("ddprun-rendezvous --stacks dumps a running 2-node job, which "
   }
   CHECK(Contains(out, "diagnosis: all 4 ranks (0-3) "));
   // Each agent wrote its workers' stacks; the job goes on and ends well.
-  CHECK(Contains(ReadFile(RunDir(b.path() + "/logs") + "attempt_0/1/stacks.txt"),
+  CHECK(Contains(ReadFile(OnlyEntry(b.path() + "/logs") + "/" + "attempt_0/1/stacks.txt"),
                  "# ddprun stack dump: rank 3 (pid "));
   // An unknown job is a clear error (while node 0 still serves).
   const std::string unknown =
@@ -195,6 +129,48 @@ TEST_CASE("ddprun-rendezvous --stacks dumps a running 2-node job, which "
   INFO(node0->Stderr() << node1->Stderr());
   CHECK(Contains(node1->Stderr(), "stack dump requested through the "
                                   "rendezvous (ddprun-rendezvous --stacks)"));
+}
+
+TEST_CASE("ddprun across two nodes: a rank slower than the job's median is "
+          "warned about, --status shows every rank's step rate",
+          "[agent][process][stragglers][multinode]") {
+  // Plain python3 (no torch): each rank counts its steps with
+  // ddprun_steps.step(); rank 3 (node 1) steps about 10x slower.
+  TempDir a, b;
+  const int port = FreeLoopbackPort();
+  REQUIRE(port > 0);
+  const std::map<std::string, std::string> env = {
+      {"SLOW_RANK", "3"}, {"SLOW_S", "0.2"}, {"FAST_S", "0.02"},
+      {"RUN_S", "9"}};
+  const std::vector<std::string> flags = {"--straggler_time=2"};
+  const std::string script = kData + "/step_worker.py";
+  auto node0 = Agent(a, 0, port, "slow", flags, env, script);
+  std::this_thread::sleep_for(300ms);
+  auto node1 = Agent(b, 1, port, "slow", flags, env, script);
+  const auto started = Clock::now();
+  const bool warned = WaitForText(b.path() + "/ddprun.err",
+                                  "straggler: rank 3 runs at ", 12s);
+  std::printf("[agent] stragglers: rank 3 of 4 (2 nodes) warned about %.2f s "
+              "after the agents started (--straggler_time=2)\n",
+              std::chrono::duration<double>(Clock::now() - started).count());
+  const std::string status =
+      Capture(kRendezvous + " --status 127.0.0.1:" + std::to_string(port) +
+              " --rdzv_id slow");
+  CHECK(node0->Wait(20s) == 0);
+  CHECK(node1->Wait(20s) == 0);
+  const std::string err0 = node0->Stderr();
+  const std::string err1 = node1->Stderr();
+  INFO("status:\n" << status << "\nnode 0:\n" << err0 << "\nnode 1:\n"
+                   << err1);
+  CHECK(warned);
+  // Against the job's median (the rendezvous has every node's rates).
+  CHECK(Contains(err1, "the job's median "));
+  CHECK(Contains(err1, " (local_rank 1, pid "));
+  // No fast rank is a straggler.
+  CHECK_FALSE(Contains(err0, "straggler: "));
+  CHECK_FALSE(Contains(err1, "straggler: rank 2 "));
+  CHECK(Contains(status, "steps/s: rank 0 "));
+  CHECK(Contains(status, " rank 3 "));
 }
 
 }  // namespace
