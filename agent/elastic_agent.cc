@@ -487,14 +487,15 @@ void ElasticAgent::OnStacksRequested(uint64_t request_id,
                                      const std::string& reason) {
   if (finished_) return;
   std::vector<StackTarget> targets = StackTargets();
+  if (gathering_ || (targets.empty() && last_own_generation_ == generation_)) {
+    // This node's stacks of a moment ago (this group's, taken before its
+    // hung workers were killed) are its answer.
+    rendezvous_->AnswerStacks(request_id, last_own_);
+    return;
+  }
   if (stacks_ == nullptr || phase_ != Phase::kRunning || targets.empty()) {
     // Nothing to dump here: say so at once, so the dump completes.
     rendezvous_->AnswerStacks(request_id, {});
-    return;
-  }
-  if (gathering_) {
-    // This node's stacks of a moment ago are its answer.
-    rendezvous_->AnswerStacks(request_id, last_own_);
     return;
   }
   answer_pending_ = request_id;
@@ -530,6 +531,7 @@ void ElasticAgent::OnStacksCollected(int generation, bool watchdog, bool here,
   std::vector<RankStacks> ranks;
   for (const StackResult& r : results) ranks.push_back(ToRankStacks(r));
   last_own_.clear();
+  last_own_generation_ = generation;
   for (const RankStacks& r : ranks) {
     last_own_.push_back(Summarize(r, round_.group_rank, Host()));
   }

@@ -218,6 +218,7 @@ class ElasticAgent {
   bool gathering_ = false;
   // This node's ranks in the last collection, as sent to the others.
   std::vector<rendezvous::RankStackSummary> last_own_;
+  int last_own_generation_ = 0;  // the group last_own_ belongs to
 };
 
 }  // namespace ddprun::agent

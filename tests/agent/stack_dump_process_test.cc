@@ -168,6 +168,10 @@ TEST_CASE("ddprun: the watchdog names the stopped C++ rank and its step",
     CHECK(Contains(stacks, "# ddprun native stacks: pid "));
     CHECK(Contains(stacks, " (current):\n"));
     CHECK(Contains(stacks, "# end of native stacks"));
+    // Heartbeat() counted the 4 steps (150 ms apart) in DDPRUN_STEP_FILE,
+    // the straggler check's input.
+    CHECK(ReadFile(run_dir + "/attempt_0/" + std::to_string(lr) + "/steps") ==
+          "4\n");
   }
 }
 
