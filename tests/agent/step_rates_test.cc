@@ -86,7 +86,7 @@ TEST_CASE("StepRates: a rank at less than half the median for 30 s is "
 }
 
 TEST_CASE("StepRates: 1.5x slower is no straggler at factor 2, the job's "
-          "median decides when given; factor 0 is off",
+          "median decides when given, and factor 0 is off",
           "[agent][stragglers]") {
   FakeClock clock;
   StepRates rates(StragglerPolicy{});
