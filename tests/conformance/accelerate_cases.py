@@ -22,7 +22,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import Case, check, free_port, main  # noqa: E402
 
-STORE = "branch `store` (finding 8: the workers' MASTER_PORT is --master_port)"
+STORE = ("branch `store` (finding 8: the workers' MASTER_PORT is "
+         "--master_port)", "MASTER_PORT")
 
 # tests/test_configs/*.yaml (accelerate main, 2026-07-24).
 CONFIGS = {

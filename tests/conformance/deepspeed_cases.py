@@ -24,7 +24,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import SCRIPTS, Case, check, main  # noqa: E402
 
-STORE = "branch `store` (finding 8: the workers' MASTER_PORT is --master_port)"
+STORE = ("branch `store` (finding 8: the workers' MASTER_PORT is "
+         "--master_port)", "MASTER_PORT")
 FAKE_SSH = os.path.join(SCRIPTS, "fake_ssh")
 TWO_HOSTS = "worker-0 slots=4\nworker-1 slots=4\n"
 ONE_HOST = "worker-0 slots=4\n"

@@ -19,7 +19,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import Case, check, main  # noqa: E402
 
 ANY = (1, 13)  # a reference for every torch this suite meets
-STORE = "branch `store` (finding 8: the workers' MASTER_PORT is --master_port)"
+STORE = ("branch `store` (finding 8: the workers' MASTER_PORT is "
+         "--master_port)", "Address already in use")
 
 
 def touched(n):
