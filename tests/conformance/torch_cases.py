@@ -13,6 +13,7 @@ too.
 Usage: torch_cases.py --bin BUILD/bin [--group PREFIX] [CASE...]
 """
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -329,6 +330,18 @@ CASES = [
          reference=ANY,
          known=("--rdzv_conf is strict: an unknown key is exit 2",
                 "unknown key 'no_such_key'")),
+    # run.py's get_rdzv_endpoint(): static without an endpoint is
+    # MASTER_ADDR:--master-port, whose default is 29500; ddprun picks a
+    # free port on one node (README).
+    Case("runpy_static_default_master_port",
+         "run.py: static, one node, no --master-port: MASTER_PORT 29500",
+         lambda c: ["--nnodes=1", "--nproc-per-node=2"] + touch_py(c),
+         lambda r: (touched(2)(r), check(
+             re.search(r"MASTER_PORT = 29500$", r.out, re.M),
+             "the worker's MASTER_PORT is not torchrun's default 29500: %s" %
+             re.findall(r"MASTER_PORT = \d+", r.out))),
+         known=("one node without --master_port: a free port, not 29500",
+                "is not torchrun's default 29500")),
     # Static multi-node: both nodes on this host, the workers meet at
     # tcp://MASTER_ADDR:<--master-port> (the --dist-url pattern).
     Case("runpy_static_two_nodes_master_port",
