@@ -219,14 +219,14 @@ CASES = [
                     "--master-addr=localhost", "--master-port=%d" % c.port,
                     "--monitor-interval=1", c.script("init_method.py"),
                     "--init-method=tcp://localhost:%d" % c.port],
-         succeeds, reference=ANY, needs_torch=True, timeout=150),
+         succeeds, reference=ANY, needs_torch=True, timeout=300),
     Case("run_init_method_env",
          "test_run.py::test_init_method_env_with_torchelastic",
          lambda c: ["--run-path", "--nnodes=1", "--nproc-per-node=4",
                     "--master-addr=localhost", "--master-port=%d" % c.port,
                     "--monitor-interval=1", c.script("init_method.py"),
                     "--init-method=env://"],
-         succeeds, reference=ANY, needs_torch=True, timeout=150),
+         succeeds, reference=ANY, needs_torch=True, timeout=300),
     Case("run_capture_logs_prefix",
          "test_run.py::test_capture_logs_using_default_logs_specs",
          lambda c: ["--nnodes=1", "--nproc-per-node=4", "--rdzv-id=7",
@@ -270,7 +270,7 @@ CASES = [
                     "--node-rank=0", "--monitor-interval=0.1",
                     "--max-restarts=0", c.script("init_method.py"),
                     "--init-method=env://"],
-         succeeds, reference=ANY, needs_torch=True, timeout=150),
+         succeeds, reference=ANY, needs_torch=True, timeout=300),
     Case("api_elastic",
          "api_test.py::test_launch_elastic (etcd->c10d)",
          lambda c: api_flags(c, "1:2", "--rdzv-conf=last_call_timeout=1") +
@@ -353,7 +353,7 @@ CASES = [
                      "--init-method=tcp://127.0.0.1:%d" % c.port]
                     for n in (0, 1)],
          succeeds, reference=ANY, needs_torch=True, pending=STORE,
-         timeout=150),
+         timeout=300),
 ]
 
 NOT_APPLICABLE = [
