@@ -16,11 +16,10 @@ Usage: accelerate_cases.py --bin BUILD/bin [CASE...]
 import json
 import os
 import re
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Case, check, free_port, main  # noqa: E402
+from harness import Case, check, main  # noqa: E402
 
 STORE = ("branch `store` (finding 8: the workers' MASTER_PORT is "
          "--master_port)", "MASTER_PORT")

@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "compat"))
 import compat_test  # noqa: E402
 from compat_test import (PYTHON, base_env, free_port,  # noqa: E402,F401
                          torch_version, torchrun_cmd, torchrun_port_lock)
-from ddprun_skip import SKIP, skip_unless_ci  # noqa: E402,F401
+from ddprun_skip import skip_unless_ci  # noqa: E402
 
 # Generous: a 2-core machine under a load of 10 ran some launches in 60 s.
 LAUNCH_TIMEOUT_S = 180
