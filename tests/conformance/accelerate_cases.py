@@ -21,8 +21,6 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import Case, check, main  # noqa: E402
 
-STORE = ("branch `store` (finding 8: the workers' MASTER_PORT is "
-         "--master_port)", "MASTER_PORT")
 
 # tests/test_configs/*.yaml (accelerate main, 2026-07-24).
 CONFIGS = {
@@ -345,8 +343,7 @@ CASES = [
                      str(n), "--num_processes", "2", "--main_process_ip",
                      "127.0.0.1", "--main_process_port", str(c.port),
                      c.script("args_dump.py")] for n in (0, 1)],
-         lambda r: (processes(2)(r), master_port_is(r, lambda r: r.ctx.port)),
-         pending=STORE),
+         lambda r: (processes(2)(r), master_port_is(r, lambda r: r.ctx.port))),
 ]
 
 NOT_APPLICABLE = [
