@@ -174,7 +174,7 @@ fi
 
 if [[ $run_tests == 1 ]]; then
   cd "$build"
-  regex=${DDPRUN_TRIXIE_TESTS:-^(worker|examples|outputs|compat|conformance|install)/}
+  regex=${DDPRUN_TRIXIE_TESTS:-^(worker|examples|outputs|compat|install)/}
   rc=0
   ctest --output-on-failure --timeout 600 -j "${DDPRUN_TEST_JOBS:-2}" \
     -R "$regex" --output-junit ctest-results.xml || rc=$?
