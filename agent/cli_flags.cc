@@ -109,6 +109,16 @@ std::vector<FlagSpec> MakeFlags() {
        "--max_restarts lasts. Choose more than the longest step or "
        "checkpoint.",
        false, false},
+      {"straggler_factor", 0, kV, "FACTOR", "2, 0 = off",
+       "ddprun addition: warn when a rank's step rate (workers that call "
+       "ddprun_steps.step() or ddprun::worker::Heartbeat() each step) stays "
+       "below the job's median divided by FACTOR for --straggler_time "
+       "seconds.",
+       false, false},
+      {"straggler_time", 0, kV, "SECONDS", "30",
+       "ddprun addition: how long a rank must stay that slow before the "
+       "straggler warning.",
+       false, false},
       {"torch_version", 0, kV, "VERSION", "detected from the workers' torch",
        "ddprun addition: the torch version the workers run (e.g. 2.6 or "
        "1.13), which decides what torchrun of that version would give them: "

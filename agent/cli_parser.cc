@@ -403,6 +403,16 @@ Status FillShutdown(const Values& v,
                        v.Double("exit_barrier_timeout", 300.0, 0, false));
   DDP_ASSIGN_OR_RETURN(o->watchdog_timeout_s,
                        v.Double("watchdog_timeout", 0.0, 0, false));
+  DDP_ASSIGN_OR_RETURN(o->straggler_factor,
+                       v.Double("straggler_factor", 2.0, 0, false));
+  if (o->straggler_factor > 0 && o->straggler_factor <= 1) {
+    return InvalidArgumentError(
+        v.Source("straggler_factor") + ": invalid value '" +
+        v.Text("straggler_factor", "") +
+        "' (must be more than 1, or 0 to turn the warnings off)");
+  }
+  DDP_ASSIGN_OR_RETURN(o->straggler_time_s,
+                       v.Double("straggler_time", 30.0, 0, true));
   return Status::Ok();
 }
 

@@ -209,9 +209,10 @@ options (an unambiguous prefix of a long option is accepted):
   --master_addr ADDR       Address of node 0 (default: 127.0.0.1 on one
                            node, else the first word of `hostname -I` on the
                            first host)
-  --master_port PORT       Port of node 0 (default 29500). On several nodes
-                           ddprun's rendezvous uses it; the workers get
-                           another free port as MASTER_PORT
+  --master_port PORT       Port of node 0 (default 29500), the workers'
+                           MASTER_PORT. On several nodes node 0's agent
+                           serves the rendezvous and the workers' c10d store
+                           on it
   --node_rank N            With --no_ssh: this node's rank in the hostfile
   --no_ssh                 Run this node only (start every node yourself)
   --no_ssh_check           Do not check that the first remote host answers

@@ -9,6 +9,7 @@
 #include "agent/log_line_prefix.h"
 #include "agent/signal_names.h"
 #include "agent/stack_diagnosis.h"
+#include "agent/stack_summary.h"
 #include "common/logging.h"
 
 namespace ddprun::agent {
@@ -41,6 +42,7 @@ struct ElasticAgent::Worker {
   std::string heartbeat_file;  // DDPRUN_WATCHDOG_FILE, "" without watchdog
   std::string watchdog_kill;   // why the watchdog killed it, "" if it did not
   std::string stacks_file;     // DDPRUN_STACKS_FILE, "" without one
+  std::string steps_file;      // DDPRUN_STEP_FILE, "" without a log dir
   std::unique_ptr<Process> process;
   std::unique_ptr<WorkerOutput> out;
   std::unique_ptr<WorkerOutput> err;
@@ -57,6 +59,10 @@ bool Has(StdStreams mask, StdStreams bit) {
 
 // How long a worker has to answer a stack request.
 constexpr auto kStacksLimit = std::chrono::seconds(2);
+// How long the other nodes have to answer a dump across nodes: their next
+// heartbeat (1 s apart by default) tells them, then their workers have
+// kStacksLimit.
+constexpr auto kGatherLimit = std::chrono::seconds(5);
 // Frames per rank on the console (the files hold all of them).
 constexpr size_t kConsoleFrames = 6;
 
@@ -101,19 +107,31 @@ ElasticAgent::ElasticAgent(AgentOptions options, EventLoop* loop,
             std::chrono::duration<double>(timeout_s)),
         [this](const WorkerWatchdog::Stuck& s) { OnWorkerStuck(s); });
   }
+  StragglerPolicy policy;
+  policy.factor = options_.launch.straggler_factor;
+  policy.slow_for = std::chrono::duration_cast<Clock::Duration>(
+      std::chrono::duration<double>(options_.launch.straggler_time_s));
+  stragglers_ = std::make_unique<StragglerWatch>(loop_, policy, rendezvous_);
   auto off = options_.parent_env.find("DDPRUN_STACKS");
   if (off == options_.parent_env.end() || off->second != "0") {
     stacks_ = std::make_unique<StackCollector>(loop_);
   }
 }
 
-ElasticAgent::~ElasticAgent() { rendezvous_->SetEventHandler(nullptr); }
+ElasticAgent::~ElasticAgent() {
+  rendezvous_->SetEventHandler(nullptr);
+  rendezvous_->SetStacksRequestHandler(nullptr);
+}
 
 void ElasticAgent::Start(DoneCallback on_done) {
   on_done_ = std::move(on_done);
   rendezvous_->SetEventHandler(
       [this](const rendezvous::RendezvousEvent& event) {
         OnRendezvousEvent(event);
+      });
+  rendezvous_->SetStacksRequestHandler(
+      [this](uint64_t id, const std::string& reason) {
+        OnStacksRequested(id, reason);
       });
   loop_->Post([this] { StartRendezvous(); });
 }
@@ -227,6 +245,7 @@ Status ElasticAgent::StartWorkers() {
       w->error_file = dir + "/error.json";
       if (watchdog_) w->heartbeat_file = dir + "/heartbeat";
       if (stacks_) w->stacks_file = dir + "/stacks.txt";
+      w->steps_file = dir + "/steps";
     }
     DDP_ASSIGN_OR_RETURN(
         std::string prefix,
@@ -269,9 +288,12 @@ Status ElasticAgent::StartWorkers() {
     if (spec.tty_stdout || spec.tty_stderr) {
       std::tie(spec.tty_rows, spec.tty_cols) = console_->TerminalSize();
     }
+    if (!w->steps_file.empty()) spec.env["DDPRUN_STEP_FILE"] = w->steps_file;
     if (!w->stacks_file.empty()) {
       spec.env["DDPRUN_STACKS_FILE"] = w->stacks_file;
       spec.env["DDPRUN_STACKS_SIGNAL"] = std::to_string(StackDumpSignal());
+      // ddprun's sitecustomize.py (stack dumps) and ddprun_steps.py (step
+      // counts); DDPRUN_STACKS=0 leaves PYTHONPATH alone.
       const std::string& helper = options_.python_stack_helper_dir;
       if (!helper.empty()) {
         // Last: the user's (and deepspeed's cwd-first) order stays; still
@@ -298,6 +320,12 @@ Status ElasticAgent::StartWorkers() {
     w->running = true;
     if (watchdog_) watchdog_->Watch(w->local_rank, w->pid, w->heartbeat_file);
   }
+  std::vector<StragglerWatch::Target> counted;
+  for (const auto& w : workers_) {
+    if (w->steps_file.empty()) continue;
+    counted.push_back({w->global_rank, w->local_rank, w->pid, w->steps_file});
+  }
+  stragglers_->Start(std::move(counted));
   DDP_LOG(DEBUG) << "started " << workers_.size() << " workers, attempt "
                  << round_.restart_count;
   return Status::Ok();
@@ -339,6 +367,7 @@ void ElasticAgent::OnWorkerExit(int generation, int local_rank,
   }
   if (!stop_pending_ && !AnyRunning()) {
     state_ = WorkerState::kSucceeded;
+    stragglers_->Stop();
     DDP_LOG(DEBUG) << "worker group succeeded";
     KillLeftovers();
     phase_ = Phase::kBarrier;
@@ -388,7 +417,8 @@ void ElasticAgent::OnWorkerStuck(const WorkerWatchdog::Stuck& stuck) {
     return;
   }
   hung_.push_back(w.local_rank);
-  if (stacks_->busy()) return;  // killed when the collection ends
+  // Killed when the collection (and the gathering across nodes) ends.
+  if (stacks_->busy() || gathering_) return;
   const int generation = generation_;
   stacks_->Collect(StackTargets(),
                    "watchdog: local_rank " + std::to_string(w.local_rank) +
@@ -396,7 +426,7 @@ void ElasticAgent::OnWorkerStuck(const WorkerWatchdog::Stuck& stuck) {
                    kStacksLimit,
                    [this, generation](std::vector<StackResult> results) {
                      OnStacksCollected(generation, /*watchdog=*/true,
-                                       std::move(results));
+                                       /*here=*/true, std::move(results));
                    });
 }
 
@@ -431,7 +461,7 @@ void ElasticAgent::DumpStacks() {
                      << (options_.run_log_dir.empty() ? " with a log dir" : "");
     return;
   }
-  if (stacks_->busy()) {
+  if (stacks_->busy() || gathering_) {
     DDP_LOG(INFO) << "stack dump requested while one is being collected";
     return;
   }
@@ -440,68 +470,149 @@ void ElasticAgent::DumpStacks() {
   stacks_->Collect(std::move(targets), "requested", kStacksLimit,
                    [this, generation](std::vector<StackResult> results) {
                      OnStacksCollected(generation, /*watchdog=*/false,
-                                       std::move(results));
+                                       /*here=*/true, std::move(results));
                    });
 }
 
-void ElasticAgent::OnStacksCollected(int generation, bool watchdog,
+bool ElasticAgent::AcrossNodes() const {
+  return round_.group_world_size > 1 && rendezvous_->SupportsStacks();
+}
+
+std::string ElasticAgent::Host() {
+  if (hostname_.empty()) hostname_ = FullyQualifiedHostname();
+  return hostname_;
+}
+
+void ElasticAgent::OnStacksRequested(uint64_t request_id,
+                                     const std::string& reason) {
+  if (finished_) return;
+  std::vector<StackTarget> targets = StackTargets();
+  if (gathering_ || (targets.empty() && last_own_generation_ == generation_)) {
+    // This node's stacks of a moment ago (this group's, taken before its
+    // hung workers were killed) are its answer.
+    rendezvous_->AnswerStacks(request_id, last_own_);
+    return;
+  }
+  if (stacks_ == nullptr || phase_ != Phase::kRunning || targets.empty()) {
+    // Nothing to dump here: say so at once, so the dump completes.
+    rendezvous_->AnswerStacks(request_id, {});
+    return;
+  }
+  answer_pending_ = request_id;
+  if (stacks_->busy()) return;  // answered when the collection ends
+  DDP_LOG(INFO) << "stack dump requested through the rendezvous (" << reason
+                << "): collecting every worker's stacks";
+  const int generation = generation_;
+  stacks_->Collect(std::move(targets), "requested by another node: " + reason,
+                   kStacksLimit,
+                   [this, generation](std::vector<StackResult> results) {
+                     OnStacksCollected(generation, /*watchdog=*/false,
+                                       /*here=*/false, std::move(results));
+                   });
+}
+
+void ElasticAgent::OnStacksCollected(int generation, bool watchdog, bool here,
                                      std::vector<StackResult> results) {
   if (finished_) return;
+  const uint64_t answer = answer_pending_;
+  answer_pending_ = 0;
   if (generation != generation_) {
     // Dumps of a group that is gone; hung workers of the new one (hung_ is
     // cleared when a group starts) are killed without a verdict.
+    if (answer != 0) rendezvous_->AnswerStacks(answer, {});
     std::vector<int> hung = std::move(hung_);
     hung_.clear();
     for (int lr : hung) KillHung(lr);
     return;
   }
-  // A hang found while a dump on demand ran: that dump is its verdict.
+  // A hang found while a dump ran: that dump is its verdict.
   watchdog = watchdog || !hung_.empty();
+  here = here || watchdog;
   std::vector<RankStacks> ranks;
-  bool any = false;
-  for (const StackResult& r : results) {
-    RankStacks rank;
-    rank.rank = r.target.rank;
-    rank.pid = r.target.pid;
-    rank.missing = r.missing;
-    if (r.missing.empty()) {
-      rank.threads = ParseFaulthandlerDump(r.dump);
-      rank.native = ParseNativeDump(r.dump);
+  for (const StackResult& r : results) ranks.push_back(ToRankStacks(r));
+  last_own_.clear();
+  last_own_generation_ = generation;
+  for (const RankStacks& r : ranks) {
+    last_own_.push_back(Summarize(r, round_.group_rank, Host()));
+  }
+  if (here && AcrossNodes()) {
+    // Every node's stacks before anything is killed: the others collect
+    // theirs when their next heartbeat tells them, and answer.
+    gathering_ = true;
+    const std::string reason =
+        watchdog ? "watchdog on " + NodeLabel(round_.group_rank, Host())
+                 : "requested on " + NodeLabel(round_.group_rank, Host());
+    rendezvous_->GatherStacks(
+        reason, last_own_, loop_->clock()->Now() + kGatherLimit,
+        [this, generation, watchdog,
+         ranks](StatusOr<rendezvous::StacksAnswer> answer) {
+          OnStacksGathered(generation, watchdog, ranks, std::move(answer));
+        });
+    return;
+  }
+  if (answer != 0) rendezvous_->AnswerStacks(answer, last_own_);
+  ReportStacks(generation, watchdog, ranks, "");
+}
+
+void ElasticAgent::OnStacksGathered(
+    int generation, bool watchdog, std::vector<RankStacks> local,
+    StatusOr<rendezvous::StacksAnswer> answer) {
+  if (finished_) return;
+  gathering_ = false;
+  if (generation != generation_) {
+    std::vector<int> hung = std::move(hung_);
+    hung_.clear();
+    for (int lr : hung) KillHung(lr);
+    return;
+  }
+  std::string note;
+  std::vector<RankStacks> ranks;
+  if (answer.ok()) {
+    for (const rendezvous::RankStackSummary& r : answer->ranks) {
+      ranks.push_back(FromSummary(r));
     }
-    any = any || !rank.threads.empty() || rank.native.present;
-    ranks.push_back(std::move(rank));
+    if (!answer->complete) {
+      std::string nodes;
+      for (const std::string& n : answer->missing_nodes) {
+        nodes += (nodes.empty() ? "" : ", ") + n;
+      }
+      note = "no stacks within " +
+             Seconds(std::chrono::duration<double>(kGatherLimit).count()) +
+             " from " + nodes;
+    }
+  } else {
+    DDP_LOG(WARNING) << "stacks of the other nodes: "
+                     << answer.status().message();
+    note = "the other nodes' stacks are unknown (" +
+           answer.status().message() + ")";
+    ranks = std::move(local);
+    for (RankStacks& r : ranks) r.node = NodeLabel(round_.group_rank, Host());
+  }
+  ReportStacks(generation, watchdog || !hung_.empty(), ranks, note);
+}
+
+void ElasticAgent::ReportStacks(int generation, bool watchdog,
+                                const std::vector<RankStacks>& ranks,
+                                const std::string& note) {
+  bool any = false;
+  for (const RankStacks& r : ranks) {
+    any = any || !r.threads.empty() || r.native.present;
   }
   const std::string attempt_dir = options_.run_log_dir + "/attempt_" +
                                   std::to_string(round_.restart_count);
+  const bool across = !ranks.empty() && !ranks.front().node.empty();
   if (any) {
     // Every rank's main thread on one line; the files hold every thread.
     std::string lines;
-    for (const RankStacks& r : ranks) {
-      lines += "  rank " + std::to_string(r.rank) + " (pid " +
-               std::to_string(r.pid) + "): ";
-      const ThreadStack* main = MainThread(r.threads);
-      if (main != nullptr) {
-        lines += OneLineStack(*main, kConsoleFrames);
-        if (r.threads.size() > 1) {
-          lines += " (+" + std::to_string(r.threads.size() - 1) +
-                   " more thread" + (r.threads.size() > 2 ? "s" : "") + ")";
-        }
-      } else if (r.native.present) {
-        lines += "native: " +
-                 (r.native.activity.empty() ? std::string("in no collective")
-                                            : "in " + r.native.activity) +
-                 ", step " + std::to_string(r.native.step) + ", " +
-                 std::to_string(r.native.threads) +
-                 (r.native.threads == 1 ? " thread" : " threads");
-      } else {
-        lines += "no stack: " +
-                 (r.missing.empty() ? std::string("no Python frames")
-                                    : r.missing);
-      }
-      lines += "\n";
-    }
-    const std::string diagnosis = DiagnoseHang(ranks);
-    const std::string where = attempt_dir + "/<local_rank>/stacks.txt";
+    for (const RankStacks& r : ranks) lines += ConsoleLine(r, kConsoleFrames);
+    if (!note.empty()) lines += "  " + note + "\n";
+    std::string diagnosis = DiagnoseHang(ranks);
+    if (!note.empty()) diagnosis += " (" + note + ")";
+    const std::string where =
+        across ? "<log_dir of each node>/attempt_" +
+                     std::to_string(round_.restart_count) +
+                     "/<local_rank>/stacks.txt"
+               : attempt_dir + "/<local_rank>/stacks.txt";
     // The log escapes line breaks: the per-rank lines go to the console.
     if (watchdog) {
       diagnosis_ = diagnosis;
@@ -513,8 +624,10 @@ void ElasticAgent::OnStacksCollected(int generation, bool watchdog,
     console_->Write(Console::Stream::kErr,
                     lines + "  every thread's stack: " + where + "\n");
   } else {
-    const std::string why =
-        results.empty() ? "no running worker" : results.front().missing;
+    const std::string why = ranks.empty() ? "no running worker"
+                            : ranks.front().missing.empty()
+                                ? "no Python frames"
+                                : ranks.front().missing;
     if (watchdog) {
       // Workers without the hook (a shell script, a C++ binary): the
       // watchdog acts as it always did.
@@ -604,6 +717,7 @@ void ElasticAgent::OnSignal(int sig) {
 
 void ElasticAgent::BeginStop(StopReason reason, int sig,
                              const std::string& why) {
+  stragglers_->Stop();
   stop_reason_ = reason;
   stop_signal_ = sig;
   stop_why_ = why;
@@ -754,6 +868,7 @@ void ElasticAgent::ReportFailedJob() {
 void ElasticAgent::Finish(WorkerState state, int exit_code) {
   if (finished_) return;
   finished_ = true;
+  stragglers_->Stop();
   phase_ = Phase::kDone;
   state_ = state;
   if (on_done_) on_done_(exit_code);

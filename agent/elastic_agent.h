@@ -11,6 +11,8 @@
 #include "agent/failure_report.h"
 #include "agent/process_launcher.h"
 #include "agent/stack_collector.h"
+#include "agent/stack_diagnosis.h"
+#include "agent/straggler_watch.h"
 #include "agent/worker_env.h"
 #include "agent/worker_output.h"
 #include "agent/worker_watchdog.h"
@@ -61,6 +63,13 @@ const char* WorkerStateName(WorkerState state);
 // (agent/stack_diagnosis.h) and adds it to the killed workers' failure
 // traceback. DumpStacks() does the same for a running job without stopping
 // anything. DDPRUN_STACKS=0 in ddprun's environment turns both off.
+// In a multi-node round (a backend with SupportsStacks()) both first gather
+// every node's stacks through the rendezvous (bounded, kGatherLimit 5 s):
+// the other agents are asked on their next heartbeat, collect their
+// workers' stacks and answer; nothing is killed before that, and the
+// diagnosis names every rank with its node. An agent asked so (or by
+// `ddprun-rendezvous --stacks`) collects and answers without stopping
+// anything.
 //
 // Rendezvous calls are asynchronous (rendezvous/client/rendezvous_client.h):
 // each step starts one and goes on in its callback (OnJoined,
@@ -135,8 +144,23 @@ class ElasticAgent {
   // Stack collection: the targets (running workers that have a stacks
   // file), and what happens once the dumps are in.
   std::vector<StackTarget> StackTargets() const;
-  void OnStacksCollected(int generation, bool watchdog,
+  // `here`: this node asked (its watchdog, SIGUSR2), else another node or
+  // an operator did through the rendezvous (OnStacksRequested). A dump
+  // asked here in a multi-node round gathers every node's stacks
+  // (GatherStacks, bounded) before it reports and kills.
+  void OnStacksCollected(int generation, bool watchdog, bool here,
                          std::vector<StackResult> results);
+  void OnStacksRequested(uint64_t request_id, const std::string& reason);
+  void OnStacksGathered(int generation, bool watchdog,
+                        std::vector<RankStacks> local,
+                        StatusOr<rendezvous::StacksAnswer> answer);
+  // Prints every rank's line and the diagnosis (`note`: what is missing),
+  // keeps a watchdog's verdict for the failure table, kills hung_.
+  void ReportStacks(int generation, bool watchdog,
+                    const std::vector<RankStacks>& ranks,
+                    const std::string& note);
+  bool AcrossNodes() const;
+  std::string Host();  // hostname_, resolved once
   // SIGKILL to a hung worker's process group (the watchdog's verdict).
   void KillHung(int local_rank);
   void OnRendezvousEvent(const rendezvous::RendezvousEvent& event);
@@ -182,11 +206,19 @@ class ElasticAgent {
   std::unique_ptr<WorkerProbe> own_probe_;    // when config has none
   std::unique_ptr<WorkerWatchdog> watchdog_;  // null: --watchdog_timeout=0
   std::unique_ptr<StackCollector> stacks_;    // null: DDPRUN_STACKS=0
+  std::unique_ptr<StragglerWatch> stragglers_;  // step rates, warnings
   // Hung workers (local ranks) to kill once their stacks are in.
   std::vector<int> hung_;
   // The diagnosis of the current generation's hang, once made.
   int diagnosis_generation_ = 0;
   std::string diagnosis_;
+  // A dump another node asked for, answered when the collection ends.
+  uint64_t answer_pending_ = 0;
+  // A dump across nodes is being gathered (GatherStacks in flight).
+  bool gathering_ = false;
+  // This node's ranks in the last collection, as sent to the others.
+  std::vector<rendezvous::RankStackSummary> last_own_;
+  int last_own_generation_ = 0;  // the group last_own_ belongs to
 };
 
 }  // namespace ddprun::agent

@@ -12,4 +12,10 @@ RendezvousMode ModeOf(const LaunchOptions& options) {
   return grpc ? RendezvousMode::kGrpc : RendezvousMode::kStatic;
 }
 
+bool UsesAgentStore(const LaunchOptions& options) {
+  const rendezvous::RendezvousOptions& r = options.rendezvous;
+  return ModeOf(options) == RendezvousMode::kStatic && r.tls_ca_pem.empty() &&
+         r.tls_cert_pem.empty() && r.tls_key_pem.empty();
+}
+
 }  // namespace ddprun::agent

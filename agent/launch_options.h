@@ -96,6 +96,11 @@ struct LaunchOptions {
   // touched DDPRUN_WATCHDOG_FILE, go without touching it, before the agent
   // kills it as hung. 0 = off.
   double watchdog_timeout_s = 0;
+  // ddprun addition: a rank whose step rate stays below the job's median
+  // divided by straggler_factor for straggler_time_s seconds is warned
+  // about. 0 = no warnings (the rates are still kept and reported).
+  double straggler_factor = 2.0;
+  double straggler_time_s = 30.0;
   // ddprun addition: retry a worker group whose first attempt failed with
   // exit code 2 (a usage error) like any failure, as torchrun does. By
   // default such a job fails at once.
@@ -132,5 +137,11 @@ enum class RendezvousMode {
   kStatic,      // static with --nnodes=N>1: node 0 hosts the gRPC server
 };
 RendezvousMode ModeOf(const LaunchOptions& options);
+
+// True when node 0's agent serves the workers' c10d store on --master_port
+// beside the rendezvous (static multi-node mode without rdzv_conf TLS):
+// workers get MASTER_PORT = --master_port and
+// TORCHELASTIC_USE_AGENT_STORE=True (agent/agent_store.h).
+bool UsesAgentStore(const LaunchOptions& options);
 
 }  // namespace ddprun::agent

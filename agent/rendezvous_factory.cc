@@ -215,11 +215,18 @@ StatusOr<RendezvousSetup> MakeStatic(const LaunchOptions& options,
         "knows");
   }
   GrpcClientOptions client = ClientOptions(options, ep.ToString());
+  const bool agent_store = UsesAgentStore(options);
+  if (agent_store) client.master_port = ep.port;
   std::unique_ptr<RendezvousHost> server;
   if (options.node_rank == 0) {
     const std::string bind_host = BindHost(ep.host);
     StatusOr<std::unique_ptr<RendezvousHost>> hosted =
-        Host(bind_host, ep.port, client);
+        MakeHost(bind_host, ep.port, client);
+    if (hosted.ok()) {
+      if (agent_store) (*hosted)->EnableAgentStore();
+      Status served = (*hosted)->Serve(/*quiet=*/false).status();
+      if (!served.ok()) hosted = served;
+    }
     if (!hosted.ok()) {
       return Status(hosted.status().code(),
                     "--node_rank=0 hosts the rendezvous on --master_port=" +

@@ -52,10 +52,13 @@ struct RendezvousSetup {
 // - the static backend with --nnodes=N>1: the gRPC rendezvous at
 //   --master_addr:--master_port, hosted by --node_rank 0, min=max=N, node
 //   ranks as hints (group rank = node rank). Workers get MASTER_ADDR =
-//   --master_addr but a MASTER_PORT that node 0's agent verified free, not
-//   --master_port: that port is the rendezvous now (torchrun's node 0 hosts
-//   a TCPStore there that its workers share; ddprun workers get their own
-//   store port). Open both ports between nodes.
+//   --master_addr, MASTER_PORT = --master_port and
+//   TORCHELASTIC_USE_AGENT_STORE=True: node 0's agent serves their c10d
+//   TCPStore on that same port beside the rendezvous (agent/agent_store.h;
+//   torchrun's agent store), so the job needs that one port open. With
+//   rdzv_conf TLS (gRPC adopts no TLS connections) the rendezvous keeps the
+//   port and the workers get a port node 0 verified free, rank 0's worker
+//   hosting the store (UsesAgentStore() false): open both.
 // The token is options.rendezvous.token (rdzv_conf token=/token_file=, else
 // $DDPRUN_RDZV_TOKEN); the embedded server requires the same token. With
 // rdzv_conf tls_ca, tls_cert and tls_key a hosting agent serves mutual TLS

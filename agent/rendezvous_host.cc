@@ -40,9 +40,43 @@ RendezvousHost::RendezvousHost(std::string bind_host, int port,
 
 RendezvousHost::~RendezvousHost() { Shutdown(Clock::Duration::zero()); }
 
+void RendezvousHost::EnableAgentStore() {
+  MutexLock lock(&mu_);
+  agent_store_ = true;
+}
+
+StatusOr<int> RendezvousHost::ServeWithStore() {
+  auto server = std::make_unique<rendezvous::RendezvousServer>();
+  rendezvous::RendezvousServer* raw_server = server.get();
+  AgentStore::Options so;
+  so.on_http2 = [raw_server](int fd) { raw_server->AdoptConnection(fd); };
+  auto store = std::make_unique<AgentStore>(so);
+  AgentStore* raw_store = store.get();
+  rendezvous::ServerOptions options = options_;
+  options.adopt_connections = true;
+  options.defaults.on_round_complete = [raw_store](const std::string& job,
+                                                   int64_t round) {
+    raw_store->Reset("rendezvous '" + job + "' round " + std::to_string(round) +
+                     " formed");
+  };
+  DDP_RETURN_IF_ERROR(server->Start(bind_host_, port_, options).status());
+  StatusOr<int> port = store->Start(bind_host_, port_);
+  if (!port.ok()) {
+    server->Shutdown(Clock::Duration::zero());
+    return port.status();
+  }
+  DDP_LOG(INFO) << "agent store (the workers' c10d TCPStore) on " << bind_host_
+                << ":" << *port << ", beside the rendezvous";
+  store_ = std::move(store);
+  server_ = std::move(server);
+  return port;
+}
+
 StatusOr<int> RendezvousHost::Serve(bool quiet) {
   MutexLock lock(&mu_);
+  if (store_) return store_->port();
   if (server_) return server_->port();
+  if (agent_store_) return ServeWithStore();
   auto server = std::make_unique<rendezvous::RendezvousServer>();
   if (quiet) ++g_grpc_log_quiet;
   StatusOr<int> port = server->Start(bind_host_, port_, options_);
@@ -114,11 +148,16 @@ void RendezvousHost::WaitUntilAllHeard(
 
 void RendezvousHost::Shutdown(Clock::Duration grace) {
   std::unique_ptr<rendezvous::RendezvousServer> server;
+  std::unique_ptr<AgentStore> store;
   {
     MutexLock lock(&mu_);
     shut_down_ = true;
     server = std::move(server_);
+    store = std::move(store_);
   }
+  // No more connections for the server, then the server (its round hook
+  // may still reach the stopped store), then the store.
+  if (store) store->Stop();
   if (server) server->Shutdown(grace);
 }
 

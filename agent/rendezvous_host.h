@@ -6,6 +6,7 @@
 #include "common/clock.h"
 #include "common/mutex.h"
 #include "common/status_or.h"
+#include "agent/agent_store.h"
 #include "common/thread_annotations.h"
 #include "rendezvous/rendezvous_server.h"
 
@@ -34,6 +35,13 @@ class RendezvousHost {
   ~RendezvousHost();  // Shutdown() with no grace
   RendezvousHost(const RendezvousHost&) = delete;
   RendezvousHost& operator=(const RendezvousHost&) = delete;
+
+  // Static multi-node mode: Serve() also serves the workers' c10d store on
+  // the same port (agent/agent_store.h): the port's listener is an
+  // AgentStore that hands gRPC connections to the rendezvous server, and
+  // every completed round empties the store before its Joins are answered.
+  // No TLS (rdzv_conf tls_*) with it. Call before Serve().
+  void EnableAgentStore() EXCLUDES(mu_);
 
   // Starts serving and returns the bound port. UNAVAILABLE when the port is
   // taken (another process serves it); other errors as
@@ -69,11 +77,18 @@ class RendezvousHost {
   void Shutdown(Clock::Duration grace) EXCLUDES(mu_);
 
  private:
+  StatusOr<int> ServeWithStore() REQUIRES(mu_);
+
   const std::string bind_host_;
   const int port_;
   const rendezvous::ServerOptions options_;
   const std::string endpoint_;
   mutable Mutex mu_;
+  bool agent_store_ GUARDED_BY(mu_) = false;
+  // Declared before server_: the server's round hook uses the store, and
+  // the store hands connections to the server; Shutdown stops the store
+  // first.
+  std::unique_ptr<AgentStore> store_ GUARDED_BY(mu_);
   std::unique_ptr<rendezvous::RendezvousServer> server_ GUARDED_BY(mu_);
   // No takeover after the agent's own shutdown.
   bool shut_down_ GUARDED_BY(mu_) = false;

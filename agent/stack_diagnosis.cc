@@ -208,6 +208,12 @@ RankPosition PositionOf(const NativeDump& native) {
   return p;
 }
 
+std::string RankLabel(int rank, int pid, const std::string& node) {
+  return "rank " + std::to_string(rank) + " (" +
+         (node.empty() ? "" : node + ", ") + "pid " + std::to_string(pid) +
+         ")";
+}
+
 std::string FormatRankList(std::vector<int> ranks) {
   std::sort(ranks.begin(), ranks.end());
   ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
@@ -248,6 +254,7 @@ std::string DiagnoseHang(const std::vector<RankStacks>& ranks) {
     RankPosition position;
     std::vector<int> ranks;
     std::vector<int> pids;
+    std::vector<std::string> nodes;
   };
   std::map<Key, Group> groups;
   std::vector<const RankStacks*> missing;
@@ -264,10 +271,10 @@ std::string DiagnoseHang(const std::vector<RankStacks>& ranks) {
     g.position = p;
     g.ranks.push_back(r.rank);
     g.pids.push_back(r.pid);
+    g.nodes.push_back(r.node);
   }
   auto missing_text = [](const RankStacks& r) {
-    return "rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) +
-           ") gave no stack (" +
+    return RankLabel(r.rank, r.pid, r.node) + " gave no stack (" +
            (r.missing.empty() ? std::string("no Python frames") : r.missing) +
            ")";
   };
@@ -284,9 +291,9 @@ std::string DiagnoseHang(const std::vector<RankStacks>& ranks) {
   std::string out;
   if (majority != nullptr && groups.size() == 1 && missing.empty()) {
     if (majority->ranks.size() == 1) {
-      return "rank " + std::to_string(majority->ranks[0]) + " (pid " +
-             std::to_string(majority->pids[0]) + ") " +
-             Describe(majority->position, false);
+      return RankLabel(majority->ranks[0], majority->pids[0],
+                       majority->nodes[0]) +
+             " " + Describe(majority->position, false);
     }
     return "all " + std::to_string(majority->ranks.size()) + " ranks (" +
            FormatRankList(majority->ranks) + ") " +
@@ -310,8 +317,7 @@ std::string DiagnoseHang(const std::vector<RankStacks>& ranks) {
   for (const Group* g : others) {
     std::string who;
     if (g->ranks.size() == 1) {
-      who = "rank " + std::to_string(g->ranks[0]) + " (pid " +
-            std::to_string(g->pids[0]) + ")";
+      who = RankLabel(g->ranks[0], g->pids[0], g->nodes[0]);
     } else {
       who = RanksWord(g->ranks);
     }

@@ -78,6 +78,9 @@ struct RankStacks {
   // Non-empty when the rank gave no stack: "did not answer within 2 s",
   // "stopped (state T)", ...
   std::string missing;
+  // Where the rank runs, for a diagnosis across nodes ("node 1: host-b");
+  // "" on one node: the paragraph then names pids only.
+  std::string node;
 };
 
 // The diagnosis in one paragraph: ranks grouped by where they stand (their
@@ -86,9 +89,13 @@ struct RankStacks {
 // every other rank named with its pid and position, e.g.
 //   rank 1 (pid 812) is in train.py:88 in load while ranks 0,2,3 wait in
 //   all_reduce (train.py:102)
+// (across nodes a rank with a `node` is named "rank 1 (node 1: b, pid 812)").
 // Ranks without a stack are named as such; when every rank stands in the
 // same place the paragraph says so. "" for no ranks.
 std::string DiagnoseHang(const std::vector<RankStacks>& ranks);
+
+// "rank 5 (pid 812)", or with a node "rank 5 (node 1: b, pid 812)".
+std::string RankLabel(int rank, int pid, const std::string& node);
 
 // "0,2,3", runs of three or more as "0-4": "0-4,6,7".
 std::string FormatRankList(std::vector<int> ranks);

@@ -60,6 +60,10 @@ EnvMap BuildWorkerEnv(const LaunchOptions& options, const TorchVersion& torch,
     env["CROSS_RANK"] = std::to_string(round.group_rank);
     env["CROSS_SIZE"] = std::to_string(round.group_world_size);
     env["LOCAL_SIZE"] = std::to_string(options.nproc_per_node);
+    // Beyond deepspeed's contract: on several nodes node 0's agent serves
+    // the c10d store on MASTER_PORT, and torch's env:// and tcp:// then
+    // connect to it instead of binding it in rank 0.
+    if (UsesAgentStore(options)) env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
     return env;
   }
   env["LOCAL_RANK"] =
@@ -77,7 +81,8 @@ EnvMap BuildWorkerEnv(const LaunchOptions& options, const TorchVersion& torch,
   env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(round.restart_count);
   env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(options.max_restarts);
   env["TORCHELASTIC_RUN_ID"] = run_id;
-  env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  env["TORCHELASTIC_USE_AGENT_STORE"] =
+      UsesAgentStore(options) ? "True" : "False";
   env["TORCHELASTIC_ERROR_FILE"] = error_file;
   // What torchrun of the workers' torch version sets, and nothing more: torch
   // >= 2.2 warns on every rank when the old NCCL name is set.

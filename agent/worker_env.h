@@ -23,8 +23,9 @@ using EnvMap = std::map<std::string, std::string>;
 // OMP_NUM_THREADS (inherited, else "1" when nproc_per_node > 1) and, with
 // --virtual_local_rank, LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES = the
 // local_rank-th entry of the parent's list (or the local rank when unset).
-// TORCHELASTIC_USE_AGENT_STORE is "False": ddprun's agent hosts no TCPStore,
-// rank 0's worker hosts the c10d store.
+// TORCHELASTIC_USE_AGENT_STORE is "True" when node 0's agent serves the
+// c10d store on MASTER_PORT (UsesAgentStore: static multi-node mode),
+// else "False": rank 0's worker hosts the c10d store.
 //
 // With options.contract kDeepSpeed: what deepspeed.launcher.launch gives
 // (deepspeed/launcher/launch.py): `parent_env` plus RANK, LOCAL_RANK (RANK

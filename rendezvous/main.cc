@@ -7,6 +7,7 @@
 //   (the token may also come from the DDPRUN_RDZV_TOKEN environment variable,
 //   or from the file DDPRUN_RDZV_TOKEN_FILE names)
 //   ddprun-rendezvous --status HOST:PORT [--rdzv_id ID] [--json]
+//   ddprun-rendezvous --stacks HOST:PORT --rdzv_id ID [--stacks_timeout S]
 #include <signal.h>
 
 #include <cmath>
@@ -15,6 +16,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include <grpcpp/grpcpp.h>
 #include <CLI/CLI.hpp>
@@ -23,6 +25,8 @@
 #include "common/logging.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/rendezvous_server.h"
+#include "agent/stack_diagnosis.h"
+#include "agent/stack_summary.h"
 #include "rendezvous/status_format.h"
 
 namespace ddprun::rendezvous {
@@ -41,6 +45,8 @@ struct Flags {
   size_t max_jobs = 10000;
   double join_rate = 2, heartbeat_rate = 20;
   std::string status_endpoint;
+  std::string stacks_endpoint;
+  double stacks_timeout = 10;
   std::string rdzv_id;
   bool json = false;
 };
@@ -145,13 +151,17 @@ Status ResolveToken(Flags* f) {
   return Status::Ok();
 }
 
-int PrintStatus(const Flags& flags) {
+// A stub for the server at `endpoint` (--status, --stacks), with the CA of
+// --tls_ca; null after printing the error.
+std::unique_ptr<v1::Rendezvous::Stub> MakeStub(const Flags& flags,
+                                               const std::string& endpoint) {
   std::shared_ptr<grpc::ChannelCredentials> creds =
       grpc::InsecureChannelCredentials();
   if (!flags.tls_ca.empty()) {
     grpc::SslCredentialsOptions ssl;
     if (!ReadFile(flags.tls_ca, &ssl.pem_root_certs)) {
-      return UsageError("cannot read --tls_ca " + flags.tls_ca);
+      UsageError("cannot read --tls_ca " + flags.tls_ca);
+      return nullptr;
     }
     if (!flags.tls_cert.empty()) ReadFile(flags.tls_cert, &ssl.pem_cert_chain);
     if (!flags.tls_key.empty()) ReadFile(flags.tls_key, &ssl.pem_private_key);
@@ -160,8 +170,13 @@ int PrintStatus(const Flags& flags) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);    // a 100k-node job's status
   args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);  // as the agents' channel
-  auto stub = v1::Rendezvous::NewStub(
-      grpc::CreateCustomChannel(flags.status_endpoint, creds, args));
+  return v1::Rendezvous::NewStub(
+      grpc::CreateCustomChannel(endpoint, creds, args));
+}
+
+int PrintStatus(const Flags& flags) {
+  auto stub = MakeStub(flags, flags.status_endpoint);
+  if (stub == nullptr) return 2;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   if (!flags.token.empty()) ctx.AddMetadata("x-ddprun-token", flags.token);
@@ -176,6 +191,61 @@ int PrintStatus(const Flags& flags) {
   }
   std::cout << (flags.json ? FormatStatusJson(resp) : FormatStatusTable(resp));
   return 0;
+}
+
+// --stacks: a dump of every rank's stacks of a running job, which goes on.
+// Every agent is told on its next heartbeat, collects its workers' stacks
+// and answers; polled until all answered or --stacks_timeout.
+int PrintStacks(const Flags& flags) {
+  if (flags.rdzv_id.empty()) {
+    return UsageError("--stacks needs --rdzv_id (the job to dump)");
+  }
+  auto stub = MakeStub(flags, flags.stacks_endpoint);
+  if (stub == nullptr) return 2;
+  const auto until = std::chrono::system_clock::now() +
+                     std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::duration<double>(flags.stacks_timeout));
+  v1::StacksRequest req;
+  req.set_rdzv_id(flags.rdzv_id);
+  req.set_reason("ddprun-rendezvous --stacks");
+  v1::StacksResponse resp;
+  while (true) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::min(until, std::chrono::system_clock::now() +
+                                         std::chrono::seconds(5)));
+    if (!flags.token.empty()) ctx.AddMetadata("x-ddprun-token", flags.token);
+    grpc::Status s = stub->Stacks(&ctx, req, &resp);
+    if (!s.ok()) {
+      std::cerr << "ddprun-rendezvous: stacks of '" << flags.rdzv_id
+                << "' from " << flags.stacks_endpoint
+                << " failed: " << s.error_message() << "\n";
+      return 1;
+    }
+    req.set_request_id(resp.request_id());
+    if (resp.complete() ||
+        std::chrono::system_clock::now() + std::chrono::milliseconds(200) >=
+            until) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  std::vector<agent::RankStacks> ranks;
+  std::string lines;
+  for (const v1::RankStack& r : resp.ranks()) {
+    ranks.push_back(agent::FromSummary(
+        {r.rank(), r.pid(), r.group_rank(), r.host(), r.stack(), r.missing()}));
+    lines += agent::ConsoleLine(ranks.back(), 8);
+  }
+  for (const std::string& node : resp.missing_nodes()) {
+    lines += "  " + node + ": no answer within " +
+             std::to_string(static_cast<int>(flags.stacks_timeout)) + " s\n";
+  }
+  std::cout << "stacks of '" << flags.rdzv_id << "' (dump "
+            << resp.request_id() << "):\n"
+            << lines << "diagnosis: " << agent::DiagnoseHang(ranks) << "\n"
+            << "every thread's stack: <log_dir of each node>/attempt_<k>/"
+               "<local_rank>/stacks.txt\n";
+  return resp.complete() ? 0 : 1;
 }
 
 int Serve(const Flags& flags) {
@@ -275,8 +345,17 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--status", flags.status_endpoint,
                  "print the live state of the server at HOST:PORT and exit");
+  app.add_option("--stacks", flags.stacks_endpoint,
+                 "dump every rank's stacks of the running job --rdzv_id at "
+                 "the server HOST:PORT (the job goes on), print them and "
+                 "the hang diagnosis, and exit (1: some node did not "
+                 "answer)");
+  app.add_option("--stacks_timeout,--stacks-timeout", flags.stacks_timeout,
+                 "with --stacks: seconds to wait for every node")
+      ->capture_default_str()
+      ->check(CLI::Range(0.5, 600.0));
   app.add_option("--rdzv_id,--rdzv-id", flags.rdzv_id,
-                 "with --status: only this job");
+                 "with --status: only this job; with --stacks: the job");
   app.add_flag("--json", flags.json, "with --status: print JSON");
   try {
     app.parse(argc, argv);
@@ -295,6 +374,9 @@ int main(int argc, char** argv) {
   }
   if (!flags.status_endpoint.empty()) {
     return ddprun::rendezvous::PrintStatus(flags);
+  }
+  if (!flags.stacks_endpoint.empty()) {
+    return ddprun::rendezvous::PrintStacks(flags);
   }
   return ddprun::rendezvous::Serve(flags);
 }

@@ -28,6 +28,7 @@ RendezvousJob::RendezvousJob(std::string rdzv_id, const v1::JobConfig& config,
           MsOr(config.heartbeat_timeout_ms(), defaults.heartbeat_timeout)),
       max_nodes_(defaults.max_nodes_per_job),
       clock_(clock),
+      on_round_complete_(defaults.on_round_complete),
       budget_(static_cast<int>(config.max_restarts())),
       bad_hosts_(
           id_, config.bad_host_failures(),
@@ -314,6 +315,7 @@ void RendezvousJob::Complete(std::vector<Outcome>* out) {
     if (placed[i].group_rank == 0) master = members[i];
   }
   const Clock::TimePoint now = clock_->Now();
+  if (on_round_complete_) on_round_complete_(id_, round_);
   for (size_t i = 0; i < members.size(); ++i) {
     Node* n = members[i];
     v1::Assignment& a = n->assignment;

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -64,6 +65,12 @@ struct JobDefaults {
   // bad_host_cooldown_ms left 0 (bad_host_failures 0 = policy off).
   Clock::Duration bad_host_window = std::chrono::seconds(600);
   Clock::Duration bad_host_cooldown = std::chrono::seconds(300);
+  // Called (under the owner's lock, before any Join of the round is
+  // answered) each time a round completes; must be quick and must not call
+  // back into the rendezvous. Null: nothing. An agent that serves the
+  // workers' c10d store drops the previous round's keys here.
+  std::function<void(const std::string& rdzv_id, int64_t round)>
+      on_round_complete;
 };
 
 // The state machine of one rendezvous job: rounds, participants, wait list,
@@ -252,6 +259,7 @@ class RendezvousJob {
   const Clock::Duration heartbeat_timeout_;
   const size_t max_nodes_;
   Clock* const clock_;
+  const std::function<void(const std::string&, int64_t)> on_round_complete_;
 
   Phase phase_ = Phase::kOpen;
   int64_t round_ = 1;

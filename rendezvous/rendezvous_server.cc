@@ -1,6 +1,8 @@
 #include "rendezvous/rendezvous_server.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/server_posix.h>
+#include <unistd.h>
 
 #include "common/accept_guard.h"
 #include "common/logging.h"
@@ -40,6 +42,10 @@ StatusOr<int> RendezvousServer::Start(const std::string& host, int port,
                                       const ServerOptions& options) {
   if (server_) return FailedPreconditionError("server already started");
   std::shared_ptr<grpc::ServerCredentials> creds;
+  if (options.adopt_connections && !options.tls_cert_pem.empty()) {
+    return InvalidArgumentError(
+        "a rendezvous server on adopted connections serves no TLS");
+  }
   if (!options.tls_cert_pem.empty() || !options.tls_key_pem.empty()) {
     if (options.tls_cert_pem.empty() || options.tls_key_pem.empty()) {
       return InvalidArgumentError("TLS needs both a certificate and a key");
@@ -55,7 +61,9 @@ StatusOr<int> RendezvousServer::Start(const std::string& host, int port,
   } else {
     creds = grpc::InsecureServerCredentials();
   }
-  if (port != 0) DDP_RETURN_IF_ERROR(CheckPortFree(host, port));
+  if (port != 0 && !options.adopt_connections) {
+    DDP_RETURN_IF_ERROR(CheckPortFree(host, port));
+  }
   // Running out of descriptors must cost new connections, not the listener.
   EnableAcceptGuard("rendezvous server");
   auto service = std::make_unique<RendezvousService>(
@@ -66,7 +74,11 @@ StatusOr<int> RendezvousServer::Start(const std::string& host, int port,
       std::to_string(port);
   grpc::ServerBuilder builder;
   int bound = 0;
-  builder.AddListeningPort(address, creds, &bound);
+  if (options.adopt_connections) {
+    bound = port;
+  } else {
+    builder.AddListeningPort(address, creds, &bound);
+  }
   builder.RegisterService(service.get());
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   // gRPC sets SO_REUSEPORT by default: a second server on a busy port would
@@ -84,7 +96,7 @@ StatusOr<int> RendezvousServer::Start(const std::string& host, int port,
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
                              kHandshakeTimeoutMs);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || bound == 0) {
+  if (!server || (bound == 0 && !options.adopt_connections)) {
     service->StopTimer();
     return UnavailableError("cannot listen on " + address +
                             " (address in use or not local?)");
@@ -109,6 +121,14 @@ StatusOr<int> RendezvousServer::Start(const std::string& host, int port,
 bool RendezvousServer::WaitUntilAllHeard(
     std::chrono::steady_clock::time_point deadline) {
   return !service_ || service_->WaitUntilAllHeard(deadline);
+}
+
+void RendezvousServer::AdoptConnection(int fd) {
+  if (!server_) {
+    close(fd);
+    return;
+  }
+  grpc::AddInsecureChannelFromFd(server_.get(), fd);
 }
 
 void RendezvousServer::Shutdown(Clock::Duration grace) {

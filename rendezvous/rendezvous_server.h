@@ -44,6 +44,10 @@ struct ServerOptions {
   // successor (HeartbeatResponse.successor_endpoint) among the nodes whose
   // standby endpoint is on none of them.
   std::vector<std::string> own_hosts;
+  // No listening socket of its own: connections come from AdoptConnection
+  // (an agent that serves the c10d store on the same port sorts them).
+  // Insecure only (gRPC adopts descriptors without TLS).
+  bool adopt_connections = false;
 };
 
 // True for addresses only this machine can reach: 127.0.0.0/8, ::1,
@@ -85,6 +89,10 @@ class RendezvousServer {
   void Shutdown(Clock::Duration grace = std::chrono::seconds(1));
 
   int port() const { return port_; }
+
+  // With ServerOptions::adopt_connections: serves the connected socket `fd`
+  // (takes it). Call between Start and Shutdown.
+  void AdoptConnection(int fd);
 
  private:
   std::unique_ptr<RendezvousService> service_;

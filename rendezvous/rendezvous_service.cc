@@ -270,6 +270,15 @@ grpc::ServerUnaryReactor* RendezvousService::Status(
   });
 }
 
+grpc::ServerUnaryReactor* RendezvousService::Stacks(
+    grpc::CallbackServerContext* ctx, const v1::StacksRequest* request,
+    v1::StacksResponse* response) {
+  return Unary(ctx, [&](RendezvousState& state) -> ::ddprun::Status {
+    DDP_ASSIGN_OR_RETURN(*response, state.Stacks(*request));
+    return ::ddprun::Status::Ok();
+  });
+}
+
 void RendezvousService::TimerLoop() {
   mu_.Lock();
   while (!stop_timer_) {

@@ -76,6 +76,9 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
                                    const v1::StatusRequest* request,
                                    v1::StatusResponse* response) override;
+  grpc::ServerUnaryReactor* Stacks(grpc::CallbackServerContext* ctx,
+                                   const v1::StacksRequest* request,
+                                   v1::StacksResponse* response) override;
 
  private:
   friend class ParkedCall;

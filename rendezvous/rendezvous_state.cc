@@ -253,6 +253,10 @@ StatusOr<v1::HeartbeatResponse> RendezvousState::Heartbeat(
   } else {
     deadline_changed_ |= job->TakeDeadlineMoved();
   }
+  if (reply.ok()) {
+    AddStacksRequest(req.rdzv_id(), req.node().node_id(), &*reply);
+    NoteRates(req, &*reply);
+  }
   return reply;
 }
 
@@ -313,9 +317,13 @@ StatusOr<v1::StatusResponse> RendezvousState::GetStatus(
   if (!rdzv_id.empty()) {
     DDP_ASSIGN_OR_RETURN(RendezvousJob * job, FindJob(rdzv_id));
     *reply.add_jobs() = job->GetStatus();
+    AddRates(reply.mutable_jobs(0));
     return reply;
   }
-  for (const auto& [id, job] : jobs_) *reply.add_jobs() = job->GetStatus();
+  for (const auto& [id, job] : jobs_) {
+    *reply.add_jobs() = job->GetStatus();
+    AddRates(reply.mutable_jobs(reply.jobs_size() - 1));
+  }
   return reply;
 }
 

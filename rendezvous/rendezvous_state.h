@@ -12,6 +12,7 @@
 #include "ddprun/v1/rendezvous.pb.h"
 #include "rendezvous/rate_limiter.h"
 #include "rendezvous/rendezvous_job.h"
+#include "rendezvous/stack_board.h"
 #include "rendezvous/successor.h"
 
 namespace ddprun::rendezvous {
@@ -64,6 +65,12 @@ class RendezvousState {
       const std::string& rdzv_id,
       const std::vector<std::string>& own_hosts) const;
 
+  // Stack dumps across the job's nodes (the Stacks rpc; stack_board.h):
+  // starts or joins a dump, records a node's answer, returns its state.
+  // A Heartbeat of a node that has not answered the job's dump under way
+  // carries it (stacks_request).
+  StatusOr<v1::StacksResponse> Stacks(const v1::StacksRequest& request);
+
   // The parked call `waiter` went away; forget it (a joining node leaves).
   void CancelWaiter(WaiterId waiter);
 
@@ -105,6 +112,21 @@ class RendezvousState {
   RateLimiter join_limiter_;
   RateLimiter heartbeat_limiter_;
   std::map<std::string, std::unique_ptr<RendezvousJob>> jobs_;
+  // Stack dumps, by rdzv_id (only jobs that had one; rendezvous_state_
+  // stacks.cc). A board whose job is gone is dropped by the next Stacks.
+  std::map<std::string, StackBoard> boards_;
+  // Step rates by rdzv_id and node_id, from the last heartbeats
+  // (rendezvous_state_stacks.cc); dropped with the job or the node.
+  std::map<std::string, std::map<std::string, std::vector<v1::RankRate>>>
+      rates_;
+  // Keeps a heartbeat's rates and sets the job's median in `reply`.
+  void NoteRates(const v1::HeartbeatRequest& req,
+                 v1::HeartbeatResponse* reply);
+  // Adds each node's rates to the job's status.
+  void AddRates(v1::JobStatus* job) const;
+  // Adds a dump under way that `node_id` has not answered to `reply`.
+  void AddStacksRequest(const std::string& rdzv_id, const std::string& node_id,
+                        v1::HeartbeatResponse* reply) const;
   // Which job parks each waiter, for CancelWaiter.
   std::map<WaiterId, std::string> waiter_job_;
   std::vector<Outcome> outcomes_;

@@ -65,6 +65,20 @@ std::string FormatStatusTable(const v1::StatusResponse& status) {
                n->local_world_size(), EscapeControlChars(n->addr()).c_str(),
                n->heartbeat_age_ms() / 1000.0);
       out += line;
+      // Step rates of the ranks that count steps (stragglers stand out).
+      if (n->rank_rates_size() > 0) {
+        std::string rates = "    steps/s:";
+        for (const v1::RankRate& r : n->rank_rates()) {
+          if (r.steps_per_s() < 0) {
+            snprintf(line, sizeof(line), " rank %d -", r.rank());
+          } else {
+            snprintf(line, sizeof(line), " rank %d %.2f", r.rank(),
+                     r.steps_per_s());
+          }
+          rates += line;
+        }
+        out += rates + "\n";
+      }
     }
   }
   return out;

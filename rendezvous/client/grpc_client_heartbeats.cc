@@ -40,6 +40,12 @@ v1::HeartbeatRequest GrpcRendezvousClient::HeartbeatRequestLocked() const {
   *req.mutable_config() = config_;
   *req.mutable_node() = node_;
   if (registered_) *req.mutable_current() = last_;
+  for (const RankStepRate& r : rates_) {
+    v1::RankRate* rate = req.add_rank_rates();
+    rate->set_rank(r.rank);
+    rate->set_steps(r.steps);
+    rate->set_steps_per_s(r.per_s);
+  }
   return req;
 }
 
@@ -118,7 +124,9 @@ void GrpcRendezvousClient::HeartbeatLoop() {
         failover_ = resp.failover();
         successor_endpoint_ = resp.successor_endpoint();
         successor_node_ = resp.successor_node_id();
+        job_median_ = resp.median_steps_per_s();
       }
+      OnStacksRequest(resp);
       using A = v1::HeartbeatResponse;
       switch (resp.action()) {
         case A::ACTION_REJOIN:

@@ -107,7 +107,9 @@ void GrpcRendezvousClient::Join(const JoinRequest& request,
                .value_or("127.0.0.1");
   }
   n->set_addr(addr);
-  StatusOr<int> port = FreePort(addr);
+  StatusOr<int> port = options_.master_port > 0
+                           ? StatusOr<int>(options_.master_port)
+                           : FreePort(addr);
   if (!port.ok()) {
     PostToLoop([done, s = port.status()] { done(s); });
     return;

@@ -40,6 +40,10 @@ struct GrpcClientOptions {
   // thread-safe. Null: this agent never hosts a standby.
   std::string standby_endpoint;
   std::function<bool()> host_standby;
+  // MASTER_PORT this node announces (used when it is group rank 0): > 0 =
+  // this port (static mode's --master_port, served by the agent store);
+  // 0 = a port verified free at each Join.
+  int master_port = 0;
 };
 
 // The agent's RendezvousClient over gRPC ("grpc" backend), on gRPC's

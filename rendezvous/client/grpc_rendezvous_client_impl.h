@@ -86,6 +86,19 @@ class GrpcRendezvousClient final : public RendezvousClient {
                      Done done) override;
   void Leave(std::function<void()> done) override;
 
+  // grpc_client_stacks.cc.
+  bool SupportsStacks() const override { return true; }
+  void SetStacksRequestHandler(StacksRequestHandler handler) override {
+    stacks_handler_ = std::move(handler);
+  }
+  void AnswerStacks(uint64_t request_id,
+                    std::vector<RankStackSummary> ranks) override;
+  void GatherStacks(const std::string& reason,
+                    std::vector<RankStackSummary> own,
+                    Clock::TimePoint deadline, StacksDone done) override;
+  void SetStepRates(std::vector<RankStepRate> rates) override;
+  double JobMedianStepRate() const override;
+
  private:
   using Finished = std::function<void(grpc::Status)>;
   // A call retried with backoff (100 ms .. 2 s) while the server is
@@ -197,6 +210,15 @@ class GrpcRendezvousClient final : public RendezvousClient {
   void WatchBarrierLocked(Clock::Duration unreachable) REQUIRES(mu_);
   // Posts an event for the agent (one per round).
   void Emit(RendezvousEventType type, const std::string& reason) EXCLUDES(mu_);
+  // A heartbeat's stacks_request: hands a dump not seen before to the
+  // agent's handler on the loop (heartbeat thread).
+  void OnStacksRequest(const v1::HeartbeatResponse& resp) EXCLUDES(mu_);
+  // One Stacks call (no retries: dumps are bounded and best effort);
+  // `done` gets the answer on the loop.
+  void CallStacks(const v1::StacksRequest& req, Clock::TimePoint deadline,
+                  std::function<void(StatusOr<StacksAnswer>)> done);
+  // Polls dump `id` until complete or `deadline` (loop thread).
+  void PollStacks(uint64_t id, Clock::TimePoint deadline, StacksDone done);
 
   const GrpcClientOptions options_;
   const Endpoint endpoint_;
@@ -206,6 +228,7 @@ class GrpcRendezvousClient final : public RendezvousClient {
 
   // Loop thread only.
   EventHandler handler_;
+  StacksRequestHandler stacks_handler_;
   std::set<std::shared_ptr<Retry>> retries_;  // calls not yet answered
   bool joining_ = false;                      // a Join is in flight
   EventLoop::TimerId warn_timer_ = 0;
@@ -257,6 +280,13 @@ class GrpcRendezvousClient final : public RendezvousClient {
   // gRPC callbacks that have not returned yet (the destructor waits).
   int callbacks_ GUARDED_BY(mu_) = 0;
   bool stop_ GUARDED_BY(mu_) = false;  // left, finished or destroyed
+  // The last stack dump handed to the agent (a heartbeat repeats it until
+  // this node answers).
+  uint64_t stacks_seen_ GUARDED_BY(mu_) = 0;
+  // This node's step rates (sent with heartbeats) and the job's median
+  // from the last heartbeat's answer.
+  std::vector<RankStepRate> rates_ GUARDED_BY(mu_);
+  double job_median_ GUARDED_BY(mu_) = -1;
 };
 
 template <typename Rpc, typename Issue>

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/status.h"
@@ -54,6 +55,33 @@ enum class RendezvousEventType {
 struct RendezvousEvent {
   RendezvousEventType type;
   std::string reason;  // one human-readable line
+};
+
+// One rank's stacks as they travel between nodes (proto RankStack): its
+// main thread as faulthandler prints it, or a C++ worker's native header.
+struct RankStackSummary {
+  int rank = 0;
+  int pid = 0;
+  int group_rank = 0;  // the node's, in the running round
+  std::string host;
+  std::string stack;
+  std::string missing;  // non-empty: why there is no stack
+};
+
+// A stack dump across the job's nodes, as far as it got.
+struct StacksAnswer {
+  uint64_t request_id = 0;
+  std::string reason;
+  bool complete = false;  // every node of the running round answered
+  std::vector<RankStackSummary> ranks;     // sorted by rank
+  std::vector<std::string> missing_nodes;  // "node_id (addr)"
+};
+
+// One rank's training speed (straggler check), as heartbeats carry it.
+struct RankStepRate {
+  int rank = 0;
+  int64_t steps = 0;
+  double per_s = -1;  // < 0: not known yet
 };
 
 // The agent's view of a rendezvous backend (local, gRPC).
@@ -111,6 +139,41 @@ class RendezvousClient {
   // flight (its `done` gets kCancelled), stops heartbeats and tells the
   // server, best effort; `done` runs when that is over (at most ~2 s).
   virtual void Leave(std::function<void()> done) = 0;
+
+  // Stack dumps across nodes (the Stacks rpc). Backends without other
+  // nodes to ask (local) have none: SupportsStacks() false, the handler is
+  // never called, AnswerStacks does nothing and GatherStacks answers
+  // kUnimplemented at once (inside the call).
+  using StacksRequestHandler =
+      std::function<void(uint64_t request_id, const std::string& reason)>;
+  using StacksDone = std::function<void(StatusOr<StacksAnswer>)>;
+  virtual bool SupportsStacks() const { return false; }
+  // Runs on the loop when the server asks this node for its workers'
+  // stacks (a dump another node or an operator started); the agent
+  // collects them and calls AnswerStacks(request_id, ...). Null: none.
+  virtual void SetStacksRequestHandler(StacksRequestHandler handler) {}
+  // This node's answer to dump `request_id`: one call, bounded by the
+  // RPC timeout, best effort (a failure is logged).
+  virtual void AnswerStacks(uint64_t request_id,
+                            std::vector<RankStackSummary> ranks) {}
+  // Starts a dump across the job's nodes (or joins the one under way) with
+  // this node's `own` ranks as its answer, then polls until every node of
+  // the running round has answered or `deadline` passes: `done` gets what
+  // was collected (complete false at the deadline), or the error of the
+  // first call.
+  // Step rates: this node's ranks' rates go with every later heartbeat
+  // (Status shows them); JobMedianStepRate() is the median over the job's
+  // ranks from the last heartbeat's answer, <= 0 when none is known (and
+  // always for backends without other nodes). Loop thread.
+  virtual void SetStepRates(std::vector<RankStepRate> rates) {}
+  virtual double JobMedianStepRate() const { return -1; }
+
+  virtual void GatherStacks(const std::string& reason,
+                            std::vector<RankStackSummary> own,
+                            Clock::TimePoint deadline, StacksDone done) {
+    done(Status(StatusCode::kUnimplemented,
+                Backend() + " rendezvous has no stack dumps across nodes"));
+  }
 };
 
 }  // namespace ddprun::rendezvous

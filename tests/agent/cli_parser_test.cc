@@ -918,3 +918,30 @@ TEST_CASE("CliParser: TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE is checked",
 
 }  // namespace
 }  // namespace ddprun::agent
+
+namespace ddprun::agent {
+namespace {
+
+TEST_CASE("CliParser: --straggler_factor and --straggler_time (defaults, "
+          "checked)",
+          "[cli][stragglers]") {
+  const LaunchOptions def = ParseOk({Script()});
+  CHECK(def.straggler_factor == 2.0);
+  CHECK(def.straggler_time_s == 30.0);
+  const LaunchOptions set =
+      ParseOk(With({"--straggler-factor=3", "--straggler_time", "5"}));
+  CHECK(set.straggler_factor == 3.0);
+  CHECK(set.straggler_time_s == 5.0);
+  CHECK(ParseOk(With({"--straggler_factor=0"})).straggler_factor == 0.0);
+  const std::string one = ParseErr(With({"--straggler_factor", "1"}));
+  CHECK(Contains(one, "--straggler_factor: invalid value '1'"));
+  CHECK(Contains(one, "more than 1, or 0"));
+  CHECK(Contains(ParseErr(With({"--straggler_time", "0"})),
+                 "greater than 0"));
+  const std::string help = HelpText(false);
+  CHECK(Contains(help, "--straggler_factor FACTOR"));
+  CHECK(Contains(help, "ddprun_steps.step()"));
+}
+
+}  // namespace
+}  // namespace ddprun::agent

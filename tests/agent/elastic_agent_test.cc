@@ -439,9 +439,10 @@ TEST_CASE("ElasticAgent: SIGKILL once the shutdown timeout passes", "[agent]") {
   h.loop.Advance(2s);
   REQUIRE(survivor.signals.size() >= 3);
   CHECK(survivor.signals[2] == SIGKILL);
-  // Once it is gone the group restarts.
+  // Once it is gone the group restarts; its only timer reads the step
+  // counts once a second (the straggler check).
   CHECK(h.launcher.workers.size() == 4);
-  CHECK(h.loop.pending_timers() == 0);
+  CHECK(h.loop.pending_timers() == 1);
 }
 
 TEST_CASE("ElasticAgent: a handled signal is forwarded, exit 128+N",
@@ -556,7 +557,7 @@ TEST_CASE("ElasticAgent: no watchdog file without --watchdog_timeout",
   Harness h(1);
   h.Start();
   CHECK(h.launcher.workers[0]->spec.env.count("DDPRUN_WATCHDOG_FILE") == 0);
-  CHECK(h.loop.pending_timers() == 0);
+  CHECK(h.loop.pending_timers() == 1);  // the straggler check's, no other
 }
 
 TEST_CASE("ElasticAgent: the watchdog kills a stopped worker, group restarts",
@@ -588,7 +589,8 @@ TEST_CASE("ElasticAgent: the watchdog kills a stopped worker, group restarts",
   // The new group is watched with fresh files.
   CHECK(h.launcher.workers[3]->env("DDPRUN_WATCHDOG_FILE") ==
         h.log_dir + "/attempt_1/1/heartbeat");
-  CHECK(h.loop.pending_timers() == 1);
+  CHECK(h.loop.pending_timers() == 2);  // the watchdog's, the step counts'
+
 }
 
 TEST_CASE("ElasticAgent: a silent heartbeat with no budget fails the job",
@@ -727,6 +729,9 @@ TEST_CASE("ElasticAgent: workers get a stacks file and ddprun's Python hook",
     CHECK(w.env("DDPRUN_STACKS_FILE") ==
           h.log_dir + "/attempt_0/" + std::to_string(lr) + "/stacks.txt");
     CHECK(w.env("DDPRUN_STACKS_SIGNAL") == std::to_string(SIGRTMAX - 2));
+    // The step counter's file (ddprun_steps.step(), worker::Heartbeat()).
+    CHECK(w.env("DDPRUN_STEP_FILE") ==
+          h.log_dir + "/attempt_0/" + std::to_string(lr) + "/steps");
     // Last: the user's order is kept (deepspeed's cwd stays first).
     CHECK(w.env("PYTHONPATH") == "/user/path:/opt/ddprun/lib/ddprun/python");
   }

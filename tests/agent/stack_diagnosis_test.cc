@@ -3,6 +3,7 @@
 // them (one of them as ddprun's stacks.txt holds it, with our header).
 
 #include "agent/stack_diagnosis.h"
+#include "agent/stack_summary.h"
 
 #include <catch2/catch.hpp>
 #include <fstream>
@@ -178,6 +179,78 @@ TEST_CASE("ParseNativeDump and DiagnoseHang: C++ workers' collective and step",
   CHECK(DiagnoseHang(ranks) ==
         "rank 1 (pid 901) is in no collective (step 11) while ranks 0,2 wait "
         "in all_reduce (step 12)");
+}
+
+}  // namespace
+}  // namespace ddprun::agent
+
+namespace ddprun::agent {
+namespace {
+
+TEST_CASE("Summarize and FromSummary: what nodes exchange keeps the verdict",
+          "[agent][stacks]") {
+  // Ranks 0-3 on two nodes; rank 3 (node 1) sleeps in the data loader.
+  std::vector<RankStacks> local = {
+      Rank(0, 800, "waiting_all_reduce.txt"),
+      Rank(1, 801, "waiting_torch2_wrapper.txt"),
+      Rank(2, 802, "waiting_all_reduce.txt"),
+      Rank(3, 803, "sleeping_in_loader.txt")};
+  std::vector<RankStacks> across;
+  for (const RankStacks& r : local) {
+    rendezvous::RankStackSummary s = Summarize(r, r.rank / 2, "host-x");
+    CHECK(s.group_rank == r.rank / 2);
+    CHECK(s.missing.empty());
+    CHECK(s.stack.rfind("Current thread ", 0) == 0);
+    across.push_back(FromSummary(s));
+  }
+  CHECK(across[3].node == "node 1: host-x");
+  // Only the main thread travels, with the frames that place the rank.
+  CHECK(across[3].threads.size() == 1);
+  CHECK(PositionOf(across[3].threads).user.line ==
+        PositionOf(local[3].threads).user.line);
+  CHECK(DiagnoseHang(across) ==
+        "rank 3 (node 1: host-x, pid 803) is in data.py:88 in load while "
+        "ranks 0-2 wait in all_reduce (train.py:102 in train_step)");
+  CHECK(ConsoleLine(across[3], 2) ==
+        "  rank 3 (node 1: host-x, pid 803): data.py:88 in load <- "
+        "train.py:101 in train_step <- ...\n");
+}
+
+TEST_CASE("Summarize: deep stacks are cut, native and missing ranks travel",
+          "[agent][stacks]") {
+  RankStacks deep;
+  deep.rank = 4;
+  deep.pid = 9;
+  ThreadStack t;
+  t.current = true;
+  for (int i = 0; i < 100; ++i) {
+    t.frames.push_back({"/job/rec.py", i + 1, "f" + std::to_string(i)});
+  }
+  deep.threads.push_back(t);
+  RankStacks back = FromSummary(Summarize(deep, 0, "h"));
+  REQUIRE(back.threads.size() == 1);
+  // The innermost frame is user code: it and kSummaryFramesPast more.
+  CHECK(back.threads[0].frames.size() == 1 + kSummaryFramesPast);
+  CHECK(back.threads[0].frames[0].function == "f0");
+
+  RankStacks native;
+  native.rank = 1;
+  native.pid = 7;
+  native.native = ParseNativeDump(Fixture("native_all_reduce.txt"));
+  RankStacks n = FromSummary(Summarize(native, 1, "h"));
+  CHECK(n.native.present);
+  CHECK(n.native.activity == "all_reduce");
+  CHECK(n.native.step == 12);
+  CHECK(n.native.threads == 2);
+
+  RankStacks gone;
+  gone.rank = 2;
+  gone.pid = 8;
+  gone.missing = "did not answer within 2.0 s";
+  RankStacks g = FromSummary(Summarize(gone, 1, "h"));
+  CHECK(g.missing == "did not answer within 2.0 s");
+  CHECK(ConsoleLine(g, 3) == "  rank 2 (node 1: h, pid 8): no stack: did not "
+                             "answer within 2.0 s\n");
 }
 
 }  // namespace

@@ -3,76 +3,18 @@
 // explains a hang before it kills; SIGUSR2 dumps a running job's stacks and
 // the job goes on.
 
-#include <dirent.h>
-#include <stdio.h>
-
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
 
-#include "tests/agent/process_harness.h"
+#include "tests/agent/stack_test_util.h"
 
 namespace ddprun::test {
 namespace {
 
-const std::string kPython = "/usr/bin/python3";
-const std::string kHangWorker = kData + "/hang_worker.py";
-
-// Stdout of a shell command, without the trailing newline.
-std::string Capture(const std::string& command) {
-  std::string out;
-  FILE* p = ::popen(command.c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[512];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  ::pclose(p);
-  while (!out.empty() && out.back() == '\n') out.pop_back();
-  return out;
-}
-
-// The 1-based line of hang_worker.py that holds `marker`.
-int LineOf(const std::string& marker) {
-  std::ifstream in(kHangWorker);
-  std::string line;
-  for (int n = 1; std::getline(in, line); ++n) {
-    if (line.find(marker) != std::string::npos) return n;
-  }
-  return -1;
-}
-
-// The only entry of `dir` (the run's <run_id>_XXXX folder), "" if none.
-std::string OnlyEntry(const std::string& dir) {
-  std::string found;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return found;
-  while (dirent* e = ::readdir(d)) {
-    std::string name = e->d_name;
-    if (name != "." && name != "..") found = dir + "/" + name;
-  }
-  ::closedir(d);
-  return found;
-}
-
-bool Contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
-// Waits until `path` holds `part` (deadline `timeout`).
-bool WaitForText(const std::string& path, const std::string& part,
-                 std::chrono::milliseconds timeout) {
-  auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    if (Contains(ReadFile(path), part)) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return false;
-}
-
 void RequireTorch() {
   INFO("these tests need Debian's python3-torch for " + kPython);
-  REQUIRE(Capture(kPython + " -c 'import torch.distributed as d; "
-                            "print(d.is_available())' 2>/dev/null") == "True");
+  REQUIRE(HaveTorch());
 }
 
 TEST_CASE("ddprun: the watchdog names the rank that hangs and its line",
@@ -226,6 +168,10 @@ TEST_CASE("ddprun: the watchdog names the stopped C++ rank and its step",
     CHECK(Contains(stacks, "# ddprun native stacks: pid "));
     CHECK(Contains(stacks, " (current):\n"));
     CHECK(Contains(stacks, "# end of native stacks"));
+    // Heartbeat() counted the 4 steps (150 ms apart) in DDPRUN_STEP_FILE,
+    // the straggler check's input.
+    CHECK(ReadFile(run_dir + "/attempt_0/" + std::to_string(lr) + "/steps") ==
+          "4\n");
   }
 }
 

@@ -42,6 +42,30 @@ LaunchOptions Options() {
 
 }  // namespace
 
+TEST_CASE("BuildWorkerEnv: static multi-node workers use the agent store",
+          "[agent]") {
+  // Node 0's agent serves their c10d store on --master_port
+  // (agent/agent_store.h): torch must connect to it, not bind it in rank 0.
+  LaunchOptions o = Options();
+  o.min_nodes = o.max_nodes = 2;
+  EnvMap env = BuildWorkerEnv(o, TorchVersion(), Round(), "job7", 0, "", {});
+  CHECK(env.at("TORCHELASTIC_USE_AGENT_STORE") == "True");
+  o.contract = ddprun::agent::WorkerContract::kDeepSpeed;
+  env = BuildWorkerEnv(o, TorchVersion(), Round(), "job7", 0, "", {});
+  CHECK(env.at("TORCHELASTIC_USE_AGENT_STORE") == "True");
+  // With rdzv_conf TLS the rendezvous keeps the port: rank 0's store.
+  o.contract = ddprun::agent::WorkerContract::kTorchrun;
+  o.rendezvous.tls_cert_pem = "cert";
+  env = BuildWorkerEnv(o, TorchVersion(), Round(), "job7", 0, "", {});
+  CHECK(env.at("TORCHELASTIC_USE_AGENT_STORE") == "False");
+  // An elastic grpc job: rank 0's store, as before.
+  o.rendezvous.tls_cert_pem.clear();
+  o.rdzv_backend = "grpc";
+  o.rdzv_endpoint = "10.0.0.1:29400";
+  env = BuildWorkerEnv(o, TorchVersion(), Round(), "job7", 0, "", {});
+  CHECK(env.at("TORCHELASTIC_USE_AGENT_STORE") == "False");
+}
+
 TEST_CASE("BuildWorkerEnv: sets every torchrun variable", "[agent]") {
   EnvMap parent = {{"PATH", "/usr/bin"}, {"HOME", "/root"}};
   EnvMap env = BuildWorkerEnv(Options(), TorchVersion(), Round(), "job7", 2,

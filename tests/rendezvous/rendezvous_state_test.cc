@@ -41,6 +41,30 @@ TEST_CASE("RendezvousState: complete at max at once", "[rendezvous]") {
   CHECK(h.Job().state() == v1::JobStatus::STATE_RUNNING);
 }
 
+TEST_CASE("RendezvousState: on_round_complete runs before the round's answers",
+          "[rendezvous]") {
+  // The agent store (agent/agent_store.h) empties itself here: no worker
+  // of the round may start before that, so no Join may be answered yet.
+  std::vector<std::pair<std::string, int64_t>> seen;
+  const Harness* harness = nullptr;
+  bool answered_before = false;
+  JobDefaults d;
+  d.on_round_complete = [&](const std::string& job, int64_t round) {
+    seen.emplace_back(job, round);
+    answered_before = harness->Answered("a") || harness->Answered("b");
+  };
+  Harness h(2, 2, 1, d);
+  harness = &h;
+  REQUIRE(h.Join("a").ok());
+  CHECK(seen.empty());
+  REQUIRE(h.Join("b").ok());
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0] == std::make_pair(std::string("job"), int64_t{1}));
+  CHECK_FALSE(answered_before);
+  CHECK(h.Answered("a"));
+  CHECK(h.Answered("b"));
+}
+
 TEST_CASE("RendezvousState: complete at min after last call", "[rendezvous]") {
   Harness h(2, 4);
   REQUIRE(h.Join("a").ok());

@@ -9,9 +9,13 @@ namespace ddprun::worker {
 // so call it from the training loop (once per step), not from a thread that
 // keeps running while training is stuck.
 //
+// Each call also counts one step: at most every 100 ms the count is written
+// to the file DDPRUN_STEP_FILE names, from which ddprun computes every
+// rank's step rate and warns about stragglers (--straggler_factor).
+//
 // Cheap: returns after a clock read unless 100 ms passed since the last
-// touch; a no-op when DDPRUN_WATCHDOG_FILE is unset or empty (watchdog off,
-// or not launched by ddprun). Never throws; a file that cannot be touched
+// touch; a no-op when DDPRUN_WATCHDOG_FILE and DDPRUN_STEP_FILE are unset
+// or empty (not launched by ddprun). Never throws; a file that cannot be touched
 // is ignored (the watchdog then only sees a stopped process).
 // Thread-safe.
 void Heartbeat();
