@@ -65,8 +65,9 @@ StatusOr<int> RendezvousHost::ServeWithStore() {
     server->Shutdown(Clock::Duration::zero());
     return port.status();
   }
-  DDP_LOG(INFO) << "agent store (the workers' c10d TCPStore) on " << bind_host_
-                << ":" << *port << ", beside the rendezvous";
+  DDP_LOG(INFO) << "rendezvous server and agent store (the workers' c10d "
+                   "TCPStore) listening on "
+                << bind_host_ << ":" << *port;
   store_ = std::move(store);
   server_ = std::move(server);
   return port;

@@ -104,9 +104,13 @@ StatusOr<int> RendezvousServer::Start(const std::string& host, int port,
   service_ = std::move(service);
   server_ = std::move(server);
   port_ = bound;
-  DDP_LOG(INFO) << "rendezvous server listening on " << host << ":" << bound
-                << (options.token.empty() ? "" : " (token required)")
-                << (options.tls_cert_pem.empty() ? "" : " (TLS)");
+  // Adopting connections, the server listens on nothing itself: its owner
+  // (the agent store) says where it listens once it does.
+  if (!options.adopt_connections) {
+    DDP_LOG(INFO) << "rendezvous server listening on " << host << ":" << bound
+                  << (options.token.empty() ? "" : " (token required)")
+                  << (options.tls_cert_pem.empty() ? "" : " (TLS)");
+  }
   if (options.token.empty() && options.tls_cert_pem.empty() &&
       !IsLoopbackHost(host)) {
     DDP_LOG(WARNING) << "rendezvous server on " << host << ":" << bound

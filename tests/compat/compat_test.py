@@ -212,10 +212,12 @@ def torchrun_port_lock(flags):
 
 
 def without_ddprun_hook(env):
-    """A worker's environment without ddprun's stack-dump hook (the
-    DDPRUN_STACKS_* variables, the folder appended to PYTHONPATH): ddprun's
-    own extension, part of no launcher's contract."""
-    env = {k: v for k, v in env.items() if not k.startswith("DDPRUN_STACKS_")}
+    """A worker's environment without ddprun's stack-dump hook and step
+    counter (the DDPRUN_STACKS_* variables, DDPRUN_STEP_FILE, the folder
+    appended to PYTHONPATH): ddprun's own extension, part of no launcher's
+    contract."""
+    env = {k: v for k, v in env.items()
+           if not k.startswith("DDPRUN_STACKS_") and k != "DDPRUN_STEP_FILE"}
     path = env.get("PYTHONPATH")
     if path is not None and path.endswith("/lib/ddprun/python"):
         rest = path.rsplit(":", 1)[0] if ":" in path else ""

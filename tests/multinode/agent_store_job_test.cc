@@ -92,7 +92,8 @@ TEST_CASE("agent store: torch 1.13 Gloo job on tcp://MASTER_ADDR:--master_port",
   REQUIRE(c1 == 0);
   CheckRanks(dir, 4, port, 0);
   // The agent logged that it serves the store on that very port.
-  CHECK(log.find("agent store (the workers' c10d TCPStore) on 127.0.0.1:" +
+  CHECK(log.find("agent store (the workers' c10d TCPStore) listening on "
+                 "127.0.0.1:" +
                  std::to_string(port)) != std::string::npos);
 }
 
