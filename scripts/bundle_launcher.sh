@@ -33,10 +33,10 @@ ldd "${bins[@]/#/$build/bin/}" | awk '$3 ~ /^\// {print $3}' | sort -u |
   grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux[^/]*|libpthread|libdl|librt)\.so' |
   while read -r lib; do cp -L "$lib" "$out/lib/"; done
 strip --strip-unneeded "$out"/lib/*.so* 2>/dev/null || true
-# The Python workers' stack-dump hook, where ddprun looks for it.
+# ddprun's Python modules for the workers (the stack-dump hook, the step
+# counter), where ddprun looks for them: every one the build put there.
 mkdir -p "$out/lib/ddprun/python"
-cp "$build/lib/ddprun/python/sitecustomize.py" \
-  "$build/lib/ddprun/python/ddprun_steps.py" "$out/lib/ddprun/python/"
+cp "$build"/lib/ddprun/python/*.py "$out/lib/ddprun/python/"
 for b in "${bins[@]}"; do patchelf --force-rpath --set-rpath '$ORIGIN/../lib' "$out/bin/$b"; done
 for l in "$out"/lib/*.so*; do patchelf --force-rpath --set-rpath '$ORIGIN' "$l"; done
 echo "bundle_launcher: $(du -sh "$out" | cut -f1) in $out"
