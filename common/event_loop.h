@@ -10,7 +10,7 @@ namespace ddprun {
 // A single-threaded event loop, injected so that state machines (the
 // elastic agent, the rendezvous client's retries) run on a manual loop and
 // a FakeClock in tests. Every callback runs on the loop thread, one at a
-// time. The agent's implementation is agent/asio_event_loop.h.
+// time. The agent's implementation is agent/process/asio_event_loop.h.
 class EventLoop {
  public:
   using TimerId = uint64_t;

@@ -25,8 +25,8 @@
 #include "common/logging.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/rendezvous_server.h"
-#include "agent/stack_diagnosis.h"
-#include "agent/stack_summary.h"
+#include "agent/diagnosis/stack_diagnosis.h"
+#include "agent/diagnosis/stack_summary.h"
 #include "rendezvous/status_format.h"
 
 namespace ddprun::rendezvous {

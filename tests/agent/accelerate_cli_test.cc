@@ -12,10 +12,10 @@
 #include <chrono>
 #include <fstream>
 
-#include "agent/accelerate_args.h"
-#include "agent/accelerate_cli.h"
-#include "agent/accelerate_config.h"
-#include "agent/py_value.h"
+#include "agent/frontends/accelerate/accelerate_args.h"
+#include "agent/frontends/accelerate/accelerate_cli.h"
+#include "agent/frontends/accelerate/accelerate_config.h"
+#include "agent/frontends/py_value.h"
 
 using namespace ddprun::agent;  // NOLINT
 

@@ -1,9 +1,9 @@
-// The agent store (agent/agent_store.h) against a client written here from
+// The agent store (agent/rdzv/agent_store.h) against a client written here from
 // torch's TCPStore wire format: each query of both dialects, malformed
 // messages, waits with a deadline, Reset between rounds, and the HTTP/2
 // hand-off. Real sockets on 127.0.0.1, port 0.
 
-#include "agent/agent_store.h"
+#include "agent/rdzv/agent_store.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -11,9 +11,9 @@
 #include <vector>
 #include "ddprun_catch.h"
 
-#include "agent/cli_parser.h"
-#include "agent/cli_values.h"
-#include "agent/nproc_resolver.h"
+#include "agent/cli/cli_parser.h"
+#include "agent/cli/cli_values.h"
+#include "agent/cli/nproc_resolver.h"
 
 namespace ddprun::agent {
 namespace {

@@ -11,11 +11,11 @@
 #include <algorithm>
 #include <fstream>
 
-#include "agent/accelerate_cli.h"
-#include "agent/deepspeed_cli.h"
-#include "agent/deepspeed_hosts.h"
-#include "agent/deepspeed_main.h"
-#include "agent/deepspeed_remote.h"
+#include "agent/frontends/accelerate/accelerate_cli.h"
+#include "agent/frontends/deepspeed/deepspeed_cli.h"
+#include "agent/frontends/deepspeed/deepspeed_hosts.h"
+#include "agent/frontends/deepspeed/deepspeed_main.h"
+#include "agent/frontends/deepspeed/deepspeed_remote.h"
 
 using namespace ddprun::agent;  // NOLINT
 

@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "agent/console.h"
-#include "agent/elastic_agent.h"
-#include "agent/process_launcher.h"
+#include "agent/process/console.h"
+#include "agent/elastic/elastic_agent.h"
+#include "agent/process/process_launcher.h"
 #include "common/event_loop.h"
 #include "rendezvous/client/rendezvous_client.h"
 #include "tests/agent/fake_worker_probe.h"

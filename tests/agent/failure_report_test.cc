@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "agent/failure_report.h"
+#include "agent/elastic/failure_report.h"
 
 using ddprun::agent::DumpRootCauseErrorFile;
 using ddprun::agent::FormatFailureTable;

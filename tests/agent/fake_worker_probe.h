@@ -9,7 +9,7 @@
 #include <set>
 #include <string>
 
-#include "agent/worker_watchdog.h"
+#include "agent/diagnosis/worker_watchdog.h"
 
 namespace ddprun::agent::testing {
 

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "agent/console.h"
-#include "agent/line_splitter.h"
-#include "agent/worker_output.h"
+#include "agent/process/console.h"
+#include "agent/process/line_splitter.h"
+#include "agent/process/worker_output.h"
 
 using ddprun::agent::Console;
 using ddprun::agent::LineSplitter;

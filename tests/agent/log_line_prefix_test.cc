@@ -1,4 +1,4 @@
-#include "agent/log_line_prefix.h"
+#include "agent/cli/log_line_prefix.h"
 
 #include "ddprun_catch.h"
 #include <string>

@@ -1,12 +1,12 @@
 // SLURM host lists and the defaults ddprun takes from `srun`'s environment.
-#include "agent/slurm_env.h"
+#include "agent/cli/slurm_env.h"
 
 #include "ddprun_catch.h"
 #include <map>
 #include <string>
 #include <vector>
 
-#include "agent/cli_parser.h"
+#include "agent/cli/cli_parser.h"
 
 namespace ddprun::agent {
 namespace {

@@ -1,9 +1,9 @@
-// The hang diagnosis (agent/stack_diagnosis.*) on fixture dumps in
+// The hang diagnosis (agent/diagnosis/stack_diagnosis.*) on fixture dumps in
 // tests/agent/data/stacks/, written as Python 3.11's faulthandler writes
 // them (one of them as ddprun's stacks.txt holds it, with our header).
 
-#include "agent/stack_diagnosis.h"
-#include "agent/stack_summary.h"
+#include "agent/diagnosis/stack_diagnosis.h"
+#include "agent/diagnosis/stack_summary.h"
 
 #include <catch2/catch.hpp>
 #include <fstream>

@@ -1,6 +1,6 @@
-// Straggler detection (agent/step_rates.*) on an injected clock.
+// Straggler detection (agent/diagnosis/step_rates.*) on an injected clock.
 
-#include "agent/step_rates.h"
+#include "agent/diagnosis/step_rates.h"
 
 #include "ddprun_catch.h"
 

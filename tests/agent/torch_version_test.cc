@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "agent/elf_deps.h"
-#include "agent/python_sys_path.h"
-#include "agent/torch_version.h"
-#include "agent/torch_version_probe.h"
-#include "agent/worker_env.h"
+#include "agent/torch_probe/elf_deps.h"
+#include "agent/torch_probe/python_sys_path.h"
+#include "agent/cli/torch_version.h"
+#include "agent/torch_probe/torch_version_probe.h"
+#include "agent/elastic/worker_env.h"
 
 namespace {
 

@@ -2,7 +2,7 @@
 
 #include <csignal>
 
-#include "agent/worker_env.h"
+#include "agent/elastic/worker_env.h"
 
 using ddprun::agent::BuildWorkerArgv;
 using ddprun::agent::BuildWorkerEnv;
@@ -45,7 +45,7 @@ LaunchOptions Options() {
 TEST_CASE("BuildWorkerEnv: static multi-node workers use the agent store",
           "[agent]") {
   // Node 0's agent serves their c10d store on --master_port
-  // (agent/agent_store.h): torch must connect to it, not bind it in rank 0.
+  // (agent/rdzv/agent_store.h): torch must connect to it, not bind it in rank 0.
   LaunchOptions o = Options();
   o.min_nodes = o.max_nodes = 2;
   EnvMap env = BuildWorkerEnv(o, TorchVersion(), Round(), "job7", 0, "", {});

@@ -20,7 +20,7 @@
 #include "ddprun_catch.h"
 #include "ddprun_skip.h"
 
-#include "agent/cli_parser.h"
+#include "agent/cli/cli_parser.h"
 
 namespace ddprun {
 namespace {

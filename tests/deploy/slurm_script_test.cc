@@ -13,7 +13,7 @@
 
 #include "ddprun_catch.h"
 
-#include "agent/cli_parser.h"
+#include "agent/cli/cli_parser.h"
 
 namespace ddprun {
 namespace {

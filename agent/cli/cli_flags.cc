@@ -1,0 +1,187 @@
+#include "agent/cli/cli_flags.h"
+
+#include <cctype>
+
+namespace ddprun::agent {
+namespace {
+
+constexpr FlagKind kV = FlagKind::kValue;
+constexpr FlagKind kB = FlagKind::kBool;
+
+std::vector<FlagSpec> MakeFlags() {
+  // Defaults and wording follow torch/distributed/run.py; where ddprun
+  // differs (monitor_interval, master_port) the text says so.
+  return {
+      {"help", 'h', FlagKind::kHelp, nullptr, nullptr,
+       "show this help message and exit", false, false},
+      {"version", 0, FlagKind::kVersion, nullptr, nullptr,
+       "ddprun addition: print ddprun's version and exit", false, false},
+      {"nnodes", 0, kV, "NNODES", "1:1",
+       "Number of nodes, or the range of nodes as MIN:MAX (0 < MIN <= MAX).",
+       false, false},
+      {"nproc_per_node", 0, kV, "NPROC_PER_NODE", "1",
+       "Workers per node: an int >= 1, cpu (online CPUs), gpu (NVIDIA GPUs, "
+       "limited by CUDA_VISIBLE_DEVICES) or auto (gpu if any, else cpu).",
+       false, false},
+      {"rdzv_backend", 0, kV, "RDZV_BACKEND", "static",
+       "Rendezvous backend: static, c10d or grpc (c10d is served by ddprun's "
+       "grpc rendezvous; etcd is not supported).",
+       false, false},
+      {"rdzv_endpoint", 0, kV, "RDZV_ENDPOINT", "",
+       "Rendezvous endpoint host[:port]; IPv6 as [addr]:port.", false, false},
+      {"rdzv_id", 0, kV, "RDZV_ID", "none",
+       "User-defined job id; becomes TORCHELASTIC_RUN_ID.", false, false},
+      {"rdzv_conf", 0, kV, "RDZV_CONF", "",
+       "Extra rendezvous configuration as key1=value1,key2=value2; unknown "
+       "keys are errors (rendezvous/README.md lists them).",
+       false, false},
+      {"standalone", 0, kB, nullptr, "off",
+       "Single-node job with an embedded rendezvous on a free port and a "
+       "fresh run id; explicit --rdzv_* flags are ignored.",
+       false, false},
+      {"max_restarts", 0, kV, "MAX_RESTARTS", "0",
+       "Worker-group restarts allowed before the job fails (>= 0).", false,
+       false},
+      {"monitor_interval", 0, kV, "MONITOR_INTERVAL", "0.1",
+       "Seconds between worker polls in torchrun (> 0). Accepted; ddprun "
+       "reacts to worker exits as they happen.",
+       false, false},
+      {"start_method", 0, kV, "START_METHOD", "spawn",
+       "spawn, fork or forkserver. Accepted; like torchrun, it does not change "
+       "how script workers start.",
+       false, false},
+      {"role", 0, kV, "ROLE", "default",
+       "User-defined role of the workers (ROLE_NAME, log prefix).", false,
+       false},
+      {"module", 'm', kB, nullptr, "off",
+       "Run the entrypoint as a Python module: python -u -m ENTRYPOINT.", false,
+       false},
+      {"no_python", 0, kB, nullptr, "off",
+       "Execute the entrypoint directly instead of through Python.", false,
+       false},
+      {"run_path", 0, kB, nullptr, "off",
+       "Run the script with runpy.run_path in torchrun; ddprun runs it as a "
+       "plain script. Takes precedence over --no_python.",
+       false, false},
+      {"log_dir", 0, kV, "LOG_DIR", "a fresh torchelastic_* temp dir",
+       "Base directory for worker log files; /dev/null writes none (every "
+       "stream goes to the console, TORCHELASTIC_ERROR_FILE is empty).",
+       false, false},
+      {"redirects", 'r', kV, "REDIRECTS", "0",
+       "Redirect worker streams to files: 0-3 (1=stdout, 2=stderr, 3=both) "
+       "or per local rank, e.g. 0:1,1:2.",
+       false, false},
+      {"tee", 't', kV, "TEE", "0",
+       "Tee worker streams to files and the console (same format as -r).",
+       false, false},
+      {"local_ranks_filter", 0, kV, "LOCAL_RANKS_FILTER", "all ranks",
+       "Show only these local ranks on the console, e.g. 0,1; files keep "
+       "everything.",
+       false, false},
+      {"node_rank", 0, kV, "NODE_RANK", "0",
+       "Rank of this node (static backend; a hint for grpc).", false, false},
+      {"master_addr", 0, kV, "MASTER_ADDR", "127.0.0.1",
+       "Address of the rank-0 node (static backend); IPv6 as [addr].", false,
+       false},
+      {"master_port", 0, kV, "MASTER_PORT",
+       "a free port on one node, 29500 on several",
+       "Port of the rank-0 node (static backend); 0 = pick a free port (one "
+       "node only).",
+       false, false},
+      {"local_addr", 0, kV, "LOCAL_ADDR", "this node's routable IP",
+       "Address other nodes use to reach this node.", false, false},
+      {"signals_to_handle", 0, kV, "SIGNALS_TO_HANDLE",
+       "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
+       "Signals forwarded to the workers (TORCHELASTIC_SIGNALS_TO_HANDLE).",
+       false, false},
+      {"shutdown_timeout", 0, kV, "SHUTDOWN_TIMEOUT",
+       "$TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30",
+       "Seconds between SIGTERM and SIGKILL when stopping workers.", false,
+       false},
+      {"exit_barrier_timeout", 0, kV, "EXIT_BARRIER_TIMEOUT", "300",
+       "Seconds a finished node waits for the others before exiting.", false,
+       false},
+      {"watchdog_timeout", 0, kV, "SECONDS", "0 = off",
+       "ddprun addition: a worker that stays stopped (state T) this long, or "
+       "that called ddprun::worker::Heartbeat() (it touches "
+       "$DDPRUN_WATCHDOG_FILE) and then did not for this long, is killed "
+       "(SIGKILL) and counts as a failed worker; the group restarts while "
+       "--max_restarts lasts. Choose more than the longest step or "
+       "checkpoint.",
+       false, false},
+      {"straggler_factor", 0, kV, "FACTOR", "2, 0 = off",
+       "ddprun addition: warn when a rank's step rate (workers that call "
+       "ddprun_steps.step() or ddprun::worker::Heartbeat() each step) stays "
+       "below the job's median divided by FACTOR for --straggler_time "
+       "seconds.",
+       false, false},
+      {"straggler_time", 0, kV, "SECONDS", "30",
+       "ddprun addition: how long a rank must stay that slow before the "
+       "straggler warning.",
+       false, false},
+      {"torch_version", 0, kV, "VERSION", "detected from the workers' torch",
+       "ddprun addition: the torch version the workers run (e.g. 2.6 or "
+       "1.13), which decides what torchrun of that version would give them: "
+       "TORCH_NCCL_ASYNC_ERROR_HANDLING from 2.2 (NCCL_ASYNC_ERROR_HANDLING "
+       "before), TORCHELASTIC_SIGNALS_TO_HANDLE from 2.9, --local-rank from "
+       "2.0 (--local_rank before) for torch.distributed.launch. Detected "
+       "without importing torch: the torch package on the sys.path of "
+       "$PYTHON_EXEC (asked once, cached), or the LibTorch a compiled "
+       "entrypoint links; when none is found, the newest torch.",
+       false, false},
+      {"retry_usage_errors", 0, kB, nullptr, "off",
+       "ddprun addition: retry a worker that exits with code 2 (a usage or "
+       "configuration error) on the first attempt like any failure, as "
+       "torchrun does; by default the job fails at once.",
+       false, false},
+      {"virtual_local_rank", 0, kB, nullptr, "off",
+       "Give every worker LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES=<its GPU>.",
+       false, false},
+      {"logs_specs", 0, kV, "LOGS_SPECS", "none",
+       "torchrun LogsSpecs plugin name: only 'default' (torchrun's one "
+       "registered name) is accepted; no effect in ddprun.",
+       false, true},
+      {"event_log_handler", 0, kV, "EVENT_LOG_HANDLER", "null",
+       "torchrun events handler (null, console, dynamic_rendezvous). "
+       "Accepted; no effect in ddprun.",
+       false, true},
+      {"numa_binding", 0, kV, "NUMA_BINDING", "none",
+       "node, socket, exclusive or core-complex. Accepted; no effect in "
+       "ddprun.",
+       false, true},
+      {"duplicate_stdout_filters", 0, kV, "FILTERS", "none",
+       "Comma-separated substrings (,, escapes a comma). Accepted; no effect "
+       "in ddprun.",
+       false, true},
+      {"duplicate_stderr_filters", 0, kV, "FILTERS", "none",
+       "Comma-separated substrings (,, escapes a comma). Accepted; no effect "
+       "in ddprun.",
+       false, true},
+      {"legacy_launch", 0, kB, nullptr, "off",
+       "Behave as torch.distributed.launch (same as running ddprun-launch).",
+       false, false},
+      {"use_env", 0, kB, nullptr, "off",
+       "torch.distributed.launch only: without it each worker gets "
+       "--local-rank=N (torch >= 2.0) or --local_rank=N (torch 1.x) appended "
+       "to its arguments.",
+       true, false},
+  };
+}
+
+}  // namespace
+
+const std::vector<FlagSpec>& AllFlags() {
+  static const std::vector<FlagSpec>* flags =
+      new std::vector<FlagSpec>(MakeFlags());
+  return *flags;
+}
+
+std::string PetEnvName(const FlagSpec& flag) {
+  std::string name = "PET_";
+  for (const char* p = flag.dest; *p; ++p) {
+    name += static_cast<char>(std::toupper(static_cast<unsigned char>(*p)));
+  }
+  return name;
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,147 @@
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "agent/cli/torch_version.h"
+#include "rendezvous/client/rendezvous_options.h"
+
+namespace ddprun::agent {
+
+// Which standard streams of a worker go to files (redirect) or to files and
+// the console (tee). Bitmask as torchrun's Std: 1 = stdout, 2 = stderr.
+enum class StdStreams : int { kNone = 0, kOut = 1, kErr = 2, kAll = 3 };
+
+// torchrun's `-r/-t` value: one mask for every local rank, or a per-rank map
+// ("0:1,1:2"); ranks missing from a map get kNone.
+struct StdSpec {
+  StdStreams all = StdStreams::kNone;
+  std::map<int, StdStreams> per_rank;  // non-empty only for the map form
+  bool is_map = false;
+
+  StdStreams ForRank(int local_rank) const {
+    if (!is_map) return all;
+    auto it = per_rank.find(local_rank);
+    return it == per_rank.end() ? StdStreams::kNone : it->second;
+  }
+};
+
+// Whose contract the workers get: which variables and arguments they see.
+enum class WorkerContract {
+  kTorchrun,   // torchrun's (agent/elastic/worker_env.h)
+  kDeepSpeed,  // deepspeed.launcher.launch's (ddprun-deepspeed)
+};
+
+// Everything the command line (and PET_* / SLURM_* environment defaults) says
+// about one launch. Filled by ParseCommandLine() (agent/cli/cli_parser.h) or a
+// front end's equivalent, and never changed afterwards: what main()
+// resolves at run time (the workers' torch, the rendezvous it builds) goes
+// into AgentOptions (agent/elastic/agent_options.h). Defaults are torchrun's unless
+// noted.
+struct LaunchOptions {
+  // --nnodes N | MIN:MAX. 0 < min_nodes <= max_nodes.
+  int min_nodes = 1;
+  int max_nodes = 1;
+  // --nproc_per_node as given ("1", "4", "cpu", "gpu", "auto") and resolved
+  // to a count >= 1 at parse time.
+  std::string nproc_per_node_spec = "1";
+  int nproc_per_node = 1;
+
+  // Rendezvous. backend: "static" | "c10d" | "grpc" (c10d is accepted as an
+  // alias of grpc). endpoint "host[:port]", empty = none given.
+  std::string rdzv_backend = "static";
+  std::string rdzv_endpoint;
+  std::string rdzv_id = "none";
+  // --rdzv_conf k=v,k=v (and $DDPRUN_RDZV_TOKEN where a rendezvous server
+  // is used), read and checked once by the parser.
+  rendezvous::RendezvousOptions rendezvous;
+  bool standalone = false;  // forces embedded rendezvous, fresh run id
+
+  int max_restarts = 0;
+  double monitor_interval_s = 0.1;     // accepted; detection is event-driven
+  std::string start_method = "spawn";  // accepted, no effect (as torchrun
+                                       // for script entrypoints)
+  std::string role = "default";
+
+  // Entrypoint interpretation.
+  bool module = false;     // -m: python -u -m entrypoint
+  bool no_python = false;  // exec entrypoint directly
+  bool run_path = false;   // treated as a plain script run
+
+  // Logs. log_dir empty = a fresh mkdtemp("torchelastic_") directory.
+  std::string log_dir;
+  StdSpec redirects;
+  StdSpec tee;
+  std::optional<std::set<int>> local_ranks_filter;  // console only
+  // $TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, checked at parse time; "" =
+  // torchrun's `[<role><local_rank>]:` (agent/cli/log_line_prefix.h).
+  std::string log_line_prefix_template;
+
+  // Static rendezvous / addressing.
+  int node_rank = 0;  // -1 would mean "no hint" for grpc
+  bool node_rank_given = false;
+  std::string master_addr = "127.0.0.1";
+  std::optional<int> master_port;  // nullopt = pick a verified-free port
+  std::string local_addr;          // empty = auto (routable IP, not FQDN)
+
+  // Shutdown and signals.
+  std::vector<int> signals_to_handle;  // default SIGTERM,SIGINT,SIGHUP,SIGQUIT
+  double shutdown_timeout_s = 30.0;    // SIGTERM -> SIGKILL grace
+  double exit_barrier_timeout_s = 300.0;
+  bool virtual_local_rank = false;
+  // ddprun addition: seconds a worker may stay stopped (state T) or, once it
+  // touched DDPRUN_WATCHDOG_FILE, go without touching it, before the agent
+  // kills it as hung. 0 = off.
+  double watchdog_timeout_s = 0;
+  // ddprun addition: a rank whose step rate stays below the job's median
+  // divided by straggler_factor for straggler_time_s seconds is warned
+  // about. 0 = no warnings (the rates are still kept and reported).
+  double straggler_factor = 2.0;
+  double straggler_time_s = 30.0;
+  // ddprun addition: retry a worker group whose first attempt failed with
+  // exit code 2 (a usage error) like any failure, as torchrun does. By
+  // default such a job fails at once.
+  bool retry_usage_errors = false;
+
+  // --torch_version; unknown = not given (main() then detects it:
+  // AgentOptions::worker_torch).
+  TorchVersion torch_version;
+
+  // ddprun-deepspeed: the workers get deepspeed.launcher.launch's contract
+  // instead of torchrun's, with `--local_rank=N` appended unless
+  // deepspeed_local_rank_arg is false (--no_local_rank).
+  WorkerContract contract = WorkerContract::kTorchrun;
+  bool deepspeed_local_rank_arg = true;
+  // torchrun's OMP_NUM_THREADS=1 (and banner) for several workers when the
+  // variable is unset; off for deepspeed's elastic agent, which has none.
+  bool omp_default = true;
+
+  // Legacy torch.distributed.launch behaviour (ddprun-launch or --legacy).
+  bool legacy_launch = false;
+  bool use_env = false;  // legacy: if false, "--local-rank=N" (torch >= 2.0)
+                         // or "--local_rank=N" is appended
+
+  // What to run and its arguments, passed through untouched.
+  std::string entrypoint;
+  std::vector<std::string> entrypoint_args;
+};
+
+// Which rendezvous a launch uses (agent/rdzv/rendezvous_factory.h builds it).
+enum class RendezvousMode {
+  kLocal,       // static or grpc with --nnodes=1 and no endpoint: no server
+  kStandalone,  // --standalone: the gRPC server in-process, on loopback
+  kGrpc,        // --rdzv_backend=grpc|c10d with an endpoint
+  kStatic,      // static with --nnodes=N>1: node 0 hosts the gRPC server
+};
+RendezvousMode ModeOf(const LaunchOptions& options);
+
+// True when node 0's agent serves the workers' c10d store on --master_port
+// beside the rendezvous (static multi-node mode without rdzv_conf TLS):
+// workers get MASTER_PORT = --master_port and
+// TORCHELASTIC_USE_AGENT_STORE=True (agent/rdzv/agent_store.h).
+bool UsesAgentStore(const LaunchOptions& options);
+
+}  // namespace ddprun::agent

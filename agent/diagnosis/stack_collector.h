@@ -1,0 +1,93 @@
+#pragma once
+
+#include <csignal>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/diagnosis/worker_watchdog.h"
+#include "common/clock.h"
+#include "common/event_loop.h"
+
+namespace ddprun::agent {
+
+// The signal that asks a worker for its stacks: SIGRTMAX-2 (62 on Linux).
+// Workers learn it from DDPRUN_STACKS_SIGNAL; ddprun's sitecustomize.py
+// registers faulthandler for it, writing to DDPRUN_STACKS_FILE.
+int StackDumpSignal();
+
+// The signal a user sends to a running ddprun for a dump on demand
+// (SIGUSR2; torchrun dies of it, so no torchrun user relies on it).
+inline constexpr int kDumpRequestSignal = SIGUSR2;
+
+// The folder ddprun appends to Python workers' PYTHONPATH: the one that
+// holds ddprun's sitecustomize.py, `<dir of ddprun>/../lib/ddprun/python`
+// (the build tree, `cmake --install` and scripts/bundle_launcher.sh all lay
+// it out so). "" when it is missing: workers then run without the hook.
+std::string PythonStackHelperDir();
+
+// True when process `pid` has a handler for `sig` (SigCgt in
+// /proc/<pid>/status): only such a worker may get the dump signal, whose
+// default action would kill it.
+bool CatchesSignal(int pid, int sig);
+
+struct StackTarget {
+  int rank = 0;  // global rank, for the diagnosis
+  int pid = 0;
+  std::string path;  // the worker's DDPRUN_STACKS_FILE
+};
+struct StackResult {
+  StackTarget target;
+  std::string dump;     // what the worker appended ("" = none)
+  std::string missing;  // why there is no dump, "" when there is one
+};
+
+// Collects every target's stacks without blocking the loop: appends a
+// "# ddprun stack dump" header line to each target's file, sends
+// StackDumpSignal() to the main thread of each target that catches it
+// (tgkill; the worker's file is opened O_APPEND, so the dump follows the
+// header), and polls the files. A dump is complete when its file grew and
+// then stayed the same size for two polls (25 ms apart); a target that does
+// not answer within `limit`, is stopped (state T), has exited or catches no
+// such signal is reported with `missing` set, and never waited for.
+// `done` runs once on the loop thread (posted, never inside Collect).
+//
+// Confined to the loop thread; one collection at a time (Collect while
+// busy() is a programming error: it returns false and does nothing).
+class StackCollector {
+ public:
+  using Done = std::function<void(std::vector<StackResult>)>;
+
+  explicit StackCollector(EventLoop* loop);
+  ~StackCollector();
+  StackCollector(const StackCollector&) = delete;
+  StackCollector& operator=(const StackCollector&) = delete;
+
+  bool Collect(std::vector<StackTarget> targets, const std::string& why,
+               Clock::Duration limit, Done done);
+  bool busy() const { return busy_; }
+
+ private:
+  struct Pending {
+    StackResult result;
+    int64_t start = 0;  // file size after our header
+    int64_t last = -1;
+    int stable = 0;
+    bool finished = false;
+  };
+  void Poll();
+  void Complete();
+
+  EventLoop* loop_;
+  std::unique_ptr<WorkerProbe> probe_;
+  bool busy_ = false;
+  std::vector<Pending> pending_;
+  Clock::TimePoint deadline_{};
+  Clock::Duration limit_{};
+  Done done_;
+  EventLoop::TimerId timer_ = 0;
+  bool armed_ = false;
+};
+
+}  // namespace ddprun::agent

@@ -1,0 +1,34 @@
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "agent/diagnosis/stack_collector.h"
+#include "agent/diagnosis/stack_diagnosis.h"
+#include "rendezvous/client/rendezvous_client.h"
+
+namespace ddprun::agent {
+
+// A collected dump (stack_collector.h) as the diagnosis reads it.
+RankStacks ToRankStacks(const StackResult& result);
+
+// "node 1: host-b": how a diagnosis across nodes names a rank's node.
+std::string NodeLabel(int group_rank, const std::string& host);
+
+// What one node sends the others (the Stacks rpc): the rank's main thread
+// as faulthandler prints it, innermost first, up to its innermost user
+// frame and kSummaryFramesPast more (at most kSummaryFrames frames); a C++
+// worker's native header with its thread count. FromSummary() parses it
+// back into what DiagnoseHang needs (node set to NodeLabel()).
+inline constexpr size_t kSummaryFrames = 32;
+inline constexpr size_t kSummaryFramesPast = 8;
+rendezvous::RankStackSummary Summarize(const RankStacks& rank, int group_rank,
+                                       const std::string& host);
+RankStacks FromSummary(const rendezvous::RankStackSummary& summary);
+
+// One console line for a rank, "  rank 2 (pid 812): train.py:88 in load <-
+// ... (+2 more threads)" (the node before the pid when it has one), at
+// most `max_frames` frames; native workers and missing stacks say so.
+std::string ConsoleLine(const RankStacks& rank, size_t max_frames);
+
+}  // namespace ddprun::agent

@@ -1,0 +1,224 @@
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/elastic/agent_options.h"
+#include "agent/process/console.h"
+#include "agent/elastic/failure_report.h"
+#include "agent/process/process_launcher.h"
+#include "agent/diagnosis/stack_collector.h"
+#include "agent/diagnosis/stack_diagnosis.h"
+#include "agent/diagnosis/straggler_watch.h"
+#include "agent/elastic/worker_env.h"
+#include "agent/process/worker_output.h"
+#include "agent/diagnosis/worker_watchdog.h"
+#include "common/event_loop.h"
+#include "rendezvous/client/rendezvous_client.h"
+
+namespace ddprun::agent {
+
+// torchelastic's WorkerState.
+enum class WorkerState {
+  kInit,
+  kHealthy,
+  kUnhealthy,
+  kStopped,
+  kSucceeded,
+  kFailed
+};
+const char* WorkerStateName(WorkerState state);
+
+// torchrun's local elastic agent as an event-driven state machine:
+// rendezvous -> start nproc_per_node workers -> wait for exits and
+// rendezvous events -> on a worker failure stop the group (SIGTERM, then
+// SIGKILL of every group after --shutdown_timeout) and restart while the
+// rendezvous grants restarts -> once every worker succeeded, report success
+// and finish with exit code 0. A failed job prints torchrun's failure table
+// and finishes with 1; a handled signal is forwarded to the workers, the group
+// is stopped and the agent finishes with 128+N.
+//
+// Worker output always flows through the agent (pipes), also without -r/-t:
+// console lines get torchrun's tee prefix `[<role><local_rank>]:` (or the
+// TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE expansion) and are written whole, so
+// lines of different workers never interleave mid-line (pytorch#75087).
+// --local_ranks_filter applies to the console only.
+//
+// With --watchdog_timeout > 0 a worker that stays stopped (state T), or that
+// touched its heartbeat file (env DDPRUN_WATCHDOG_FILE) and then stopped
+// touching it, for that long is killed with SIGKILL to its process group
+// (a stopped process ignores SIGTERM) and counts as a failed worker
+// (exitcode -9, the failure table names the watchdog): the group restarts
+// while the budget lasts. Stopping a group also sends SIGCONT after
+// SIGTERM, so a stopped worker handles SIGTERM instead of waiting for
+// --shutdown_timeout.
+//
+// Before the watchdog kills, the agent collects the stacks of every local
+// worker (agent/diagnosis/stack_collector.h; Python workers answer through ddprun's
+// sitecustomize.py, env DDPRUN_STACKS_FILE / DDPRUN_STACKS_SIGNAL), appends
+// them to attempt_<k>/<local_rank>/stacks.txt, prints the diagnosis
+// (agent/diagnosis/stack_diagnosis.h) and adds it to the killed workers' failure
+// traceback. DumpStacks() does the same for a running job without stopping
+// anything. DDPRUN_STACKS=0 in ddprun's environment turns both off.
+// In a multi-node round (a backend with SupportsStacks()) both first gather
+// every node's stacks through the rendezvous (bounded, kGatherLimit 5 s):
+// the other agents are asked on their next heartbeat, collect their
+// workers' stacks and answer; nothing is killed before that, and the
+// diagnosis names every rank with its node. An agent asked so (or by
+// `ddprun-rendezvous --stacks`) collects and answers without stopping
+// anything.
+//
+// Rendezvous calls are asynchronous (rendezvous/client/rendezvous_client.h):
+// each step starts one and goes on in its callback (OnJoined,
+// OnFailureReported, OnBarrierPassed); nothing blocks the loop. A handled
+// signal while a Join or the exit barrier is in flight (no workers run)
+// leaves the job, which cancels the call, and finishes with 128+N; one that
+// arrives while a failure report is in flight takes effect once it is
+// answered (a restart becomes the exit). agent/README.md draws the state
+// machine.
+//
+// Confined to the loop thread (the rendezvous client and the launcher
+// deliver there). The collaborators must outlive the agent.
+class ElasticAgent {
+ public:
+  using DoneCallback = std::function<void(int exit_code)>;
+
+  ElasticAgent(AgentOptions options, EventLoop* loop, ProcessLauncher* launcher,
+               rendezvous::RendezvousClient* rendezvous, Console* console);
+  ~ElasticAgent();
+
+  // Begins the first rendezvous on the loop. `on_done` runs once, on the
+  // loop thread, with the exit code for ddprun.
+  void Start(DoneCallback on_done);
+
+  // A signal in --signals_to_handle arrived (call on the loop thread). Also
+  // before the first rendezvous: the agent then finishes without one.
+  void OnSignal(int sig);
+
+  // A dump on demand (SIGUSR2 to ddprun): every running worker's stacks to
+  // its stacks.txt and the diagnosis to the console; the job goes on.
+  void DumpStacks();
+
+  WorkerState state() const { return state_; }
+  // TORCHELASTIC_RESTART_COUNT of the current attempt.
+  int restart_count() const { return round_.restart_count; }
+  // How many times workers were started (rounds run).
+  int starts() const { return starts_; }
+  // Pids of the current attempt's workers, by local rank.
+  std::vector<int> worker_pids() const;
+  const std::vector<ProcessFailure>& last_failures() const { return failures_; }
+
+ private:
+  enum class StopReason {
+    kNone,
+    kWorkerFailure,
+    kMembershipChanged,
+    kRestartRequested,
+    kJobFailed,
+    kConnectionLost,
+    kSignal,
+    kLaunchError,
+  };
+  // Which rendezvous call is in flight (kJoining, kReporting, kBarrier,
+  // kLeaving), or what the agent does without one.
+  enum class Phase {
+    kIdle,       // before Start, or between two steps
+    kJoining,    // Join in flight, no workers
+    kRunning,    // workers run (or are being stopped)
+    kReporting,  // ReportFailure in flight, workers stopped
+    kBarrier,    // ReportSuccess (exit barrier) in flight, workers done
+    kLeaving,    // Leave in flight: the agent finishes when it is over
+    kDone,
+  };
+  struct Worker;
+
+  // Starts a Join (or, with a signal pending, leaves instead).
+  void StartRendezvous();
+  void OnJoined(StatusOr<rendezvous::RendezvousResult> round);
+  Status StartWorkers();
+  void OnWorkerExit(int generation, int local_rank, ExitStatus status);
+  void OnWorkerStuck(const WorkerWatchdog::Stuck& stuck);
+  // Stack collection: the targets (running workers that have a stacks
+  // file), and what happens once the dumps are in.
+  std::vector<StackTarget> StackTargets() const;
+  // `here`: this node asked (its watchdog, SIGUSR2), else another node or
+  // an operator did through the rendezvous (OnStacksRequested). A dump
+  // asked here in a multi-node round gathers every node's stacks
+  // (GatherStacks, bounded) before it reports and kills.
+  void OnStacksCollected(int generation, bool watchdog, bool here,
+                         std::vector<StackResult> results);
+  void OnStacksRequested(uint64_t request_id, const std::string& reason);
+  void OnStacksGathered(int generation, bool watchdog,
+                        std::vector<RankStacks> local,
+                        StatusOr<rendezvous::StacksAnswer> answer);
+  // Prints every rank's line and the diagnosis (`note`: what is missing),
+  // keeps a watchdog's verdict for the failure table, kills hung_.
+  void ReportStacks(int generation, bool watchdog,
+                    const std::vector<RankStacks>& ranks,
+                    const std::string& note);
+  bool AcrossNodes() const;
+  std::string Host();  // hostname_, resolved once
+  // SIGKILL to a hung worker's process group (the watchdog's verdict).
+  void KillHung(int local_rank);
+  void OnRendezvousEvent(const rendezvous::RendezvousEvent& event);
+  void OnFailureReported(StatusOr<bool> again, bool usage_error);
+  void OnBarrierPassed(const Status& status);
+  // Leaves the job (cancelling a call in flight), then finishes.
+  void LeaveAndFinish(WorkerState state, int exit_code);
+  void BeginStop(StopReason reason, int sig, const std::string& why);
+  void OnStopDeadline();
+  void MaybeFinishStop();
+  // SIGKILL to every worker's process group (the workers have exited).
+  void KillLeftovers();
+  void AfterStop();
+  void ReportFailedJob();
+  void Finish(WorkerState state, int exit_code);
+  bool AnyRunning() const;
+
+  const AgentOptions options_;
+  EventLoop* loop_;
+  ProcessLauncher* launcher_;
+  rendezvous::RendezvousClient* rendezvous_;
+  Console* console_;
+  DoneCallback on_done_;
+
+  WorkerState state_ = WorkerState::kInit;
+  Phase phase_ = Phase::kIdle;
+  // A signal that arrived while a failure report was in flight.
+  int pending_signal_ = 0;
+  rendezvous::RendezvousResult round_;
+  int generation_ = 0;
+  int starts_ = 0;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<ProcessFailure> failures_;
+  bool stop_pending_ = false;  // a failure was seen, BeginStop is posted
+  StopReason stop_reason_ = StopReason::kNone;
+  int stop_signal_ = 0;
+  std::string stop_why_;
+  EventLoop::TimerId stop_timer_ = 0;
+  bool stop_timer_armed_ = false;
+  bool finished_ = false;
+  std::string hostname_;  // for the failure table, resolved when needed
+  Clock::TimePoint failure_seen_at_{};
+  std::unique_ptr<WorkerProbe> own_probe_;    // when config has none
+  std::unique_ptr<WorkerWatchdog> watchdog_;  // null: --watchdog_timeout=0
+  std::unique_ptr<StackCollector> stacks_;    // null: DDPRUN_STACKS=0
+  std::unique_ptr<StragglerWatch> stragglers_;  // step rates, warnings
+  // Hung workers (local ranks) to kill once their stacks are in.
+  std::vector<int> hung_;
+  // The diagnosis of the current generation's hang, once made.
+  int diagnosis_generation_ = 0;
+  std::string diagnosis_;
+  // A dump another node asked for, answered when the collection ends.
+  uint64_t answer_pending_ = 0;
+  // A dump across nodes is being gathered (GatherStacks in flight).
+  bool gathering_ = false;
+  // This node's ranks in the last collection, as sent to the others.
+  std::vector<rendezvous::RankStackSummary> last_own_;
+  int last_own_generation_ = 0;  // the group last_own_ belongs to
+};
+
+}  // namespace ddprun::agent
