@@ -12,7 +12,7 @@
 #include "agent/cli/nproc_resolver.h"
 #include "agent/cli/option_tokenizer.h"
 #include "agent/cli/slurm_env.h"
-#include "rendezvous/client/rendezvous_options.h"
+#include "rendezvous/options/rendezvous_options.h"
 
 namespace ddprun::agent {
 namespace {

@@ -65,7 +65,7 @@ struct CommandLine {
 //    on env PATH when the name has no '/'.
 //
 // --rdzv_conf is read once, here, into LaunchOptions::rendezvous
-// (rendezvous/client/rendezvous_options.h): every key is checked against
+// (rendezvous/options/rendezvous_options.h): every key is checked against
 // the key table on every backend (unknown key, bad value, unreadable file),
 // the files it names are read, and where a rendezvous server is used an
 // empty DDPRUN_RDZV_TOKEN (or token file) is an error. The environment's

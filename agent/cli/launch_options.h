@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "agent/cli/torch_version.h"
-#include "rendezvous/client/rendezvous_options.h"
+#include "rendezvous/options/rendezvous_options.h"
 
 namespace ddprun::agent {
 

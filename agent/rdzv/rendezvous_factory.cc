@@ -6,10 +6,10 @@
 
 #include "common/logging.h"
 #include "common/net.h"
-#include "rendezvous/client/endpoint.h"
+#include "rendezvous/options/endpoint.h"
 #include "rendezvous/client/grpc_rendezvous_client.h"
 #include "rendezvous/client/local_rendezvous_client.h"
-#include "rendezvous/rendezvous_server.h"
+#include "rendezvous/server/rendezvous_server.h"
 
 namespace ddprun::agent {
 namespace {

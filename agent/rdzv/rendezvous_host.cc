@@ -5,7 +5,7 @@
 #include <grpc/support/log.h>
 
 #include "common/logging.h"
-#include "rendezvous/client/endpoint.h"
+#include "rendezvous/options/endpoint.h"
 
 namespace ddprun::agent {
 namespace {

@@ -8,7 +8,7 @@
 #include "common/status_or.h"
 #include "agent/rdzv/agent_store.h"
 #include "common/thread_annotations.h"
-#include "rendezvous/rendezvous_server.h"
+#include "rendezvous/server/rendezvous_server.h"
 
 namespace ddprun::agent {
 

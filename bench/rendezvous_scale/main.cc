@@ -28,7 +28,7 @@
 
 #include "common/logging.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
-#include "rendezvous/rendezvous_server.h"
+#include "rendezvous/server/rendezvous_server.h"
 
 namespace ddprun::rendezvous {
 namespace {

@@ -1,12 +1,340 @@
 #include "rendezvous/client/grpc_rendezvous_client.h"
 
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <memory>
 #include <random>
+#include <set>
+#include <string>
+#include <thread>
 
+#include <grpcpp/grpcpp.h>
+
+#include "common/event_loop.h"
 #include "common/logging.h"
+#include "common/mutex.h"
 #include "common/net.h"
-#include "rendezvous/client/grpc_rendezvous_client_impl.h"
+#include "common/thread_annotations.h"
+#include "ddprun/v1/rendezvous.grpc.pb.h"
+#include "rendezvous/options/endpoint.h"
+
+// GrpcRendezvousClient: RendezvousClient over gRPC's callback API, one
+// class in one file. In order: the class; its construction and the calls
+// (Join, ReportFailure, ReportSuccess, Leave); one call on the callback API
+// with retries and re-registration; the heartbeat thread; the move to a
+// successor endpoint (cross-host failover); stack dumps and step rates.
 
 namespace ddprun::rendezvous::internal {
+
+namespace v1 = ::ddprun::rendezvous::v1;
+
+// A channel to `endpoint` ("host:port") with the client's credentials
+// (TLS per `options`) and fast reconnects.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& endpoint,
+                                           const RendezvousOptions& options);
+
+inline Status FromGrpc(const grpc::Status& s, const std::string& endpoint) {
+  if (s.ok()) return Status::Ok();
+  return Status(static_cast<StatusCode>(s.error_code()),
+                "rendezvous " + endpoint + ": " + s.error_message());
+}
+
+// Worth trying again later: the server is away (restarting), or it asked
+// this node to slow down (rate limit).
+inline bool Retryable(const grpc::Status& s) {
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+          s.error_message().find("rate limit") != std::string::npos);
+}
+
+// The server does not know the job: it lost its state (a restart, or a
+// failover to another hosting agent) and must learn the round again.
+inline bool LostJob(const grpc::Status& s) {
+  return s.error_code() == grpc::StatusCode::NOT_FOUND &&
+         s.error_message().find("unknown rendezvous") != std::string::npos;
+}
+
+// One unary call's context, request and response, alive until gRPC's
+// callback has run and its answer has been read on the loop.
+template <typename Request, typename Response>
+struct Rpc {
+  grpc::ClientContext ctx;
+  Request req;
+  Response resp;
+};
+
+// Threads: the public methods, the retry timers and every answer run on
+// the loop thread (loop-only state below is unannotated); gRPC's callback
+// threads only post to the loop; the heartbeat thread shares the state
+// under mu_.
+class GrpcRendezvousClient final : public RendezvousClient {
+ public:
+  GrpcRendezvousClient(const GrpcClientOptions& options, Endpoint endpoint,
+                       EventLoop* loop, std::shared_ptr<grpc::Channel> channel);
+  // Cancels what is in flight, joins the heartbeat thread and waits for
+  // gRPC's callbacks of the cancelled calls (prompt after TryCancel).
+  ~GrpcRendezvousClient() override;
+
+  std::string Backend() const override { return "grpc"; }
+  void Join(const JoinRequest& request, Clock::TimePoint deadline,
+            JoinDone done) override;
+  void SetEventHandler(EventHandler handler) override {
+    handler_ = std::move(handler);
+  }
+  void ReportFailure(int64_t round, const std::string& reason, bool retry,
+                     FailureDone done) override;
+  void ReportSuccess(int64_t round, Clock::Duration barrier_timeout,
+                     Done done) override;
+  void Leave(std::function<void()> done) override;
+
+  // grpc_client_stacks.cc.
+  bool SupportsStacks() const override { return true; }
+  void SetStacksRequestHandler(StacksRequestHandler handler) override {
+    stacks_handler_ = std::move(handler);
+  }
+  void AnswerStacks(uint64_t request_id,
+                    std::vector<RankStackSummary> ranks) override;
+  void GatherStacks(const std::string& reason,
+                    std::vector<RankStackSummary> own,
+                    Clock::TimePoint deadline, StacksDone done) override;
+  void SetStepRates(std::vector<RankStepRate> rates) override;
+  double JobMedianStepRate() const override;
+
+ private:
+  using Finished = std::function<void(grpc::Status)>;
+  // A call retried with backoff (100 ms .. 2 s) while the server is
+  // unreachable, until `deadline`. Loop thread only.
+  struct Retry {
+    Clock::TimePoint deadline;
+    std::chrono::milliseconds backoff{100};
+    // Re-register the round once when the server does not know the job.
+    bool on_job = false;
+    bool reregistered = false;
+    EventLoop::TimerId timer = 0;  // non-zero: waiting for the next attempt
+    // The client's generation_ when the last attempt started: a call
+    // cancelled because the client moved to a successor is tried again.
+    uint64_t generation = 0;
+    // Starts one attempt; `finished` runs on the loop with its status.
+    std::function<void(Finished finished)> attempt;
+    Finished done;
+  };
+
+  // grpc_client_calls.cc.
+  // Runs `issue(ctx, req, resp, callback)` (a stub_->async() method) on
+  // `rpc`; `on_loop` gets the status on the loop thread. `barrier`: the
+  // call is the exit barrier (the heartbeat thread may cancel it).
+  template <typename Rpc, typename Issue>
+  void StartCall(std::shared_ptr<Rpc> rpc, Issue issue, Finished on_loop,
+                 bool barrier = false);
+  // One attempt of a retried call: StartCall on a copy of `req` with
+  // `deadline`, waiting for the channel to be ready; the response is copied
+  // to *answer (null: not needed) before `finished` runs.
+  template <typename Req, typename Resp, typename Issue>
+  void StartAttempt(const Req& req, Clock::TimePoint deadline, Issue issue,
+                    std::shared_ptr<Resp> answer, Finished finished,
+                    bool barrier = false);
+  void Run(std::shared_ptr<Retry> retry);
+  void OnAttempt(const std::shared_ptr<Retry>& retry, const grpc::Status& s);
+  void Complete(const std::shared_ptr<Retry>& retry, const grpc::Status& s);
+  // Registers this node's round with a server that lost its state (it
+  // restarted, or another agent took over hosting): one Heartbeat, then
+  // `then` on the loop.
+  void Reregister(std::function<void()> then);
+  bool Stopped() const EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return stop_;
+  }
+  // Runs `fn` later on the loop, unless the client is gone by then.
+  void PostToLoop(std::function<void()> fn);
+  void PrepareContext(grpc::ClientContext* ctx) const;
+  std::chrono::system_clock::time_point ToSystem(
+      Clock::TimePoint deadline) const;
+  // Join's answer turned into the agent's result (loop thread).
+  StatusOr<RendezvousResult> OnJoinAnswer(const grpc::Status& s,
+                                          const v1::JoinResponse& resp,
+                                          Clock::TimePoint call_deadline);
+  Status OnBarrierAnswer(const grpc::Status& s,
+                         Clock::Duration barrier_timeout);
+  // A Join that cannot reach its server for 5 s says so once.
+  void WarnIfUnreachable(Clock::TimePoint deadline);
+
+  // grpc_client_heartbeats.cc.
+  void StartHeartbeats();
+  // Stops the heartbeat thread soon (joined by the destructor).
+  void StopHeartbeats() EXCLUDES(mu_);
+  void HeartbeatLoop() EXCLUDES(mu_);
+  // The Heartbeat this node sends now.
+  v1::HeartbeatRequest HeartbeatRequestLocked() const REQUIRES(mu_);
+  // While the server does not answer: lets this process take over hosting
+  // its endpoint when the server allowed it (failover). True if it did.
+  bool TryTakeOver() EXCLUDES(mu_);
+
+  // grpc_client_failover.cc.
+  // Cross-host failover, from the heartbeat thread, once the server has
+  // been unreachable for `unreachable`: when a successor other than the
+  // current endpoint is known, max(2 x heartbeat_interval, 1 s) have
+  // passed, its host refuses connections (OldHostRefuses) and the server
+  // does not answer within 1 s more (OldServerBack), hosts it (this node is the
+  // successor) and moves the client there. True when the client moved.
+  bool TryFailOver(Clock::Duration unreachable) EXCLUDES(mu_);
+  // True when `endpoint`'s host refuses connections to its port within
+  // 1 s (up, nothing listens: the server process is gone). Else warns once.
+  bool OldHostRefuses(const std::string& endpoint) EXCLUDES(mu_);
+  // One Heartbeat to the current server that waits up to 1 s for a
+  // connection (the heartbeat thread's; Stop cancels it): true when it
+  // answered, i.e. an agent on its host took it over meanwhile.
+  bool OldServerBack() EXCLUDES(mu_);
+  // Points the client at `endpoint` from now on: a new channel and stub,
+  // calls in flight cancelled (their retries start over there, re-registering
+  // first), generation_ bumped. Thread-safe.
+  void SwitchTo(const std::string& endpoint) EXCLUDES(mu_);
+  // The stub, channel and endpoint text the client uses now.
+  std::shared_ptr<v1::Rendezvous::Stub> Stub() const EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return stub_;
+  }
+  std::shared_ptr<grpc::Channel> Channel() const EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return channel_;
+  }
+  std::string Target() const EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return target_;
+  }
+  uint64_t Generation() const EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return generation_;
+  }
+  // The heartbeat thread's verdict on an unreachable server while the node
+  // waits in the exit barrier: warns once, gives up (cancels the call)
+  // after connection_lost_timeout.
+  void WatchBarrierLocked(Clock::Duration unreachable) REQUIRES(mu_);
+  // Posts an event for the agent (one per round).
+  void Emit(RendezvousEventType type, const std::string& reason) EXCLUDES(mu_);
+  // A heartbeat's stacks_request: hands a dump not seen before to the
+  // agent's handler on the loop (heartbeat thread).
+  void OnStacksRequest(const v1::HeartbeatResponse& resp) EXCLUDES(mu_);
+  // One Stacks call (no retries: dumps are bounded and best effort);
+  // `done` gets the answer on the loop.
+  void CallStacks(const v1::StacksRequest& req, Clock::TimePoint deadline,
+                  std::function<void(StatusOr<StacksAnswer>)> done);
+  // Polls dump `id` until complete or `deadline` (loop thread).
+  void PollStacks(uint64_t id, Clock::TimePoint deadline, StacksDone done);
+
+  const GrpcClientOptions options_;
+  const Endpoint endpoint_;
+  EventLoop* const loop_;
+  Clock* const clock_;
+  uint64_t instance_ = 0;
+
+  // Loop thread only.
+  EventHandler handler_;
+  StacksRequestHandler stacks_handler_;
+  std::set<std::shared_ptr<Retry>> retries_;  // calls not yet answered
+  bool joining_ = false;                      // a Join is in flight
+  EventLoop::TimerId warn_timer_ = 0;
+  std::thread heartbeat_;
+  // Closures posted to the loop hold a weak reference: a client destroyed
+  // before they run turns them into no-ops.
+  std::shared_ptr<char> alive_ = std::make_shared<char>();
+
+  mutable Mutex mu_;
+  CondVar cv_;
+  // What Join and Heartbeat send; set by the first Join.
+  v1::JobConfig config_ GUARDED_BY(mu_);
+  v1::NodeInfo node_ GUARDED_BY(mu_);
+  std::string rdzv_id_ GUARDED_BY(mu_);
+  v1::Assignment last_ GUARDED_BY(mu_);  // the last round this node got
+  // Heartbeats report last_ (a restarted server rebuilds from it).
+  bool registered_ GUARDED_BY(mu_) = false;
+  bool running_ GUARDED_BY(mu_) = false;     // workers run: events wanted
+  bool event_sent_ GUARDED_BY(mu_) = false;  // one event per round
+  bool paused_ GUARDED_BY(mu_) = false;      // the last Join failed: no beats
+  // A round just completed: beat now rather than a heartbeat_interval
+  // later, so that the node learns at once whether it may take over (an
+  // agent hosting the rendezvous killed right after the round otherwise
+  // leaves survivors that never heard `failover`).
+  bool beat_now_ GUARDED_BY(mu_) = false;
+  // The server said that agents may take over its endpoint (failover).
+  bool failover_ GUARDED_BY(mu_) = false;
+  // Where the client goes when the server is gone and nobody on its host
+  // took it over (HeartbeatResponse.successor_*); empty: nowhere.
+  std::string successor_endpoint_ GUARDED_BY(mu_);
+  std::string successor_node_ GUARDED_BY(mu_);
+  // Said once that the old server's host does not answer (no failover).
+  bool partition_warned_ GUARDED_BY(mu_) = false;
+  // The server the client talks to now (the endpoint, or a successor) and
+  // how many times it moved.
+  std::string target_ GUARDED_BY(mu_);
+  std::shared_ptr<grpc::Channel> channel_ GUARDED_BY(mu_);
+  std::shared_ptr<v1::Rendezvous::Stub> stub_ GUARDED_BY(mu_);
+  uint64_t generation_ GUARDED_BY(mu_) = 0;
+  // In the exit barrier, and whether the heartbeat thread gave up on an
+  // unreachable server (it cancels the call).
+  bool in_barrier_ GUARDED_BY(mu_) = false;
+  bool barrier_lost_ GUARDED_BY(mu_) = false;
+  // Calls in flight (Leave and the destructor cancel them), the exit
+  // barrier's among them, and the heartbeat thread's.
+  std::set<grpc::ClientContext*> active_ GUARDED_BY(mu_);
+  grpc::ClientContext* barrier_ GUARDED_BY(mu_) = nullptr;
+  grpc::ClientContext* beat_ GUARDED_BY(mu_) = nullptr;
+  // gRPC callbacks that have not returned yet (the destructor waits).
+  int callbacks_ GUARDED_BY(mu_) = 0;
+  bool stop_ GUARDED_BY(mu_) = false;  // left, finished or destroyed
+  // The last stack dump handed to the agent (a heartbeat repeats it until
+  // this node answers).
+  uint64_t stacks_seen_ GUARDED_BY(mu_) = 0;
+  // This node's step rates (sent with heartbeats) and the job's median
+  // from the last heartbeat's answer.
+  std::vector<RankStepRate> rates_ GUARDED_BY(mu_);
+  double job_median_ GUARDED_BY(mu_) = -1;
+};
+
+template <typename Rpc, typename Issue>
+void GrpcRendezvousClient::StartCall(std::shared_ptr<Rpc> rpc, Issue issue,
+                                     Finished on_loop, bool barrier) {
+  {
+    MutexLock lock(&mu_);
+    active_.insert(&rpc->ctx);
+    if (barrier) barrier_ = &rpc->ctx;
+    ++callbacks_;
+  }
+  std::weak_ptr<char> alive = alive_;
+  issue(&rpc->ctx, &rpc->req, &rpc->resp,
+        [this, rpc, alive, on_loop = std::move(on_loop)](grpc::Status s) {
+          // gRPC's thread: hand the answer to the loop and let go of
+          // `this` (the destructor waits for callbacks_ == 0).
+          loop_->Post([alive, rpc, on_loop, s] {
+            if (!alive.expired()) on_loop(s);
+          });
+          MutexLock lock(&mu_);
+          active_.erase(&rpc->ctx);
+          if (barrier_ == &rpc->ctx) barrier_ = nullptr;
+          --callbacks_;
+          cv_.NotifyAll();
+        });
+}
+
+template <typename Req, typename Resp, typename Issue>
+void GrpcRendezvousClient::StartAttempt(const Req& req,
+                                        Clock::TimePoint deadline, Issue issue,
+                                        std::shared_ptr<Resp> answer,
+                                        Finished finished, bool barrier) {
+  auto attempt = std::make_shared<Rpc<Req, Resp>>();
+  attempt->req = req;
+  PrepareContext(&attempt->ctx);
+  attempt->ctx.set_deadline(ToSystem(deadline));
+  attempt->ctx.set_wait_for_ready(true);
+  StartCall(
+      attempt, std::move(issue),
+      [attempt, answer, finished = std::move(finished)](grpc::Status s) {
+        if (answer != nullptr) *answer = attempt->resp;
+        finished(s);
+      },
+      barrier);
+}
+
 namespace {
 
 // How long a Join call outlives its caller's deadline, waiting for the
@@ -16,6 +344,34 @@ constexpr std::chrono::seconds kServerVerdictGrace(3);
 std::string WholeSeconds(Clock::Duration d) {
   return std::to_string(
       std::chrono::duration_cast<std::chrono::seconds>(d).count());
+}
+
+constexpr auto kPollInterval = std::chrono::milliseconds(100);
+// A node's stacks travel in one request (64 KiB at most): each rank's text
+// is cut to this.
+constexpr size_t kMaxStackBytes = 4096;
+
+void ToProto(const RankStackSummary& r, v1::RankStack* out) {
+  out->set_rank(r.rank);
+  out->set_pid(r.pid);
+  out->set_group_rank(r.group_rank);
+  out->set_host(r.host.substr(0, 256));
+  out->set_stack(r.stack.substr(0, kMaxStackBytes));
+  out->set_missing(r.missing.substr(0, 256));
+}
+
+StacksAnswer FromProto(const v1::StacksResponse& resp) {
+  StacksAnswer a;
+  a.request_id = resp.request_id();
+  a.reason = resp.reason();
+  a.complete = resp.complete();
+  for (const v1::RankStack& r : resp.ranks()) {
+    a.ranks.push_back(
+        {r.rank(), r.pid(), r.group_rank(), r.host(), r.stack(), r.missing()});
+  }
+  a.missing_nodes.assign(resp.missing_nodes().begin(),
+                         resp.missing_nodes().end());
+  return a;
 }
 
 }  // namespace
@@ -404,6 +760,532 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& endpoint,
   // world (common on clusters) must not capture the rendezvous connection.
   args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
   return grpc::CreateCustomChannel(endpoint, creds, args);
+}
+
+// --------------------------------------------------------------------------
+// GrpcRendezvousClient's call machinery: retries with backoff on the loop's
+// timers, failover and re-registration between attempts. Every function here
+// runs on the loop thread.
+
+void GrpcRendezvousClient::PostToLoop(std::function<void()> fn) {
+  std::weak_ptr<char> alive = alive_;
+  loop_->Post([alive, fn = std::move(fn)] {
+    if (!alive.expired()) fn();
+  });
+}
+
+void GrpcRendezvousClient::PrepareContext(grpc::ClientContext* ctx) const {
+  if (!options_.rendezvous.token.empty()) {
+    ctx->AddMetadata("x-ddprun-token", options_.rendezvous.token);
+  }
+}
+
+std::chrono::system_clock::time_point GrpcRendezvousClient::ToSystem(
+    Clock::TimePoint deadline) const {
+  return std::chrono::system_clock::now() +
+         std::chrono::duration_cast<std::chrono::system_clock::duration>(
+             deadline - clock_->Now());
+}
+
+void GrpcRendezvousClient::Run(std::shared_ptr<Retry> retry) {
+  if (Stopped()) {
+    Complete(retry, grpc::Status(grpc::StatusCode::CANCELLED, "left"));
+    return;
+  }
+  retry->generation = Generation();
+  retry->attempt([this, retry](grpc::Status s) { OnAttempt(retry, s); });
+}
+
+void GrpcRendezvousClient::OnAttempt(const std::shared_ptr<Retry>& retry,
+                                     const grpc::Status& s) {
+  if (retries_.count(retry) == 0) return;  // answered already (Leave)
+  if (s.error_code() == grpc::StatusCode::CANCELLED && !Stopped() &&
+      retry->generation != Generation()) {
+    // Cancelled by a move to a successor endpoint: the new server learns
+    // the round, then the call starts over there.
+    retry->backoff = std::chrono::milliseconds(100);
+    Reregister([this, retry] { Run(retry); });
+    return;
+  }
+  if (retry->on_job && !retry->reregistered && LostJob(s)) {
+    // A new server (restarted, or hosted by another agent after a
+    // failover) learns the round first, then the report about it.
+    retry->reregistered = true;
+    retry->backoff = std::chrono::milliseconds(100);
+    Reregister([this, retry] { Run(retry); });
+    return;
+  }
+  if (!Retryable(s) || clock_->Now() >= retry->deadline) {
+    Complete(retry, s);
+    return;
+  }
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE && TryTakeOver()) {
+    Reregister([this, retry] { Run(retry); });
+    return;
+  }
+  if (Stopped()) {
+    Complete(retry, s);
+    return;
+  }
+  const Clock::TimePoint next =
+      std::min(retry->deadline, clock_->Now() + retry->backoff);
+  retry->backoff =
+      std::min(retry->backoff * 2, std::chrono::milliseconds(2000));
+  std::weak_ptr<char> alive = alive_;
+  retry->timer = loop_->RunAt(next, [this, alive, retry] {
+    if (alive.expired()) return;
+    retry->timer = 0;
+    Run(retry);
+  });
+}
+
+void GrpcRendezvousClient::Complete(const std::shared_ptr<Retry>& retry,
+                                    const grpc::Status& s) {
+  if (retries_.erase(retry) == 0) return;
+  if (retry->timer != 0) {
+    loop_->Cancel(retry->timer);
+    retry->timer = 0;
+  }
+  retry->done(s);
+}
+
+void GrpcRendezvousClient::Reregister(std::function<void()> then) {
+  auto rpc =
+      std::make_shared<Rpc<v1::HeartbeatRequest, v1::HeartbeatResponse>>();
+  {
+    MutexLock lock(&mu_);
+    rpc->req = HeartbeatRequestLocked();
+  }
+  PrepareContext(&rpc->ctx);
+  // The channel may still be reconnecting to the new server.
+  rpc->ctx.set_wait_for_ready(true);
+  rpc->ctx.set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::seconds(5));
+  StartCall(
+      rpc,
+      [this](auto* ctx, auto* req, auto* resp, auto cb) {
+        Stub()->async()->Heartbeat(ctx, req, resp, std::move(cb));
+      },
+      [this, then = std::move(then)](grpc::Status s) {
+        if (!s.ok()) {
+          DDP_LOG(WARNING) << "re-registering with the rendezvous: "
+                           << FromGrpc(s, Target()).message();
+        }
+        then();
+      });
+}
+
+// --------------------------------------------------------------------------
+// GrpcRendezvousClient's heartbeat thread: liveness, news for the agent, re-
+// registration with a server that lost its state, failover, and the exit
+// barrier's bound on an unreachable server.
+
+void GrpcRendezvousClient::StartHeartbeats() {
+  if (heartbeat_.joinable() || Stopped()) return;
+  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+}
+
+void GrpcRendezvousClient::StopHeartbeats() {
+  {
+    MutexLock lock(&mu_);
+    stop_ = true;
+    if (beat_ != nullptr) beat_->TryCancel();
+  }
+  cv_.NotifyAll();
+}
+
+void GrpcRendezvousClient::Emit(RendezvousEventType type,
+                                const std::string& reason) {
+  {
+    MutexLock lock(&mu_);
+    if (!running_ || event_sent_) return;
+    event_sent_ = true;
+  }
+  PostToLoop([this, event = RendezvousEvent{type, reason}] {
+    if (handler_) handler_(event);
+  });
+}
+
+v1::HeartbeatRequest GrpcRendezvousClient::HeartbeatRequestLocked() const {
+  v1::HeartbeatRequest req;
+  req.set_rdzv_id(rdzv_id_);
+  *req.mutable_config() = config_;
+  *req.mutable_node() = node_;
+  if (registered_) *req.mutable_current() = last_;
+  for (const RankStepRate& r : rates_) {
+    v1::RankRate* rate = req.add_rank_rates();
+    rate->set_rank(r.rank);
+    rate->set_steps(r.steps);
+    rate->set_steps_per_s(r.per_s);
+  }
+  return req;
+}
+
+bool GrpcRendezvousClient::TryTakeOver() {
+  {
+    MutexLock lock(&mu_);
+    if (!failover_ || stop_) return false;
+  }
+  return options_.take_over && options_.take_over();
+}
+
+void GrpcRendezvousClient::WatchBarrierLocked(Clock::Duration unreachable) {
+  if (!in_barrier_ || barrier_lost_) return;
+  const RendezvousOptions& o = options_.rendezvous;
+  if (unreachable > o.connection_lost_timeout) {
+    barrier_lost_ = true;
+    if (barrier_ != nullptr) barrier_->TryCancel();
+    return;
+  }
+  if (unreachable >= std::chrono::seconds(5) &&
+      unreachable < std::chrono::seconds(5) + o.heartbeat_interval) {
+    DDP_LOG(WARNING) << "exit barrier: rendezvous server " << target_
+                     << " not reachable for 5 s; this node's workers "
+                        "succeeded, waiting up to "
+                     << std::chrono::duration_cast<std::chrono::seconds>(
+                            o.connection_lost_timeout)
+                            .count()
+                     << " s for it to come back";
+  }
+}
+
+void GrpcRendezvousClient::HeartbeatLoop() {
+  const RendezvousOptions& o = options_.rendezvous;
+  Clock::TimePoint last_ok = clock_->Now();
+  bool warned = false;
+  bool took_over = false;  // re-register with the new server at once
+  while (true) {
+    grpc::ClientContext ctx;
+    v1::HeartbeatRequest req;
+    {
+      MutexLock lock(&mu_);
+      if (!took_over) {
+        // Woken early by Stop (and by unrelated notifications: re-check).
+        const auto until =
+            std::chrono::steady_clock::now() + o.heartbeat_interval;
+        while (!stop_ && !beat_now_ &&
+               std::chrono::steady_clock::now() < until) {
+          (void)cv_.WaitUntil(&mu_, until);
+        }
+      }
+      beat_now_ = false;
+      if (stop_) break;
+      if (paused_) continue;
+      req = HeartbeatRequestLocked();
+      beat_ = &ctx;
+    }
+    PrepareContext(&ctx);
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::max<std::chrono::milliseconds>(
+                         o.heartbeat_interval, std::chrono::seconds(1)));
+    // Right after a takeover the channel is still reconnecting.
+    ctx.set_wait_for_ready(took_over);
+    took_over = false;
+    v1::HeartbeatResponse resp;
+    grpc::Status s = Stub()->Heartbeat(&ctx, req, &resp);
+    {
+      MutexLock lock(&mu_);
+      beat_ = nullptr;
+      if (stop_) break;
+    }
+    if (s.ok()) {
+      last_ok = clock_->Now();
+      warned = false;
+      {
+        MutexLock lock(&mu_);
+        failover_ = resp.failover();
+        successor_endpoint_ = resp.successor_endpoint();
+        successor_node_ = resp.successor_node_id();
+        job_median_ = resp.median_steps_per_s();
+      }
+      OnStacksRequest(resp);
+      using A = v1::HeartbeatResponse;
+      switch (resp.action()) {
+        case A::ACTION_REJOIN:
+          Emit(RendezvousEventType::kMembershipChanged, resp.reason());
+          break;
+        case A::ACTION_RESTART:
+          Emit(RendezvousEventType::kRestartRequested, resp.reason());
+          break;
+        case A::ACTION_JOB_FAILED:
+          Emit(RendezvousEventType::kJobFailed, resp.reason());
+          break;
+        default:
+          break;
+      }
+    } else if (Retryable(s) ||
+               s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+               // A server shutting down with the beat in flight (our own
+               // Stop broke out of the loop above): gone, not a refusal.
+               s.error_code() == grpc::StatusCode::CANCELLED) {
+      const Clock::Duration unreachable = clock_->Now() - last_ok;
+      took_over = TryTakeOver() || TryFailOver(unreachable);
+      if (!took_over && unreachable > o.connection_lost_timeout) {
+        Emit(
+            RendezvousEventType::kConnectionLost,
+            "rendezvous " + Target() + " unreachable for " +
+                std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                   unreachable)
+                                   .count()) +
+                " s: " + s.error_message());
+      }
+      MutexLock lock(&mu_);
+      if (!took_over) WatchBarrierLocked(unreachable);
+    } else if (!warned) {
+      // A refused heartbeat (token, config, identity) will not fix itself.
+      warned = true;
+      DDP_LOG(ERROR) << FromGrpc(s, Target()).message();
+      Emit(RendezvousEventType::kJobFailed, FromGrpc(s, Target()).message());
+    }
+  }
+}
+
+// --------------------------------------------------------------------------
+// GrpcRendezvousClient's cross-host failover: when the server an agent hosted
+// is gone and nobody on its host took its port over, the successor it named
+// hosts a fresh server at its standby endpoint and every client moves there.
+
+bool GrpcRendezvousClient::TryFailOver(Clock::Duration unreachable) {
+  // An agent on the hosting agent's own host takes the endpoint over at its
+  // first failed heartbeat (TryTakeOver); the successor waits longer, so
+  // that such a takeover wins and the job keeps one server.
+  const Clock::Duration wait = std::max<Clock::Duration>(
+      2 * options_.rendezvous.heartbeat_interval, std::chrono::seconds(1));
+  std::string successor;
+  std::string from;
+  bool self = false;
+  {
+    MutexLock lock(&mu_);
+    if (!failover_ || stop_ || successor_endpoint_.empty() ||
+        successor_endpoint_ == target_ || unreachable < wait) {
+      return false;
+    }
+    successor = successor_endpoint_;
+    from = target_;
+    self = successor_node_ == node_.node_id();
+  }
+  // Only a server that is gone from a host that is up: a host that does
+  // not answer may be cut off from this one rather than down, and would
+  // then go on with a server of its own (two jobs).
+  if (!OldHostRefuses(from)) return false;
+  // The heartbeats that failed did not wait for a connection: while this
+  // channel was backing off, an agent on the old server's host may have
+  // taken its port over. One call that waits for it says.
+  if (OldServerBack() || Stopped()) return false;
+  if (self) {
+    if (options_.host_standby && options_.host_standby()) {
+      DDP_LOG(WARNING) << "rendezvous " << from
+                       << " stopped answering: this agent, its successor, "
+                          "hosts it at "
+                       << successor
+                       << " now (the job is rebuilt from the agents)";
+    } else {
+      DDP_LOG(WARNING) << "rendezvous " << from
+                       << " stopped answering and this agent, its "
+                          "successor, could not host it at "
+                       << successor << "; trying there anyway";
+    }
+  } else {
+    DDP_LOG(WARNING) << "rendezvous " << from
+                     << " stopped answering: moving to its successor at "
+                     << successor;
+  }
+  SwitchTo(successor);
+  return true;
+}
+
+bool GrpcRendezvousClient::OldHostRefuses(const std::string& endpoint) {
+  StatusOr<Endpoint> ep = ParseEndpoint(endpoint);
+  if (ep.ok() && ConnectRefused(ep->host, ep->port, std::chrono::seconds(1))) {
+    return true;
+  }
+  MutexLock lock(&mu_);
+  if (!partition_warned_) {
+    partition_warned_ = true;
+    DDP_LOG(WARNING) << "rendezvous " << endpoint
+                     << " does not answer and its host does not refuse "
+                        "connections either (down, or cut off from this "
+                        "one): not failing over to its successor; waiting "
+                        "for it as for a restarting server";
+  }
+  return false;
+}
+
+bool GrpcRendezvousClient::OldServerBack() {
+  grpc::ClientContext ctx;
+  v1::HeartbeatRequest req;
+  {
+    MutexLock lock(&mu_);
+    if (stop_) return false;
+    req = HeartbeatRequestLocked();
+    beat_ = &ctx;  // StopHeartbeats cancels it
+  }
+  PrepareContext(&ctx);
+  ctx.set_wait_for_ready(true);
+  // gRPC's reconnect backoff is at most 1 s (MakeChannel).
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  v1::HeartbeatResponse resp;
+  const grpc::Status s = Stub()->Heartbeat(&ctx, req, &resp);
+  MutexLock lock(&mu_);
+  beat_ = nullptr;
+  // Any answer from a server, even a refusal, means it is there; its news
+  // (if any) comes again with the next heartbeat.
+  const grpc::StatusCode code = s.error_code();
+  return code != grpc::StatusCode::UNAVAILABLE &&
+         code != grpc::StatusCode::DEADLINE_EXCEEDED &&
+         code != grpc::StatusCode::CANCELLED;
+}
+
+void GrpcRendezvousClient::SwitchTo(const std::string& endpoint) {
+  std::shared_ptr<grpc::Channel> channel =
+      MakeChannel(endpoint, options_.rendezvous);
+  auto stub =
+      std::shared_ptr<v1::Rendezvous::Stub>(v1::Rendezvous::NewStub(channel));
+  MutexLock lock(&mu_);
+  target_ = endpoint;
+  channel_ = std::move(channel);
+  stub_ = std::move(stub);
+  ++generation_;
+  // The successor names its own successor in its replies.
+  successor_endpoint_.clear();
+  successor_node_.clear();
+  // Calls waiting for the old server (wait_for_ready) would wait until
+  // their deadline: they end now and OnAttempt starts them over (a call
+  // whose context is cancelled before it starts is cancelled as it starts).
+  for (grpc::ClientContext* ctx : active_) ctx->TryCancel();
+}
+
+// --------------------------------------------------------------------------
+// GrpcRendezvousClient's stack dumps across nodes (the Stacks rpc): the
+// heartbeat's request handed to the agent, its answer, and a dump this node
+// starts and polls until every node answered; and the step rates its heartbeats
+// carry (stragglers).
+
+void GrpcRendezvousClient::OnStacksRequest(const v1::HeartbeatResponse& resp) {
+  const uint64_t id = resp.stacks_request();
+  if (id == 0) return;
+  {
+    MutexLock lock(&mu_);
+    if (id == stacks_seen_) return;
+    stacks_seen_ = id;
+  }
+  PostToLoop([this, id, reason = resp.stacks_reason()] {
+    if (stacks_handler_) stacks_handler_(id, reason);
+  });
+}
+
+void GrpcRendezvousClient::CallStacks(
+    const v1::StacksRequest& req, Clock::TimePoint deadline,
+    std::function<void(StatusOr<StacksAnswer>)> done) {
+  auto rpc = std::make_shared<Rpc<v1::StacksRequest, v1::StacksResponse>>();
+  rpc->req = req;
+  PrepareContext(&rpc->ctx);
+  rpc->ctx.set_deadline(ToSystem(
+      std::min(deadline, clock_->Now() + options_.rendezvous.rpc_timeout)));
+  StartCall(
+      rpc,
+      [this](auto* ctx, auto* q, auto* p, auto cb) {
+        Stub()->async()->Stacks(ctx, q, p, std::move(cb));
+      },
+      [this, rpc, done = std::move(done)](grpc::Status s) {
+        if (!s.ok()) {
+          done(FromGrpc(s, Target()));
+          return;
+        }
+        done(FromProto(rpc->resp));
+      });
+}
+
+void GrpcRendezvousClient::AnswerStacks(uint64_t request_id,
+                                        std::vector<RankStackSummary> ranks) {
+  v1::StacksRequest req;
+  {
+    MutexLock lock(&mu_);
+    if (stop_ || rdzv_id_.empty()) return;
+    req.set_rdzv_id(rdzv_id_);
+    req.set_node_id(node_.node_id());
+  }
+  req.set_instance(instance_);
+  req.set_request_id(request_id);
+  for (const RankStackSummary& r : ranks) ToProto(r, req.add_ranks());
+  CallStacks(req, clock_->Now() + options_.rendezvous.rpc_timeout,
+             [request_id](StatusOr<StacksAnswer> answer) {
+               if (!answer.ok()) {
+                 DDP_LOG(WARNING) << "answering stack dump " << request_id
+                                  << ": " << answer.status().message();
+               }
+             });
+}
+
+void GrpcRendezvousClient::GatherStacks(const std::string& reason,
+                                        std::vector<RankStackSummary> own,
+                                        Clock::TimePoint deadline,
+                                        StacksDone done) {
+  v1::StacksRequest req;
+  {
+    MutexLock lock(&mu_);
+    if (stop_ || rdzv_id_.empty()) {
+      PostToLoop([done] {
+        done(Status(StatusCode::kFailedPrecondition,
+                    "not in a rendezvous job"));
+      });
+      return;
+    }
+    req.set_rdzv_id(rdzv_id_);
+    req.set_node_id(node_.node_id());
+  }
+  req.set_instance(instance_);
+  req.set_reason(reason.substr(0, 256));
+  for (const RankStackSummary& r : own) ToProto(r, req.add_ranks());
+  CallStacks(req, deadline,
+             [this, deadline, done](StatusOr<StacksAnswer> answer) {
+               if (!answer.ok() || answer->complete ||
+                   clock_->Now() + kPollInterval >= deadline) {
+                 done(std::move(answer));
+                 return;
+               }
+               {
+                 // This node answered with the request: its heartbeat
+                 // need not hand the same dump to the agent again.
+                 MutexLock lock(&mu_);
+                 stacks_seen_ = std::max(stacks_seen_, answer->request_id);
+               }
+               PollStacks(answer->request_id, deadline, done);
+             });
+}
+
+void GrpcRendezvousClient::SetStepRates(std::vector<RankStepRate> rates) {
+  MutexLock lock(&mu_);
+  rates_ = std::move(rates);
+}
+
+double GrpcRendezvousClient::JobMedianStepRate() const {
+  MutexLock lock(&mu_);
+  return job_median_;
+}
+
+void GrpcRendezvousClient::PollStacks(uint64_t id, Clock::TimePoint deadline,
+                                      StacksDone done) {
+  std::weak_ptr<char> alive = alive_;
+  loop_->RunAt(clock_->Now() + kPollInterval, [this, alive, id, deadline,
+                                               done] {
+    if (alive.expired()) return;
+    v1::StacksRequest req;
+    {
+      MutexLock lock(&mu_);
+      req.set_rdzv_id(rdzv_id_);
+    }
+    req.set_request_id(id);
+    CallStacks(req, deadline,
+               [this, id, deadline, done](StatusOr<StacksAnswer> answer) {
+                 if (!answer.ok() || answer->complete ||
+                     clock_->Now() + kPollInterval >= deadline) {
+                   done(std::move(answer));
+                   return;
+                 }
+                 PollStacks(id, deadline, done);
+               });
+  });
 }
 
 }  // namespace ddprun::rendezvous::internal

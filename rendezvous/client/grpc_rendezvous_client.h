@@ -7,7 +7,7 @@
 #include "common/event_loop.h"
 #include "common/status_or.h"
 #include "rendezvous/client/rendezvous_client.h"
-#include "rendezvous/client/rendezvous_options.h"
+#include "rendezvous/options/rendezvous_options.h"
 
 namespace ddprun::rendezvous {
 

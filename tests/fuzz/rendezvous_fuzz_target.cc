@@ -22,7 +22,7 @@
 
 #include "common/clock.h"
 #include "common/logging.h"
-#include "rendezvous/rendezvous_state.h"
+#include "rendezvous/core/rendezvous_state.h"
 
 namespace ddprun::rendezvous {
 namespace {

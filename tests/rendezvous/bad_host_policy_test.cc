@@ -1,7 +1,7 @@
 // BadHostPolicy on its own: counting, exclusion, cool-down, undo.
 #include "ddprun_catch.h"
 
-#include "rendezvous/bad_host_policy.h"
+#include "rendezvous/core/bad_host_policy.h"
 
 namespace ddprun::rendezvous {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <unistd.h>
 
-#include "rendezvous/client/endpoint.h"
+#include "rendezvous/options/endpoint.h"
 
 namespace ddprun::rendezvous {
 namespace {

@@ -14,8 +14,8 @@
 
 #include "common/net.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
-#include "rendezvous/client/rendezvous_options.h"
-#include "rendezvous/rendezvous_server.h"
+#include "rendezvous/options/rendezvous_options.h"
+#include "rendezvous/server/rendezvous_server.h"
 #include "tests/rendezvous/sync_client.h"
 
 namespace ddprun::rendezvous {

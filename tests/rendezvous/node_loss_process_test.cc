@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/rendezvous_server.h"
+#include "rendezvous/server/rendezvous_server.h"
 
 namespace ddprun::rendezvous {
 namespace {

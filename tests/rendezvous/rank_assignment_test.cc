@@ -1,6 +1,6 @@
 #include "ddprun_catch.h"
 
-#include "rendezvous/rank_assignment.h"
+#include "rendezvous/core/rank_assignment.h"
 
 namespace ddprun::rendezvous {
 namespace {

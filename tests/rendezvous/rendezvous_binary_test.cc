@@ -19,7 +19,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "ddprun/v1/rendezvous.grpc.pb.h"
-#include "rendezvous/rendezvous_server.h"
+#include "rendezvous/server/rendezvous_server.h"
 #include "tests/rendezvous/server_process.h"
 #include "tests/rendezvous/sync_client.h"
 

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "common/clock.h"
-#include "rendezvous/rendezvous_state.h"
+#include "rendezvous/core/rendezvous_state.h"
 
 namespace ddprun::rendezvous {
 

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "common/clock.h"
-#include "rendezvous/rate_limiter.h"
-#include "rendezvous/rendezvous_state.h"
+#include "rendezvous/core/rate_limiter.h"
+#include "rendezvous/core/rendezvous_state.h"
 #include "tests/rendezvous/rendezvous_harness.h"
 
 namespace ddprun::rendezvous {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "common/clock.h"
-#include "rendezvous/rendezvous_state.h"
+#include "rendezvous/core/rendezvous_state.h"
 #include "tests/rendezvous/rendezvous_harness.h"
 
 namespace ddprun::rendezvous {

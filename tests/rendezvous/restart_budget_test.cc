@@ -1,7 +1,7 @@
 // RestartBudget on its own: charge, refund, exhaustion, rebuild.
 #include "ddprun_catch.h"
 
-#include "rendezvous/restart_budget.h"
+#include "rendezvous/core/restart_budget.h"
 
 namespace ddprun::rendezvous {
 namespace {

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "common/clock.h"
-#include "rendezvous/rendezvous_state.h"
-#include "rendezvous/stack_board.h"
+#include "rendezvous/core/rendezvous_state.h"
+#include "rendezvous/core/stack_board.h"
 #include "tests/rendezvous/rendezvous_harness.h"
 
 namespace ddprun::rendezvous {

@@ -2,7 +2,7 @@
 // its standby endpoint when the hosting agent dies.
 #include "ddprun_catch.h"
 
-#include "rendezvous/successor.h"
+#include "rendezvous/core/successor.h"
 #include "tests/rendezvous/rendezvous_harness.h"
 
 namespace ddprun::rendezvous {

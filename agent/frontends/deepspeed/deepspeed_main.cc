@@ -10,7 +10,7 @@
 #include "agent/process/run_capture.h"
 #include "common/file_util.h"
 #include "common/logging.h"
-#include "rendezvous/client/endpoint.h"
+#include "rendezvous/options/endpoint.h"
 
 namespace ddprun::agent {
 namespace {

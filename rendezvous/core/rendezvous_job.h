@@ -11,8 +11,8 @@
 #include "common/status.h"
 #include "common/status_or.h"
 #include "ddprun/v1/rendezvous.pb.h"
-#include "rendezvous/bad_host_policy.h"
-#include "rendezvous/restart_budget.h"
+#include "rendezvous/core/bad_host_policy.h"
+#include "rendezvous/core/restart_budget.h"
 
 namespace ddprun::rendezvous {
 

@@ -1,4 +1,4 @@
-#include "rendezvous/restart_budget.h"
+#include "rendezvous/core/restart_budget.h"
 
 namespace ddprun::rendezvous {
 

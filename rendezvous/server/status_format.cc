@@ -1,4 +1,4 @@
-#include "rendezvous/status_format.h"
+#include "rendezvous/server/status_format.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "rendezvous/rank_assignment.h"
+#include "rendezvous/core/rank_assignment.h"
 
 #include <map>
 

@@ -1,4 +1,4 @@
-#include "rendezvous/client/rdzv_conf.h"
+#include "rendezvous/options/rdzv_conf.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "rendezvous/client/rendezvous_options.h"
+#include "rendezvous/options/rendezvous_options.h"
 
 #include <fstream>
 #include <sstream>

@@ -1,4 +1,4 @@
-#include "rendezvous/rate_limiter.h"
+#include "rendezvous/core/rate_limiter.h"
 
 #include <algorithm>
 

@@ -10,10 +10,10 @@
 #include "common/status.h"
 #include "common/status_or.h"
 #include "ddprun/v1/rendezvous.pb.h"
-#include "rendezvous/rate_limiter.h"
-#include "rendezvous/rendezvous_job.h"
-#include "rendezvous/stack_board.h"
-#include "rendezvous/successor.h"
+#include "rendezvous/core/rate_limiter.h"
+#include "rendezvous/core/rendezvous_job.h"
+#include "rendezvous/core/stack_board.h"
+#include "rendezvous/core/successor.h"
 
 namespace ddprun::rendezvous {
 

@@ -1,4 +1,4 @@
-#include "rendezvous/client/endpoint.h"
+#include "rendezvous/options/endpoint.h"
 
 #include <ifaddrs.h>
 #include <netdb.h>

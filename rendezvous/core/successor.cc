@@ -1,8 +1,8 @@
-#include "rendezvous/successor.h"
+#include "rendezvous/core/successor.h"
 
 #include <algorithm>
 
-#include "rendezvous/client/endpoint.h"
+#include "rendezvous/options/endpoint.h"
 
 namespace ddprun::rendezvous {
 

@@ -13,7 +13,7 @@
 #include "common/mutex.h"
 #include "common/thread_annotations.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
-#include "rendezvous/rendezvous_state.h"
+#include "rendezvous/core/rendezvous_state.h"
 
 namespace ddprun::rendezvous {
 

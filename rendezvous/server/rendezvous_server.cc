@@ -1,4 +1,4 @@
-#include "rendezvous/rendezvous_server.h"
+#include "rendezvous/server/rendezvous_server.h"
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/server_posix.h>
@@ -7,7 +7,7 @@
 #include "common/accept_guard.h"
 #include "common/logging.h"
 #include "common/net.h"
-#include "rendezvous/rendezvous_service.h"
+#include "rendezvous/server/rendezvous_service.h"
 
 namespace ddprun::rendezvous {
 

@@ -7,8 +7,8 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "common/status_or.h"
-#include "rendezvous/rendezvous_job.h"
-#include "rendezvous/rendezvous_state.h"
+#include "rendezvous/core/rendezvous_job.h"
+#include "rendezvous/core/rendezvous_state.h"
 
 namespace grpc {
 class Server;

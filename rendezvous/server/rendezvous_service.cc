@@ -1,4 +1,4 @@
-#include "rendezvous/rendezvous_service.h"
+#include "rendezvous/server/rendezvous_service.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "rendezvous/stack_board.h"
+#include "rendezvous/core/stack_board.h"
 
 #include <algorithm>
 

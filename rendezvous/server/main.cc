@@ -24,10 +24,10 @@
 #include "common/accept_guard.h"
 #include "common/logging.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
-#include "rendezvous/rendezvous_server.h"
+#include "rendezvous/server/rendezvous_server.h"
 #include "agent/diagnosis/stack_diagnosis.h"
 #include "agent/diagnosis/stack_summary.h"
-#include "rendezvous/status_format.h"
+#include "rendezvous/server/status_format.h"
 
 namespace ddprun::rendezvous {
 namespace {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/status_or.h"
-#include "rendezvous/client/rdzv_conf.h"
+#include "rendezvous/options/rdzv_conf.h"
 
 namespace ddprun::rendezvous {
 

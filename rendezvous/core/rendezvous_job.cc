@@ -1,10 +1,11 @@
-#include "rendezvous/rendezvous_job.h"
+#include "rendezvous/core/rendezvous_job.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include "common/logging.h"
-#include "rendezvous/rank_assignment.h"
+#include "rendezvous/core/rank_assignment.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -14,6 +15,22 @@ using Action = v1::HeartbeatResponse;
 Clock::Duration MsOr(uint32_t ms, Clock::Duration fallback) {
   return ms == 0 ? fallback : std::chrono::milliseconds(ms);
 }
+
+std::string Seconds(Clock::Duration d) {
+  char buf[32];
+  snprintf(buf, sizeof(buf), "%.1f s",
+           std::chrono::duration<double>(d).count());
+  return buf;
+}
+
+// Indexed by RendezvousJob's Phase and NodeState (same order).
+constexpr v1::JobStatus::State kJobStates[] = {
+    v1::JobStatus::STATE_OPEN, v1::JobStatus::STATE_RUNNING,
+    v1::JobStatus::STATE_SUCCEEDED, v1::JobStatus::STATE_FAILED};
+constexpr v1::NodeStatus::State kNodeStates[] = {
+    v1::NodeStatus::STATE_JOINING, v1::NodeStatus::STATE_WAITING,
+    v1::NodeStatus::STATE_RUNNING, v1::NodeStatus::STATE_EXPECTED,
+    v1::NodeStatus::STATE_SUCCEEDED};
 
 }  // namespace
 
@@ -545,6 +562,422 @@ void RendezvousJob::MaybeSucceed(std::vector<Outcome>* out) {
   Succeed("all " + std::to_string(RunningCount()) + " nodes of round " +
               std::to_string(round_) + " succeeded",
           out);
+}
+
+// --------------------------------------------------------------------------
+// RendezvousJob's worker-failure rules: the restart budget's decision
+// (restart_budget.h), the node-loss refund, the bad-host charge, and failures
+// that are not retried.
+
+void RendezvousJob::AnswerFailure(WaiterId waiter, bool will_restart,
+                                  std::vector<Outcome>* out) {
+  Outcome o;
+  o.waiter = waiter;
+  o.failure.set_will_restart(will_restart);
+  o.failure.set_restart_count(budget_.used());
+  out->push_back(std::move(o));
+}
+
+Status RendezvousJob::ReportFailure(const v1::ReportFailureRequest& req,
+                                    WaiterId waiter,
+                                    std::vector<Outcome>* out) {
+  Status reported = ReportNodeFailure(req, waiter, out);
+  if (reported.ok()) MarkHeard(req.node_id(), req.instance());
+  return reported;
+}
+
+Status RendezvousJob::ReportNodeFailure(const v1::ReportFailureRequest& req,
+                                        WaiterId waiter,
+                                        std::vector<Outcome>* out) {
+  if (phase_ == Phase::kSucceeded) return FailedPreconditionError(Closed());
+  if (phase_ == Phase::kFailed) {
+    AnswerFailure(waiter, false, out);
+    return Status::Ok();
+  }
+  if (FindNode(req.node_id(), req.instance()) == nullptr &&
+      req.round() >= round_) {
+    return NotFoundError("node '" + req.node_id() +
+                         "' is not part of rendezvous '" + id_ + "'");
+  }
+  if (req.no_retry()) {
+    // A usage error fails the job whatever round it is in: the next attempt
+    // would fail the same way. No budget is spent.
+    AnswerFailure(waiter, false, out);
+    Fail("node '" + req.node_id() + "' reported a failure that is not retried" +
+             (req.reason().empty() ? "" : ": " + req.reason()),
+         out);
+    return Status::Ok();
+  }
+  if (req.round() < round_) {
+    // That round already ended; no second budget unit for it.
+    RestartBudget::Pending* pending = budget_.pending();
+    if (pending != nullptr && pending->round == req.round() &&
+        !pending->charged) {
+      pending->waiters.push_back(waiter);
+      pending->waiting_nodes.push_back(req.node_id());
+    } else {
+      AnswerFailure(waiter, true, out);
+    }
+    return Status::Ok();
+  }
+  if (phase_ != Phase::kRunning || req.round() != round_) {
+    return FailedPreconditionError("round " + std::to_string(req.round()) +
+                                   " of rendezvous '" + id_ +
+                                   "' is not running");
+  }
+  const std::string what = "node '" + req.node_id() +
+                           "' reported a worker failure in round " +
+                           std::to_string(round_) +
+                           (req.reason().empty() ? "" : ": " + req.reason());
+  const Clock::TimePoint now = clock_->Now();
+  RestartBudget::Pending& pending = budget_.Open(
+      round_, what, now + heartbeat_timeout_ + std::chrono::milliseconds(500));
+  if (const Node* reporter = FindNode(req.node_id(), req.instance())) {
+    pending.host = reporter->info.addr();
+    pending.reported_at = now;
+    if (bad_hosts_.RecordFailure(pending.host, now)) deadline_moved_ = true;
+  }
+  if (pending.charged) {
+    AnswerFailure(waiter, true, out);
+  } else {
+    pending.waiters.push_back(waiter);
+    pending.waiting_nodes.push_back(req.node_id());
+  }
+  // Only the reporter ran this round: no node loss can turn up to explain
+  // the failure, so an exhausted budget is final now, not after the wait.
+  const bool decide_now = !pending.charged && RunningCount() <= 1;
+  deadline_moved_ = true;
+  Invalidate(Action::ACTION_RESTART, what, out);
+  if (decide_now) Fail(budget_.Exhausted(what), out);
+  return Status::Ok();
+}
+
+void RendezvousJob::OnNodeLost(int64_t round, const std::string& who,
+                               std::vector<Outcome>* out) {
+  std::optional<RestartBudget::Pending> settled = budget_.Refund(round);
+  if (!settled) return;
+  DDP_LOG(INFO) << "rendezvous '" << id_ << "': the worker failure in round "
+                << round << " follows the loss of " << who
+                << ": no restart budget spent";
+  if (!settled->host.empty() &&
+      bad_hosts_.ForgetFailure(settled->host, settled->reported_at)) {
+    deadline_moved_ = true;  // its nodes are let in at the next Tick
+  }
+  for (WaiterId w : settled->waiters) AnswerFailure(w, true, out);
+  last_action_ = Action::ACTION_REJOIN;
+}
+
+// --------------------------------------------------------------------------
+// RendezvousJob's heartbeats (liveness, re-registration after a server restart,
+// the news a node has not heard yet) and the bookkeeping of which node has
+// heard how the job goes.
+
+StatusOr<v1::HeartbeatResponse> RendezvousJob::Heartbeat(
+    const v1::HeartbeatRequest& req, std::vector<Outcome>* out) {
+  StatusOr<v1::HeartbeatResponse> reply = HeartbeatNode(req, out);
+  if (reply.ok()) MarkHeard(req.node().node_id(), req.node().instance());
+  return reply;
+}
+
+StatusOr<v1::HeartbeatResponse> RendezvousJob::HeartbeatNode(
+    const v1::HeartbeatRequest& req, std::vector<Outcome>* out) {
+  const v1::NodeInfo& info = req.node();
+  DDP_RETURN_IF_ERROR(CheckInstance(info.node_id(), info.instance()));
+  v1::HeartbeatResponse reply;
+  reply.set_action(Action::ACTION_CONTINUE);
+  if (phase_ == Phase::kFailed || phase_ == Phase::kSucceeded) {
+    reply.set_action(phase_ == Phase::kFailed ? Action::ACTION_JOB_FAILED
+                                              : Action::ACTION_JOB_SUCCEEDED);
+    reply.set_reason(Closed());
+    reply.set_round(round_);
+    return reply;
+  }
+  const int64_t theirs = req.current().round();
+  Node* node = FindNode(info.node_id(), info.instance());
+  if (node == nullptr && theirs == round_ && phase_ == Phase::kRunning) {
+    // Rebuild after a server restart: the node re-registers its round.
+    bool rank_taken = false;
+    for (const auto& [id, other] : nodes_) {
+      rank_taken |= other.state == NodeState::kRunning &&
+                    other.assignment.group_rank() == req.current().group_rank();
+    }
+    if (!rank_taken) {
+      Node& n = InsertNode(info.node_id(), nullptr);
+      n.info = info;
+      SetState(&n, NodeState::kRunning);
+      n.assignment = req.current();
+      n.previous_rank = req.current().group_rank();
+      n.heard = news_;
+      node = &n;
+      NoteReregistered(out);
+    }
+  }
+  if (node != nullptr) node->last_seen = clock_->Now();
+  if (RestartBudget::Pending* pending = budget_.pending();
+      node == nullptr && pending != nullptr) {
+    auto missing = pending->missing.find(info.node_id());
+    if (missing != pending->missing.end()) {
+      missing->second = clock_->Now();  // alive: not the failure's cause
+    }
+  }
+  reply.set_round(round_);
+  reply.set_nodes_waiting(CountNodes(NodeState::kWaiting));
+  const bool in_round =
+      node != nullptr && (node->state == NodeState::kRunning ||
+                          node->state == NodeState::kSucceeded);
+  const bool joining = node != nullptr && (node->state == NodeState::kJoining ||
+                                           node->state == NodeState::kWaiting);
+  if (in_round || joining || theirs == 0) return reply;
+  // The node runs a round that is over (or was dropped from it).
+  reply.set_action(theirs == round_ - 1 ? last_action_ : Action::ACTION_REJOIN);
+  reply.set_reason(node == nullptr && theirs == round_
+                       ? "this node is not part of round " +
+                             std::to_string(round_)
+                       : reason_);
+  return reply;
+}
+
+void RendezvousJob::Announce() {
+  ++news_;
+  for (auto& [id, node] : nodes_) {
+    if (node.join_waiter != 0 || node.success_waiter != 0) node.heard = news_;
+  }
+}
+
+void RendezvousJob::MarkHeard(const std::string& node_id, uint64_t instance) {
+  if (Node* node = FindNode(node_id, instance)) node->heard = news_;
+}
+
+std::vector<v1::NodeInfo> RendezvousJob::LiveNodes() const {
+  std::vector<v1::NodeInfo> live;
+  for (const auto& [id, node] : nodes_) {
+    if (node.state != NodeState::kExpected) live.push_back(node.info);
+  }
+  return live;
+}
+
+bool RendezvousJob::AllHeard() const {
+  for (const auto& [id, node] : nodes_) {
+    if (node.heard < news_) return false;
+  }
+  return true;
+}
+
+// --------------------------------------------------------------------------
+// RendezvousJob's time-driven rules: heartbeat expiry, last call, join timeout,
+// the rebuild deadline, the restart budget's decision and the end of bad-host
+// cool-downs.
+
+void RendezvousJob::Tick(std::vector<Outcome>* out) {
+  if (finished()) return;
+  const Clock::TimePoint now = clock_->Now();
+  // Heartbeat expiry first, so that a dead node cannot complete a round.
+  std::vector<std::string> lost;
+  bool lost_running = false;
+  for (auto it = nodes_.begin(); it != nodes_.end();) {
+    Node& node = it->second;
+    if (Expirable(node) && now - node.last_seen > heartbeat_timeout_) {
+      lost_running |= node.state == NodeState::kRunning;
+      lost.push_back(
+          "node '" + it->first + "'" +
+          (node.state == NodeState::kRunning
+               ? " (group rank " +
+                     std::to_string(node.assignment.group_rank()) + ")"
+               : "") +
+          " lost: no heartbeat for " + Seconds(now - node.last_seen));
+      DDP_LOG(WARNING) << "rendezvous '" << id_ << "': " << lost.back();
+      if (node.state == NodeState::kExpected) {
+        OnNodeLost(node.assignment.round(), "node '" + it->first + "'", out);
+      }
+      RemoveNode(it++, UnavailableError(lost.back()), out);
+    } else {
+      ++it;
+    }
+  }
+  if (phase_ == Phase::kRunning && lost_running) {
+    Invalidate(Action::ACTION_REJOIN, lost.front(), out);
+  }
+  if (rebuild_ && now >= rebuild_->deadline) {
+    const Rebuild r = *rebuild_;
+    rebuild_.reset();
+    const std::string missing =
+        std::to_string(r.expected - r.registered) + " of the " +
+        std::to_string(r.expected) + " nodes of round " +
+        std::to_string(r.round) +
+        " (they did not re-register after a rendezvous server restart)";
+    DDP_LOG(WARNING) << "rendezvous '" << id_ << "': lost " << missing;
+    if (phase_ == Phase::kRunning && round_ == r.round) {
+      Invalidate(Action::ACTION_REJOIN,
+                 "after a rendezvous server restart only " +
+                     std::to_string(r.registered) + " of " +
+                     std::to_string(r.expected) + " nodes re-registered",
+                 out);
+    }
+    OnNodeLost(r.round, missing, out);
+  }
+  if (const RestartBudget::Pending* pending = budget_.pending();
+      pending != nullptr && pending->charged) {
+    for (const auto& [id, seen] : pending->missing) {
+      if (now - seen > heartbeat_timeout_) {
+        const std::string node_id = id;  // OnNodeLost closes the decision
+        DDP_LOG(WARNING) << "rendezvous '" << id_ << "': node '" << node_id
+                         << "', left out of round " << round_
+                         << ", lost: no heartbeat for " << Seconds(now - seen);
+        OnNodeLost(pending->round, "node '" + node_id + "'", out);
+        break;
+      }
+    }
+  }
+  if (const RestartBudget::Pending* pending = budget_.pending();
+      pending != nullptr && now >= pending->decide_at) {
+    if (pending->charged) {
+      (void)budget_.Take();  // no node was lost: the charge stands
+    } else {
+      Fail(budget_.Exhausted(pending->reason), out);
+      return;
+    }
+  }
+  if (!bad_hosts_.empty()) ReleaseExcludedHosts(out);
+  if (phase_ == Phase::kOpen) {
+    CompleteIfReady(out);
+    if (phase_ == Phase::kOpen && now - open_since_ >= join_timeout_) {
+      const std::string reason =
+          "rendezvous '" + id_ +
+          "' did not reach min_nodes=" + std::to_string(config_.min_nodes()) +
+          " within join_timeout " + Seconds(join_timeout_) + " (" +
+          std::to_string(CountNodes(NodeState::kJoining)) + " joined)";
+      for (auto& [id, node] : nodes_) {
+        if (node.join_waiter != 0) {
+          out->push_back(
+              Outcome::Of(node.join_waiter, DeadlineExceededError(reason)));
+          node.join_waiter = 0;
+        }
+      }
+      Fail(reason, out);
+    }
+  }
+}
+
+void RendezvousJob::ReleaseExcludedHosts(std::vector<Outcome>* out) {
+  bad_hosts_.Expire(clock_->Now());
+  std::string released;
+  for (auto& [id, node] : nodes_) {
+    if (!node.excluded || HostExcluded(node.info.addr())) continue;
+    node.excluded = false;
+    released = id;
+    if (phase_ == Phase::kOpen) {
+      SetState(&node, NodeState::kJoining);
+      node.join_seq = next_join_seq_++;
+    }
+  }
+  if (released.empty()) return;
+  if (phase_ == Phase::kOpen) {
+    CompleteIfReady(out);
+  } else if (phase_ == Phase::kRunning &&
+             RunningCount() < static_cast<int>(config_.max_nodes())) {
+    Invalidate(v1::HeartbeatResponse::ACTION_REJOIN,
+               "node '" + released +
+                   "' is waiting to join (its host's "
+                   "bad-host cool-down ended)",
+               out);
+  }
+}
+
+std::optional<Clock::TimePoint> RendezvousJob::NextDeadline() const {
+  if (finished()) return std::nullopt;
+  std::optional<Clock::TimePoint> next;
+  auto consider = [&next](Clock::TimePoint t) {
+    if (!next || t < *next) next = t;
+  };
+  if (phase_ == Phase::kOpen) {
+    consider(open_since_ + join_timeout_);
+    if (last_call_deadline_) consider(*last_call_deadline_);
+  }
+  if (rebuild_) consider(rebuild_->deadline);
+  if (const RestartBudget::Pending* pending = budget_.pending()) {
+    consider(pending->decide_at);
+    for (const auto& [id, seen] : pending->missing) {
+      consider(seen + heartbeat_timeout_ + std::chrono::milliseconds(1));
+    }
+  }
+  if (std::optional<Clock::TimePoint> t = bad_hosts_.NextDeadline()) {
+    consider(*t);
+  }
+  for (const auto& [id, node] : nodes_) {
+    // An exclusion lifted by a node loss: release its nodes at the next
+    // Tick.
+    if (node.excluded && bad_hosts_.Tracks(node.info.addr()) &&
+        !HostExcluded(node.info.addr())) {
+      consider(clock_->Now());
+    }
+  }
+  for (const auto& [id, node] : nodes_) {
+    if (Expirable(node)) {
+      // Strictly after the timeout, so Tick() sees the node as expired.
+      consider(node.last_seen + heartbeat_timeout_ +
+               std::chrono::milliseconds(1));
+    }
+  }
+  return next;
+}
+
+// --------------------------------------------------------------------------
+// RendezvousJob's rebuild after a server restart or a failover to another
+// hosting agent: the job adopts the round its nodes report and waits for the
+// rest of them.
+
+void RendezvousJob::AdoptRunningRound(const v1::Assignment& current) {
+  round_ = current.round();
+  budget_.Adopt(current.restart_count());
+  phase_ = Phase::kRunning;
+  rebuild_ = Rebuild{current.round(), current.group_world_size(), 0,
+                     clock_->Now() + heartbeat_timeout_};
+  deadline_moved_ = true;
+  reason_ = "rebuilt after a rendezvous server restart";
+}
+
+void RendezvousJob::NoteReregistered(std::vector<Outcome>* out) {
+  if (!rebuild_ || ++rebuild_->registered < rebuild_->expected) return;
+  DDP_LOG(INFO) << "rendezvous '" << id_ << "' rebuilt: all "
+                << rebuild_->expected << " nodes of round " << rebuild_->round
+                << " re-registered";
+  rebuild_.reset();
+  deadline_moved_ = true;
+  MaybeSucceed(out);  // every node may be in the exit barrier already
+}
+
+// --------------------------------------------------------------------------
+// RendezvousJob::GetStatus: the job as the Status rpc reports it.
+
+v1::JobStatus RendezvousJob::GetStatus() const {
+  static_assert(static_cast<int>(Phase::kFailed) == 3 &&
+                    static_cast<int>(NodeState::kSucceeded) == 4,
+                "keep kJobStates/kNodeStates in enum order");
+  v1::JobStatus s;
+  s.set_rdzv_id(id_);
+  *s.mutable_config() = config_;
+  s.set_state(kJobStates[static_cast<int>(phase_)]);
+  s.set_round(round_);
+  s.set_restart_count(budget_.used());
+  s.set_reason(reason_);
+  const Clock::TimePoint now = clock_->Now();
+  for (const auto& [id, node] : nodes_) {
+    v1::NodeStatus* n = s.add_nodes();
+    n->set_node_id(id);
+    n->set_addr(node.info.addr());
+    n->set_role(node.info.role());
+    n->set_local_world_size(node.info.local_world_size());
+    n->set_state(kNodeStates[static_cast<int>(node.state)]);
+    const bool in_round = node.state == NodeState::kRunning ||
+                          node.state == NodeState::kSucceeded;
+    n->set_group_rank(in_round ? node.assignment.group_rank() : -1);
+    n->set_rank_offset(in_round ? node.assignment.rank_offset() : -1);
+    n->set_heartbeat_age_ms(
+        std::chrono::duration_cast<std::chrono::milliseconds>(now -
+                                                              node.last_seen)
+            .count());
+  }
+  return s;
 }
 
 }  // namespace ddprun::rendezvous

@@ -1,4 +1,4 @@
-#include "rendezvous/bad_host_policy.h"
+#include "rendezvous/core/bad_host_policy.h"
 
 #include <algorithm>
 
