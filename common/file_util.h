@@ -5,7 +5,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/status.h"
+#include "ddprun/common/status.h"
 
 // Files and paths, shared by the launcher and the worker runtime. Pure
 // functions of the filesystem; thread-safe. Errors name the step and the

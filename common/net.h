@@ -3,7 +3,7 @@
 #include <chrono>
 #include <string>
 
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 
 // Socket probes shared by the launcher and the worker runtime: which port
 // is free, which is taken, which local address reaches a host. Each call

@@ -1,4 +1,4 @@
-#include "common/status.h"
+#include "ddprun/common/status.h"
 
 #include <cerrno>
 #include <cstring>

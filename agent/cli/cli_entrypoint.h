@@ -4,7 +4,7 @@
 #include <string>
 
 #include "agent/cli/launch_options.h"
-#include "common/status.h"
+#include "ddprun/common/status.h"
 
 namespace ddprun::agent {
 

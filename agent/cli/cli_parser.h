@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "agent/cli/launch_options.h"
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 
 namespace ddprun::agent {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "agent/cli/launch_options.h"
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 
 // Parsers for the values of individual torchrun flags. Each takes the text as
 // given and the name of where it came from ("--nnodes" or "PET_NNODES"), and

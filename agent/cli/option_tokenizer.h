@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 
 // argparse-style splitting of a front end's command line (ddprun-accelerate,
 // ddprun-deepspeed) into options and the entrypoint. The torchrun front end

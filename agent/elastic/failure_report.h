@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
+#include "ddprun/common/status.h"
 
 namespace ddprun::agent {
 

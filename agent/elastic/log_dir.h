@@ -2,8 +2,8 @@
 
 #include <string>
 
-#include "common/status.h"
-#include "common/status_or.h"
+#include "ddprun/common/status.h"
+#include "ddprun/common/status_or.h"
 
 namespace ddprun::agent {
 

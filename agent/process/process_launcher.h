@@ -7,8 +7,8 @@
 #include <string_view>
 #include <vector>
 
-#include "common/status.h"
-#include "common/status_or.h"
+#include "ddprun/common/status.h"
+#include "ddprun/common/status_or.h"
 
 namespace ddprun::agent {
 

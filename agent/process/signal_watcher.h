@@ -4,7 +4,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/status.h"
+#include "ddprun/common/status.h"
 
 namespace ddprun::agent {
 

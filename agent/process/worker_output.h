@@ -5,7 +5,7 @@
 
 #include "agent/process/console.h"
 #include "agent/process/line_splitter.h"
-#include "common/status.h"
+#include "ddprun/common/status.h"
 
 namespace ddprun::agent {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/mutex.h"
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 #include "common/thread_annotations.h"
 
 namespace ddprun::agent {

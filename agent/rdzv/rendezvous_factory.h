@@ -6,7 +6,7 @@
 #include "agent/cli/launch_options.h"
 #include "agent/rdzv/rendezvous_host.h"
 #include "common/event_loop.h"
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 #include "rendezvous/client/rendezvous_client.h"
 
 namespace ddprun::agent {

@@ -5,7 +5,7 @@
 
 #include "common/clock.h"
 #include "common/mutex.h"
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 #include "agent/rdzv/agent_store.h"
 #include "common/thread_annotations.h"
 #include "rendezvous/server/rendezvous_server.h"

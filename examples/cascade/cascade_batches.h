@@ -7,7 +7,7 @@
 
 #include <torch/torch.h>
 
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 #include "examples/cascade/patient_data.h"
 
 namespace ddprun::examples {

@@ -6,7 +6,7 @@
 
 #include <torch/torch.h>
 
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 
 namespace ddprun::examples {
 

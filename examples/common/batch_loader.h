@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 
 namespace ddprun::examples {
 

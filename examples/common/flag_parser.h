@@ -10,7 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 #include "examples/common/yaml_config.h"
 
 namespace ddprun::examples {

@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 
 namespace ddprun::examples {
 

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
-#include "common/status_or.h"
+#include "ddprun/common/status.h"
+#include "ddprun/common/status_or.h"
 
 namespace ddprun::examples {
 

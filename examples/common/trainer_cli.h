@@ -8,7 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "common/status.h"
+#include "ddprun/common/status.h"
 #include "examples/common/flag_parser.h"
 #include "examples/common/trainer_support.h"
 

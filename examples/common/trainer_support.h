@@ -8,7 +8,7 @@
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json.hpp>
 
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 #include "ddprun/worker/checkpoint.h"
 #include "ddprun/worker/errors.h"
 #include "ddprun/worker/world.h"

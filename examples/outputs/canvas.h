@@ -8,7 +8,7 @@
 
 #include <cairo.h>
 
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 #include "examples/outputs/raster_image.h"
 
 namespace ddprun::examples::outputs {

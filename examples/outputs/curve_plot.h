@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 #include "examples/outputs/raster_image.h"
 #include "examples/outputs/scalar_history.h"
 

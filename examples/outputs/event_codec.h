@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 
 namespace ddprun::examples::outputs {
 

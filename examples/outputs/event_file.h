@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 #include "examples/outputs/scalar_history.h"
 #include "examples/outputs/tfrecord.h"
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "common/clock.h"
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 #include "examples/outputs/event_file.h"
 #include "examples/outputs/raster_image.h"
 #include "examples/outputs/scalar_history.h"

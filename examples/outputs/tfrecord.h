@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 
 namespace ddprun::examples::outputs {
 

@@ -5,7 +5,7 @@
 
 #include <torch/types.h>
 
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 
 namespace ddprun::examples {
 

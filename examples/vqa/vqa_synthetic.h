@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-#include "common/status.h"
+#include "ddprun/common/status.h"
 
 namespace ddprun::examples {
 

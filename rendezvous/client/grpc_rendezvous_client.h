@@ -5,7 +5,7 @@
 #include <string>
 
 #include "common/event_loop.h"
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 #include "rendezvous/client/rendezvous_client.h"
 #include "rendezvous/options/rendezvous_options.h"
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "common/status.h"
-#include "common/status_or.h"
+#include "ddprun/common/status.h"
+#include "ddprun/common/status_or.h"
 #include "ddprun/v1/rendezvous.pb.h"
 #include "rendezvous/core/bad_host_policy.h"
 #include "rendezvous/core/restart_budget.h"

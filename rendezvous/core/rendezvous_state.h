@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "common/status.h"
-#include "common/status_or.h"
+#include "ddprun/common/status.h"
+#include "ddprun/common/status_or.h"
 #include "ddprun/v1/rendezvous.pb.h"
 #include "rendezvous/core/rate_limiter.h"
 #include "rendezvous/core/rendezvous_job.h"

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "common/status.h"
-#include "common/status_or.h"
+#include "ddprun/common/status.h"
+#include "ddprun/common/status_or.h"
 #include "ddprun/v1/rendezvous.pb.h"
 
 namespace ddprun::rendezvous {

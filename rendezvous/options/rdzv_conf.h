@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
-#include "common/status_or.h"
+#include "ddprun/common/status.h"
+#include "ddprun/common/status_or.h"
 
 // The --rdzv_conf keys ddprun knows, in one table. The command-line parser
 // validates every --rdzv_conf against it (any backend, so bad input is one

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 #include "rendezvous/options/rdzv_conf.h"
 
 namespace ddprun::rendezvous {

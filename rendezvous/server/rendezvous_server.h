@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "common/status.h"
-#include "common/status_or.h"
+#include "ddprun/common/status.h"
+#include "ddprun/common/status_or.h"
 #include "rendezvous/core/rendezvous_job.h"
 #include "rendezvous/core/rendezvous_state.h"
 

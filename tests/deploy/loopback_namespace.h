@@ -3,7 +3,7 @@
 #include <memory>
 #include <string>
 
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 
 namespace ddprun::deploy {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
+#include "ddprun/common/status.h"
 #include "tests/multinode/multinode_util.h"
 
 namespace ddprun::deploy {

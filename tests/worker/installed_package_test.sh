@@ -9,6 +9,22 @@ work="$build/installed_package_test"
 rm -rf "$work"
 mkdir -p "$work"
 cmake --install "$build" --prefix "$work/prefix" >"$work/install.log"
+
+# The installed interface is include/ddprun/ alone: the worker's headers and
+# the two of common/ they use, no generic top-level folder (a user's own
+# common/ or worker/ must not be shadowed), and the exported include path
+# is <prefix>/include, not a folder inside it.
+unexpected=$(cd "$work/prefix/include" && find . -type f |
+  grep -vE '^\./ddprun/worker/[a-z0-9_]+\.h$|^\./ddprun/common/status(_or)?\.h$' || true)
+if [[ -n $unexpected ]]; then
+  echo "FAIL: installed headers outside the ddprun/ interface:" >&2
+  echo "$unexpected" >&2
+  exit 1
+fi
+if grep -rn 'include/ddprun"' "$work/prefix"/lib*/cmake/ddprunWorker/*.cmake >&2; then
+  echo "FAIL: the exported include path reaches inside include/ddprun" >&2
+  exit 1
+fi
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S "$src/tests/worker/install_consumer" -B "$work/consumer" -G Ninja \

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "agent/frontends/py_value.h"
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 
 // `accelerate launch`'s command line (accelerate/commands/launch.py:
 // launch_command_parser and _validate_launch_command), reproduced for

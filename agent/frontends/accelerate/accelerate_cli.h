@@ -7,7 +7,7 @@
 
 #include "agent/frontends/accelerate/accelerate_args.h"
 #include "agent/cli/cli_parser.h"
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 
 // ddprun-accelerate: what `accelerate launch` does with its arguments
 // (accelerate/commands/launch.py launch_command, and

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "agent/frontends/py_value.h"
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 
 namespace ddprun::agent {
 

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "agent/frontends/py_value.h"
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 
 // The flags of `accelerate launch` (accelerate/commands/launch.py
 // launch_command_parser) that ddprun-accelerate implements, with

@@ -7,7 +7,7 @@
 
 #include "agent/cli/cli_parser.h"
 #include "agent/frontends/deepspeed/deepspeed_hosts.h"
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 
 // ddprun-deepspeed: the `deepspeed` launcher's command line
 // (deepspeed/launcher/runner.py) and its per-node launch

@@ -4,7 +4,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 
 // The `deepspeed` launcher's resource model (deepspeed/launcher/runner.py):
 // a hostfile lists hosts and their slots (devices); --include/--exclude and

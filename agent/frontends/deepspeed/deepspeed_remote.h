@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "agent/frontends/deepspeed/deepspeed_cli.h"
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 
 // How ddprun-deepspeed starts the nodes of a multi-node job: the role of
 // deepspeed's pdsh launcher (deepspeed/launcher/multinode_runner.py), with

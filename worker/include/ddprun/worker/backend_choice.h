@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 
 namespace ddprun::worker {
 

@@ -4,7 +4,7 @@
 #include <functional>
 #include <string>
 
-#include "common/status_or.h"
+#include "ddprun/common/status_or.h"
 
 namespace ddprun::worker {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
-#include "common/status_or.h"
+#include "ddprun/common/status.h"
+#include "ddprun/common/status_or.h"
 
 namespace ddprun::worker {
 

@@ -4,7 +4,7 @@
 #include <optional>
 #include <utility>
 
-#include "common/status.h"
+#include "ddprun/common/status.h"
 
 namespace ddprun {
 
