@@ -15,7 +15,9 @@ Checks, each a failure (exit 1) with the names:
     every test case the binary lists has its ctest test (a name split at
     ';' fails both ways);
   - a "not run" result is a skip only when ctest skipped it (the test's
-    SKIP_RETURN_CODE or SKIP_REGULAR_EXPRESSION), otherwise a failure.
+    SKIP_RETURN_CODE or SKIP_REGULAR_EXPRESSION), otherwise a failure;
+  - every test has a label (README, "Development": `ctest -L unit` is the
+    inner loop, so a test without one would drop out of every subset).
 Prints one line (also written to FILE):
   LABEL: R registered, R ran: P passed, F failed, S skipped (REASON x N; ...)
 where a skip's reason is what follows "DDPRUN_SKIP: " in its output
@@ -142,6 +144,10 @@ def main():
     got = results(os.path.join(a.build, a.junit)) if os.path.exists(
         os.path.join(a.build, a.junit)) else {}
     registered = [t["name"] for t in tests]
+    for t in tests:
+        labels = [p for p in t.get("properties", []) if p["name"] == "LABELS"]
+        if not labels or not labels[0]["value"]:
+            problems.append("no label: %s" % t["name"])
     for name in registered:
         if name not in got:
             problems.append("registered but not run: %s" % name)
