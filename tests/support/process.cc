@@ -92,6 +92,23 @@ bool WaitForText(const std::string& path, const std::string& part,
       milliseconds(20));
 }
 
+bool WaitForPort(int port, milliseconds timeout) {
+  return WaitUntil(
+      [port] {
+        const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) return false;
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.sin_port = htons(static_cast<uint16_t>(port));
+        const bool open =
+            ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+        ::close(fd);
+        return open;
+      },
+      timeout, milliseconds(20));
+}
+
 bool IsDead(pid_t pid) {
   const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
   if (stat.empty()) return true;
@@ -220,6 +237,7 @@ int Process::Wait(milliseconds timeout) {
         int status = 0;
         if (::waitpid(pid_, &status, WNOHANG) != pid_) return false;
         exit_code_ = ExitCodeOf(status);
+        signaled_ = WIFSIGNALED(status);
         return true;
       },
       timeout, milliseconds(5));
@@ -279,17 +297,19 @@ CommandResult RunProcess(ProcessOptions options, milliseconds timeout) {
     p.Stop(milliseconds(5000));
     r.exit_code = 124;
   }
-  r.output = p.Stdout() + p.Stderr();
+  r.output = p.Stdout();
+  r.error = p.Stderr();
   return r;
 }
 
 CommandResult RunShell(const std::string& command, milliseconds timeout,
-                       const std::map<std::string, std::string>& env) {
+                       const std::map<std::string, std::string>& env,
+                       bool merge_stderr) {
   ProcessOptions o;
   o.argv = {"/bin/sh", "-c", command};
   o.env = env;
   o.name = "shell";
-  o.merge_stderr = true;
+  o.merge_stderr = merge_stderr;
   return RunProcess(std::move(o), timeout);
 }
 

@@ -44,6 +44,10 @@ bool WaitForFiles(const std::vector<std::string>& paths,
 bool WaitForText(const std::string& path, const std::string& part,
                  std::chrono::milliseconds timeout);
 
+// Waits until a TCP connect to 127.0.0.1:`port` succeeds (something
+// listens there); the probe connection is closed at once.
+bool WaitForPort(int port, std::chrono::milliseconds timeout);
+
 // True when `pid` is gone or a zombie (dead, not yet reaped).
 bool IsDead(pid_t pid);
 // Waits until every pid IsDead.
@@ -98,6 +102,8 @@ class Process {
   bool Running() { return Wait(std::chrono::milliseconds(0)) == -1; }
   // The exit code once Wait saw the exit, else -1.
   int exit_code() const { return exit_code_; }
+  // Whether the exit Wait saw was by a signal (exit_code 128+N).
+  bool killed_by_signal() const { return signaled_; }
   // Sends `sig` to the child alone.
   void Signal(int sig);
   // Sends `sig` to the child's process group (the child alone when it does
@@ -124,12 +130,14 @@ class Process {
   std::string out_, err_;
   pid_t pid_ = -1;
   int exit_code_ = -1;
+  bool signaled_ = false;
 };
 
 // Exit code and output of a finished command.
 struct CommandResult {
   int exit_code = -1;  // 124 when the deadline stopped it
   std::string output;  // stdout, with stderr interleaved when merged
+  std::string error;   // stderr when not merged
 };
 
 // Runs `options` to completion; at `timeout` its process group gets SIGTERM,
@@ -137,10 +145,12 @@ struct CommandResult {
 CommandResult RunProcess(ProcessOptions options,
                          std::chrono::milliseconds timeout);
 
-// `/bin/sh -c command` with stderr merged into the output (a command can
-// still redirect it), `env` added, under RunProcess's deadline.
+// `/bin/sh -c command` with `env` added, under RunProcess's deadline;
+// stderr is merged into the output (a command can still redirect it) or,
+// with merge_stderr false, kept apart in `error`.
 CommandResult RunShell(const std::string& command,
                        std::chrono::milliseconds timeout,
-                       const std::map<std::string, std::string>& env = {});
+                       const std::map<std::string, std::string>& env = {},
+                       bool merge_stderr = true);
 
 }  // namespace ddprun::testing

@@ -33,6 +33,9 @@ TEST_CASE("FreeLoopbackPort: a port that can be bound on 127.0.0.1",
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   a.sin_port = htons(static_cast<uint16_t>(port));
   CHECK(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  CHECK_FALSE(WaitForPort(port, 50ms));  // bound, not listening
+  REQUIRE(::listen(fd, 1) == 0);
+  CHECK(WaitForPort(port, 1s));
   ::close(fd);
 }
 
@@ -46,6 +49,7 @@ TEST_CASE("Process: exit code, output files, env, cwd", "[support]") {
   Process p(o);
   CHECK(p.Wait(10s) == 3);
   CHECK(p.exit_code() == 3);
+  CHECK_FALSE(p.killed_by_signal());
   CHECK(p.Stdout() == "out a1\n" + dir.path() + "\n");
   CHECK(p.Stderr() == "err\n");
   CHECK(ReadFile(dir.path() + "/sh.out") == p.Stdout());
@@ -76,6 +80,7 @@ TEST_CASE("Process: Wait's deadline, signals to the child and its group",
   const pid_t grandchild = std::stoi(p.Stdout().substr(6));
   p.SignalGroup(SIGKILL);
   CHECK(p.Wait(10s) == 128 + SIGKILL);
+  CHECK(p.killed_by_signal());
   CHECK(WaitDead({grandchild}, 10s));
   CHECK_FALSE(p.Running());
 }
@@ -93,6 +98,11 @@ TEST_CASE("RunShell: output and exit code, the deadline stops the group",
   CommandResult ok = RunShell("echo $X; echo e >&2; exit 4", 10s, {{"X", "x"}});
   CHECK(ok.exit_code == 4);
   CHECK(ok.output == "x\ne\n");
+  CHECK(ok.error.empty());
+  CommandResult apart = RunShell("echo o; echo e >&2", 10s, {}, false);
+  CHECK(apart.exit_code == 0);
+  CHECK(apart.output == "o\n");
+  CHECK(apart.error == "e\n");
   const auto start = SteadyClock::now();
   CommandResult slow = RunShell("echo begun; sleep 60", 500ms);
   CHECK(slow.exit_code == 124);
