@@ -320,6 +320,8 @@ TEST_CASE("AgentStore: Reset drops the keys and fails the old round's waits",
   old_worker.Type(kSet).Str("/worker/attempt_0/rank_1").Str("addr").Send();
   old_worker.Type(kWait).Int<uint64_t>(1).Str("/worker/attempt_0/x").Send();
   Client idle(s.port);  // connected, nothing sent yet (1.13's 2nd socket)
+  // A fixed pause: the store shows the key (num_keys) but not that the
+  // wait behind it is parked, which is what Reset must fail.
   std::this_thread::sleep_for(100ms);
   REQUIRE(s.store.num_keys() == 1);
   s.store.Reset("round 1 formed");

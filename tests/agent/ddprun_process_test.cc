@@ -239,13 +239,7 @@ TEST_CASE("ddprun: --log_dir layout with tee prefixes and redirects",
             "--rdzv_id=myjob", "--no_python", kData + "/env_dump.sh"});
   REQUIRE(run.Wait() == 0);
   // <log_dir>/<run_id>_<rand>/attempt_0/<local_rank>/
-  std::string listing;
-  {
-    FILE* ls = popen(("ls -d " + logs + "/myjob_*").c_str(), "r");
-    char buf[512];
-    while (fgets(buf, sizeof(buf), ls)) listing += buf;
-    pclose(ls);
-  }
+  const std::string listing = ShellStdout("ls -d " + logs + "/myjob_*");
   REQUIRE_FALSE(listing.empty());
   std::string run_dir = listing.substr(0, listing.find('\n'));
   for (int r = 0; r < 2; ++r) {
@@ -269,12 +263,8 @@ TEST_CASE("ddprun: --local_ranks_filter limits the console only",
                    logs, "-t", "3", "--no_python", kData + "/env_dump.sh"});
   REQUIRE(run.Wait() == 0);
   CHECK(run.Stdout() == "[default2]:hello from 2\n");
-  std::string found;
-  FILE* ls = popen(("cat " + logs + "/*/attempt_0/0/stdout.log").c_str(), "r");
-  char buf[256];
-  while (fgets(buf, sizeof(buf), ls)) found += buf;
-  pclose(ls);
-  CHECK(found == "hello from 0\n");
+  CHECK(ShellStdout("cat " + logs + "/*/attempt_0/0/stdout.log") ==
+        "hello from 0\n");
 }
 
 TEST_CASE("ddprun: lines of many workers never interleave mid-line",
@@ -355,11 +345,7 @@ TEST_CASE("ddprun: SIGTERM while waiting in the rendezvous exits 143 at once",
   Ddprun run(dir, {"--nnodes=2", "--rdzv_backend=grpc",
                    "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
                    "--no_python", "true"});
-  auto deadline = Clock::now() + 10s;
-  while (run.Stderr().find("created") == std::string::npos &&
-         Clock::now() < deadline) {
-    std::this_thread::sleep_for(10ms);
-  }
+  REQUIRE(run.WaitForOutput("created", 10s));
   REQUIRE(run.Stderr().find("created") != std::string::npos);
   auto start = Clock::now();
   kill(run.pid(), SIGTERM);
@@ -467,14 +453,7 @@ TEST_CASE("ddprun: a stopped worker is continued so SIGTERM stops it at once",
 namespace {
 
 // stdout of `sh -c cmd`.
-std::string Shell(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[512];
-  while (p != nullptr && fgets(buf, sizeof(buf), p)) out += buf;
-  if (p != nullptr) pclose(p);
-  return out;
-}
+std::string Shell(const std::string& cmd) { return ShellStdout(cmd); }
 
 long Lines(const std::string& text) {
   return std::count(text.begin(), text.end(), '\n');

@@ -179,11 +179,8 @@ TEST_CASE(
     CHECK(TempLogDirs(tmp).size() == 1);
     kill(killed.pid(), SIGKILL);
     CHECK(killed.Wait() == 128 + SIGKILL);
-    const auto deadline = Clock::now() + 5s;
-    while (!TempLogDirs(tmp).empty() && Clock::now() < deadline) {
-      std::this_thread::sleep_for(20ms);
-    }
-    CHECK(TempLogDirs(tmp).empty());
+    CHECK(ddprun::testing::WaitUntil(
+        [&] { return TempLogDirs(tmp).empty(); }, 5s));
   }
   {
     // -r 3 wrote the workers' logs there: kept, and said where.

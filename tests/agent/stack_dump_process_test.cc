@@ -187,6 +187,8 @@ TEST_CASE("ddprun: SIGUSR2 leaves a worker without the hook alone",
   const int pid = std::stoi(ReadFile(dir.path() + "/pid_0"));
   kill(run.pid(), SIGUSR2);
   CHECK(WaitForText(dir.path() + "/ddprun.err", "no worker gave a stack", 5s));
+  // A fixed pause on purpose: what is checked is that nothing happens (a
+  // signal with the default action would kill the worker within it).
   std::this_thread::sleep_for(200ms);
   CHECK_FALSE(IsDead(pid));
   kill(run.pid(), SIGTERM);

@@ -46,7 +46,8 @@ TEST_CASE("ddprun across two nodes: the watchdog names the rank that hangs, "
   const std::vector<std::string> flags = {"--max_restarts=0",
                                           "--watchdog_timeout=3"};
   auto node0 = Agent(a, 0, port, "hang2", flags, env);
-  std::this_thread::sleep_for(300ms);  // node 0 hosts the rendezvous
+  // Node 0 hosts the rendezvous: node 1 starts once it listens.
+  REQUIRE(testing::WaitForPort(port, 30s));
   auto node1 = Agent(b, 1, port, "hang2", flags, env);
   REQUIRE(WaitForFiles({b.path() + "/hanging"}, 45s));
   const auto hung_at = Clock::now();
@@ -97,7 +98,7 @@ TEST_CASE("ddprun-rendezvous --stacks dumps a running 2-node job, which "
   const int port = FreeLoopbackPort();
   REQUIRE(port > 0);
   auto node0 = Agent(a, 0, port, "ondemand", {}, {});
-  std::this_thread::sleep_for(300ms);
+  REQUIRE(testing::WaitForPort(port, 30s));  // node 0 hosts the store
   auto node1 = Agent(b, 1, port, "ondemand", {}, {});
   REQUIRE(WaitForFiles({a.path() + "/step_0", b.path() + "/step_3"}, 45s));
   const auto asked = Clock::now();
@@ -149,7 +150,7 @@ TEST_CASE("ddprun across two nodes: a rank slower than the job's median is "
   const std::vector<std::string> flags = {"--straggler_time=2"};
   const std::string script = kData + "/step_worker.py";
   auto node0 = Agent(a, 0, port, "slow", flags, env, script);
-  std::this_thread::sleep_for(300ms);
+  REQUIRE(testing::WaitForPort(port, 30s));  // node 0 hosts the store
   auto node1 = Agent(b, 1, port, "slow", flags, env, script);
   const auto started = Clock::now();
   const bool warned = WaitForText(b.path() + "/ddprun.err",

@@ -5,9 +5,7 @@
 // data/hang_worker.py under the real ddprun.
 
 #include <dirent.h>
-#include <stdio.h>
 
-#include <cstdio>
 #include <fstream>
 #include <string>
 
@@ -20,13 +18,7 @@ inline const std::string kHangWorker = kData + "/hang_worker.py";
 
 // Stdout of a shell command, without the trailing newline.
 inline std::string Capture(const std::string& command) {
-  std::string out;
-  FILE* p = ::popen(command.c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[512];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  ::pclose(p);
+  std::string out = ShellStdout(command);
   while (!out.empty() && out.back() == '\n') out.pop_back();
   return out;
 }
@@ -64,15 +56,6 @@ inline bool Contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
-// Waits until `path` holds `part` (deadline `timeout`).
-inline bool WaitForText(const std::string& path, const std::string& part,
-                        std::chrono::milliseconds timeout) {
-  auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    if (Contains(ReadFile(path), part)) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return false;
-}
+using testing::WaitForText;
 
 }  // namespace ddprun::test

@@ -261,15 +261,16 @@ Scenario::~Scenario() {
   // Agents first (their workers die with them), then stragglers of any
   // kind (a worker of a kill -9'd agent, a stopped process), then servers.
   agents_.clear();
-  for (int round = 0; round < 50; ++round) {
-    std::vector<MarkedProcess> left = MarkedProcesses(marker_);
-    if (left.empty()) break;
-    for (const MarkedProcess& p : left) {
-      ::kill(p.pid, SIGKILL);
-      ::kill(p.pid, SIGCONT);
-    }
-    ::usleep(20000);
-  }
+  multinode::WaitUntil(
+      [&] {
+        std::vector<MarkedProcess> left = MarkedProcesses(marker_);
+        for (const MarkedProcess& p : left) {
+          ::kill(p.pid, SIGKILL);
+          ::kill(p.pid, SIGCONT);
+        }
+        return left.empty();
+      },
+      1s, 20ms);
   servers_.clear();
 }
 

@@ -152,7 +152,9 @@ TEST_CASE("chaos: rendezvous server SIGKILL and restart mid-training",
   const auto killed = SteadyClock::now();
   server.child().Kill(SIGKILL);
   REQUIRE(server.child().Wait(5s) == 128 + SIGKILL);
-  std::this_thread::sleep_for(1s);  // the server is gone for a while
+  // A fixed outage on purpose: the scenario is a server that stays away
+  // for a while (no condition ends it), then comes back on the same port.
+  std::this_thread::sleep_for(1s);
   auto& again = s.StartServer(port);
   REQUIRE(again.port() == port);
   // Recovered once both agents re-registered their running round.

@@ -82,6 +82,8 @@ TEST_CASE("chaos: network partition of one node (link down, then up)",
             .has_value();
       },
       20s);
+  // The partition lasts down_for seconds on purpose: its length is the
+  // scenario (no condition ends it).
   const double down_for = 5.0;
   std::this_thread::sleep_for(
       std::chrono::duration<double>(std::max(0.0, cut + down_for - WallNow())));

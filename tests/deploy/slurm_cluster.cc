@@ -179,20 +179,23 @@ Status SlurmCluster::Start(int nodes, int cpus,
     AddDaemon("slurmd-" + name,
               {FindProgram("slurmd"), "-D", "-N", name, "-f", conf_});
   }
-  while (!NodesIdle(nodes)) {
-    for (auto& d : daemons_) {
-      if (!d->Running()) {
-        return UnavailableError("a SLURM daemon exited during startup\n" +
-                                DaemonOutput());
-      }
-    }
-    if (SteadyClock::now() >= deadline) {
-      return DeadlineExceededError(
-          "SLURM nodes not idle within the deadline\n" + DaemonOutput());
-    }
-    std::this_thread::sleep_for(200ms);
+  bool idle = false, daemon_exited = false;
+  WaitUntil(
+      [&] {
+        if (NodesIdle(nodes)) return idle = true;
+        for (auto& d : daemons_) daemon_exited = daemon_exited || !d->Running();
+        return daemon_exited;
+      },
+      std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - SteadyClock::now()),
+      200ms);
+  if (idle) return Status();
+  if (daemon_exited) {
+    return UnavailableError("a SLURM daemon exited during startup\n" +
+                            DaemonOutput());
   }
-  return Status();
+  return DeadlineExceededError("SLURM nodes not idle within the deadline\n" +
+                               DaemonOutput());
 }
 
 bool SlurmCluster::NodesIdle(int nodes) {

@@ -112,13 +112,8 @@ class ElasticJob {
     const std::string cmd = kBinDir + "/ddprun-rendezvous --status 127.0.0.1:" +
                             std::to_string(port()) + " --rdzv_id " + rdzv_id +
                             " --json 2>/dev/null";
-    FILE* p = popen(cmd.c_str(), "r");
-    if (p == nullptr) return "";
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-    return pclose(p) == 0 ? out : "";
+    const testing::CommandResult r = testing::RunShell(cmd, 30s);
+    return r.exit_code == 0 ? r.output : "";
   }
 
   std::string Outputs() const {

@@ -41,6 +41,8 @@ std::pair<Child*, Child*> StartHostedPair(
       },
       20s));
   CHECK(b.Stderr().find("already served on this host") != std::string::npos);
+  // The agents learn the successor from heartbeat answers and show it
+  // nowhere: `settle` (heartbeats' time) is the only condition there is.
   std::this_thread::sleep_for(settle);
   return {&a, &b};
 }

@@ -111,7 +111,10 @@ TEST_CASE("multinode: SIGTERM in the exit barrier stops the agent at once",
   INFO(fast.Output() + slow.Output());
   REQUIRE(
       WaitUntil([&] { return ReadWorkerStarts(dir.path()).size() == 2; }, 15s));
-  std::this_thread::sleep_for(500ms);  // fast's worker exits, barrier begins
+  // fast's worker exits and its agent enters the exit barrier: a fixed
+  // pause, as the agent shows no sign (no log line, no state in the
+  // server's --status) of being in the barrier rather than about to be.
+  std::this_thread::sleep_for(500ms);
   REQUIRE(fast.Running());
   const auto start = SteadyClock::now();
   fast.Kill(SIGTERM);

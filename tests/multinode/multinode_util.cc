@@ -1,125 +1,38 @@
 #include "tests/multinode/multinode_util.h"
 
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <stdlib.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <fstream>
 #include <memory>
 #include <regex>
 #include <sstream>
-#include <thread>
+#include <utility>
 
 namespace ddprun::multinode {
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::vector<std::string> ListDir(const std::string& dir) {
-  std::vector<std::string> names;
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return names;
-  while (dirent* e = readdir(d)) {
-    std::string n = e->d_name;
-    if (n != "." && n != "..") names.push_back(n);
-  }
-  closedir(d);
-  return names;
-}
-
-TempDir::TempDir() {
-  char tmpl[] = "/tmp/ddprun_multinode_XXXXXX";
-  path_ = mkdtemp(tmpl);
-}
-
 TempDir::~TempDir() {
   // Workers of a kill -9'd agent (or of a failed test) outlive their agent.
-  KillRecordedWorkers(path_);
-  (void)!system(("rm -rf " + path_).c_str());
+  KillRecordedWorkers(path());
 }
 
-int FreeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
+namespace {
+testing::ProcessOptions ChildOptions(const std::string& dir,
+                                     const std::string& name,
+                                     std::vector<std::string> argv,
+                                     std::map<std::string, std::string> env) {
+  testing::ProcessOptions o;
+  o.argv = std::move(argv);
+  o.env = std::move(env);
+  o.output_dir = dir;
+  o.name = name;
+  return o;
 }
-
-bool WaitUntil(const std::function<bool()>& done,
-               std::chrono::milliseconds timeout) {
-  const auto deadline = SteadyClock::now() + timeout;
-  while (true) {
-    if (done()) return true;
-    if (SteadyClock::now() >= deadline) return false;
-    std::this_thread::sleep_for(20ms);
-  }
-}
+}  // namespace
 
 Child::Child(const std::string& dir, const std::string& name,
              std::vector<std::string> argv,
              std::map<std::string, std::string> env)
-    : out_(dir + "/" + name + ".out"), err_(dir + "/" + name + ".err") {
-  pid_ = fork();
-  if (pid_ == 0) {
-    setpgid(0, 0);
-    int out = open(out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int err = open(err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(out, 1);
-    dup2(err, 2);
-    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-    std::vector<char*> args;
-    for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-}
-
-Child::~Child() {
-  if (!reaped_) {
-    kill(-pid_, SIGKILL);
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-  }
-}
-
-int Child::Wait(std::chrono::milliseconds timeout) {
-  if (reaped_) return code_;
-  WaitUntil(
-      [&] {
-        int status = 0;
-        if (waitpid(pid_, &status, WNOHANG) != pid_) return false;
-        reaped_ = true;
-        code_ =
-            WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
-        return true;
-      },
-      timeout);
-  return reaped_ ? code_ : -1;
-}
-
-bool Child::Running() { return Wait(0ms) == -1; }
-
-void Child::Kill(int sig) { kill(pid_, sig); }
-
-std::string Child::Output() const {
-  return "--- stdout\n" + Stdout() + "--- stderr\n" + Stderr();
-}
+    : testing::Process(
+          ChildOptions(dir, name, std::move(argv), std::move(env))) {}
 
 RendezvousServerProcess::RendezvousServerProcess(
     const std::string& dir, int port, const std::vector<std::string>& prefix,

@@ -13,63 +13,39 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/process.h"
+
 namespace ddprun::multinode {
 
-using SteadyClock = std::chrono::steady_clock;
+using testing::SteadyClock;
 using namespace std::chrono_literals;
 
 inline const std::string kBinDir = DDPRUN_BIN_DIR;
 inline const std::string kData = DDPRUN_SOURCE_DIR "/tests/multinode/data";
 
-std::string ReadFile(const std::string& path);
-std::vector<std::string> ListDir(const std::string& dir);
+using testing::FreeLoopbackPort;
+using testing::ListDir;
+using testing::ReadFile;
+using testing::WaitUntil;
 
 // A fresh /tmp directory, removed (rm -rf) at scope exit, after killing
 // the workers recorded in it (KillRecordedWorkers).
-class TempDir {
+class TempDir : public testing::TempDir {
  public:
-  TempDir();
+  TempDir() : testing::TempDir("ddprun_multinode_") {}
   ~TempDir();
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
 };
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
-int FreeLoopbackPort();
-
-// Polls `done` every 20 ms until it holds or `timeout` passes.
-bool WaitUntil(const std::function<bool()>& done,
-               std::chrono::milliseconds timeout);
-
 // A child process (argv[0] is the executable path) with stdout and stderr in
-// `<dir>/<name>.out|.err`. Killed (SIGKILL, its process group too) and reaped
-// by the destructor if still running.
-class Child {
+// `<dir>/<name>.out|.err`, leading its own process group. Killed (SIGKILL,
+// its process group too) and reaped by the destructor if still running.
+class Child : public testing::Process {
  public:
   Child(const std::string& dir, const std::string& name,
         std::vector<std::string> argv,
         std::map<std::string, std::string> env = {});
-  ~Child();
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-
-  // Exit code (128+N when killed by signal N); -1 when `timeout` passes.
-  int Wait(std::chrono::milliseconds timeout);
-  bool Running();
-  void Kill(int sig);
-  pid_t pid() const { return pid_; }
-  std::string Stdout() const { return ReadFile(out_); }
-  std::string Stderr() const { return ReadFile(err_); }
-  // Both streams, for failure messages.
-  std::string Output() const;
-
- private:
-  std::string out_, err_;
-  pid_t pid_ = -1;
-  bool reaped_ = false;
-  int code_ = -1;
+  // `sig` to the child alone (a kill -9'd agent leaves its workers).
+  void Kill(int sig) { Signal(sig); }
 };
 
 // `ddprun-rendezvous --host 127.0.0.1 --port <port>` (0: any free port); the

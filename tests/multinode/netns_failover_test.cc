@@ -109,6 +109,9 @@ bool AllStarted(const NetnsJob& job, const std::vector<std::string>& nodes,
 // Once every agent heard who the successor is (heartbeats, 1 s): kill -9 of
 // the hosting agent `a`. Returns when it happened (WallNow).
 double KillHosting(Child& a) {
+  // A fixed pause: an agent learns the successor from a heartbeat answer
+  // (1 s) and shows it nowhere (no log line, nothing in --status), so 3
+  // heartbeats' time is the only condition there is.
   std::this_thread::sleep_for(3s);
   return KillHostingAgent(a);
 }
@@ -226,7 +229,9 @@ TEST_CASE(
   Child& b = job.Start(2, "b", {"--rdzv_conf=connection_lost_timeout=6"});
   INFO(job.Outputs());
   REQUIRE(WaitUntil([&] { return AllStarted(job, {"a", "b"}, 2); }, 30s));
-  std::this_thread::sleep_for(3s);  // b heard that it is the successor
+  // b heard that it is the successor (a heartbeat answer, 1 s; shown
+  // nowhere, so a fixed pause of 3 heartbeats as in KillHosting).
+  std::this_thread::sleep_for(3s);
   // a's host is cut off: to b it does not answer at all (no refusal), as
   // if it were down. b must not go on with a job of its own beside a's.
   REQUIRE(net.Run(net.Host(1), "link set eth0 down"));

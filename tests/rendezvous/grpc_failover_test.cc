@@ -17,6 +17,7 @@
 #include "rendezvous/options/rendezvous_options.h"
 #include "rendezvous/server/rendezvous_server.h"
 #include "tests/rendezvous/sync_client.h"
+#include "tests/support/process.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -133,25 +134,29 @@ TEST_CASE(
   CHECK(seen.failover());
   CHECK(seen.successor_endpoint() == standby);
   CHECK(seen.successor_node_id() == "node1");
-  std::this_thread::sleep_for(milliseconds(600));  // the nodes heard it too
+  // The nodes heard it too: from their own heartbeats (every 200 ms here),
+  // which show it nowhere; a fixed pause of three of them.
+  std::this_thread::sleep_for(milliseconds(600));
 
   // node0 waits in the exit barrier on the primary when it goes away: its
   // call is retried and must follow the move.
   auto barrier0 = std::async(std::launch::async, [&] {
     return (*c0)->ReportSuccess(r0->round, seconds(20));
   });
+  // The barrier call is on its way (nothing shows it parked before the
+  // primary goes; a parked or a retried call must both follow the move).
   std::this_thread::sleep_for(milliseconds(300));
   const auto gone = Steady::now();
   primary->Shutdown(milliseconds(0));  // all its state lost
 
   // Both nodes re-register their running round with the successor.
   v1::StatusResponse status;
-  const auto deadline = Steady::now() + seconds(10);
-  while (Steady::now() < deadline) {
-    status = ServerStatus(standby);
-    if (status.jobs_size() == 1 && status.jobs(0).nodes_size() == 2) break;
-    std::this_thread::sleep_for(milliseconds(100));
-  }
+  ddprun::testing::WaitUntil(
+      [&] {
+        status = ServerStatus(standby);
+        return status.jobs_size() == 1 && status.jobs(0).nodes_size() == 2;
+      },
+      seconds(10), milliseconds(100));
   INFO("moved after "
        << std::chrono::duration<double>(Steady::now() - gone).count() << " s");
   REQUIRE(status.jobs_size() == 1);

@@ -20,6 +20,7 @@
 #include "rendezvous/options/rendezvous_options.h"
 #include "rendezvous/server/rendezvous_server.h"
 #include "tests/rendezvous/sync_client.h"
+#include "tests/support/process.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -178,7 +179,8 @@ TEST_CASE("GrpcRendezvous: a silent agent is dropped and the others re-join",
   clients[1]->SetEventHandler(survivor1.Handler());
   auto results = JoinAll(clients, 2, 3);
   for (auto& r : results) REQUIRE(r.ok());
-  std::this_thread::sleep_for(milliseconds(600));  // healthy for a while
+  // Real time on purpose: nothing may happen while the job is healthy.
+  std::this_thread::sleep_for(milliseconds(600));
   CHECK(survivor0.size() == 0);
 
   const auto killed = Steady::now();
@@ -253,12 +255,12 @@ TEST_CASE("GrpcRendezvous: Leave during a parked Join cancels it",
     return client->Join(Request("quitter", 2, 2), In(seconds(15)));
   });
   // Wait until the server has the node parked.
-  const auto deadline = Steady::now() + seconds(5);
-  while (Steady::now() < deadline) {
-    auto st = ServerStatus(*port);
-    if (st.jobs_size() == 1 && st.jobs(0).nodes_size() == 1) break;
-    std::this_thread::sleep_for(milliseconds(20));
-  }
+  ddprun::testing::WaitUntil(
+      [&] {
+        auto st = ServerStatus(*port);
+        return st.jobs_size() == 1 && st.jobs(0).nodes_size() == 1;
+      },
+      seconds(5), milliseconds(20));
   const auto t0 = Steady::now();
   client->Leave();
   auto r = join.get();
@@ -387,6 +389,8 @@ TEST_CASE("GrpcRendezvous: a restarted server keeps a healthy job running",
   for (auto& r : results) REQUIRE(r.ok());
 
   server->Shutdown(milliseconds(100));  // all state lost
+  // The server stays away for a while on purpose (an outage, not a
+  // condition).
   std::this_thread::sleep_for(milliseconds(500));
   server = std::make_unique<RendezvousServer>();
   auto again = server->Start("127.0.0.1", *port, ServerOptions());
@@ -395,17 +399,18 @@ TEST_CASE("GrpcRendezvous: a restarted server keeps a healthy job running",
 
   // The agents re-register their round through heartbeats.
   v1::StatusResponse status;
-  const auto deadline = Steady::now() + seconds(5);
-  while (Steady::now() < deadline) {
-    status = ServerStatus(*port);
-    if (status.jobs_size() == 1 && status.jobs(0).nodes_size() == 2) break;
-    std::this_thread::sleep_for(milliseconds(100));
-  }
+  ddprun::testing::WaitUntil(
+      [&] {
+        status = ServerStatus(*port);
+        return status.jobs_size() == 1 && status.jobs(0).nodes_size() == 2;
+      },
+      seconds(5), milliseconds(100));
   REQUIRE(status.jobs_size() == 1);
   CHECK(status.jobs(0).state() == v1::JobStatus::STATE_RUNNING);
   CHECK(status.jobs(0).round() == 1);
   CHECK(status.jobs(0).nodes_size() == 2);
-  std::this_thread::sleep_for(milliseconds(2500));  // > heartbeat_timeout
+  // Real time on purpose: longer than heartbeat_timeout, nobody is dropped.
+  std::this_thread::sleep_for(milliseconds(2500));
   CHECK(events0.size() == 0);                       // nobody was told to stop
   CHECK(events1.size() == 0);
   // And the rebuilt job still works: a clean exit barrier.
@@ -425,7 +430,13 @@ TEST_CASE("GrpcRendezvous: a Join parked across a server restart completes",
   auto early_join = std::async(std::launch::async, [&] {
     return early->Join(Request("early", 2, 2), In(seconds(15)));
   });
-  std::this_thread::sleep_for(milliseconds(300));  // parked on server 1
+  // Parked on server 1.
+  REQUIRE(ddprun::testing::WaitUntil(
+      [&] {
+        auto st = ServerStatus(*port);
+        return st.jobs_size() == 1 && st.jobs(0).nodes_size() == 1;
+      },
+      seconds(5), milliseconds(20)));
   server->Shutdown(milliseconds(100));
   server = std::make_unique<RendezvousServer>();
   REQUIRE(server->Start("127.0.0.1", *port, ServerOptions()).ok());

@@ -3,74 +3,56 @@
 #include "ddprun_catch.h"
 #include "reaction_bound.h"
 
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <vector>
 
 #include "rendezvous/server/rendezvous_server.h"
+#include "tests/support/process.h"
 
 namespace ddprun::rendezvous {
 namespace {
 
 using Steady = std::chrono::steady_clock;
 
-// One rdzv_test_agent process with its stdout on a pipe.
+// One rdzv_test_agent process (tests/support/process.h) whose stdout is
+// read back.
 class AgentProcess {
  public:
   AgentProcess(const std::string& endpoint, const std::string& node, int min,
-               int max) {
-    int fds[2];
-    REQUIRE(pipe2(fds, O_CLOEXEC) == 0);
-    pid_ = fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      dup2(fds[1], 1);
-      const std::string bin = std::string(DDPRUN_BIN_DIR) + "/rdzv_test_agent";
-      execl(bin.c_str(), bin.c_str(), endpoint.c_str(), node.c_str(),
-            std::to_string(min).c_str(), std::to_string(max).c_str(),
-            static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    close(fds[1]);
-    out_ = fds[0];
-  }
-  ~AgentProcess() {
-    Kill();
-    close(out_);
-  }
+               int max)
+      : process_(Options(endpoint, node, min, max)) {}
   void Kill() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-      pid_ = -1;
-    }
+    process_.Signal(SIGKILL);
+    process_.Wait(std::chrono::seconds(10));
   }
-  // True once stdout contains `text` (read until `deadline`).
+  // True once stdout contains `text` (read until `deadline`; false also when
+  // the agent exited without printing it).
   bool WaitFor(const std::string& text, Steady::time_point deadline) {
-    while (output_.find(text) == std::string::npos) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - Steady::now());
-      if (left.count() <= 0) return false;
-      pollfd p{out_, POLLIN, 0};
-      if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-      char buf[512];
-      const ssize_t n = read(out_, buf, sizeof(buf));
-      if (n <= 0) return false;
-      output_.append(buf, n);
-    }
-    return true;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - Steady::now());
+    process_.WaitForOutput(text, std::max(left, std::chrono::milliseconds(0)));
+    output_ = process_.Stdout();
+    return output_.find(text) != std::string::npos;
   }
   const std::string& output() const { return output_; }
 
  private:
-  pid_t pid_ = -1;
-  int out_ = -1;
+  static testing::ProcessOptions Options(const std::string& endpoint,
+                                         const std::string& node, int min,
+                                         int max) {
+    testing::ProcessOptions o;
+    o.argv = {std::string(DDPRUN_BIN_DIR) + "/rdzv_test_agent", endpoint, node,
+              std::to_string(min), std::to_string(max)};
+    o.name = "agent_" + node;
+    o.own_process_group = false;
+    return o;
+  }
+
+  testing::Process process_;
   std::string output_;
 };
 
