@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The LibTorch 2.x leg of the tests: the worker runtime, the trainers and
 # their tests built against Debian trixie's LibTorch 2.6 (CPU) in a trixie
-# root, and run there, the Python compatibility cases against trixie's
-# torchrun 2.6, and the installation tests of the host's release artifacts.
+# root, and run there, the Python compatibility cases and the peers'
+# conformance suite (tests/conformance) against trixie's torchrun 2.6, and
+# the installation tests of the host's release artifacts.
 # The launcher is the host build's (it has no Torch in it), carried into the
 # root as a bundle. Exit status is ctest's.
 # Usage: scripts/libtorch2_tests.sh [HOST_BUILD_DIR]   (default: build)

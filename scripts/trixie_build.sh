@@ -8,7 +8,8 @@
 # Installs the variant's Debian packages (idempotent), configures and builds
 # into $DDPRUN_BUILD_DIR (default /work/out/build-<variant>):
 #   cpu   libtorch-dev (CPU). --test then runs the worker, trainer and Python
-#         compatibility tests there (torchrun 2.6 as the reference).
+#         compatibility tests and the peers' conformance suite there
+#         (torchrun 2.6 as the reference).
 #   cuda  libtorch-cuda-dev: the NCCL/CUDA code paths compile and link (no GPU
 #         is needed to build; running needs one).
 # The launcher is not Torch code: by default the tests use a prebuilt one
@@ -174,7 +175,7 @@ fi
 
 if [[ $run_tests == 1 ]]; then
   cd "$build"
-  regex=${DDPRUN_TRIXIE_TESTS:-^(worker|examples|outputs|compat|install)/}
+  regex=${DDPRUN_TRIXIE_TESTS:-^(worker|examples|outputs|compat|conformance|install)/}
   rc=0
   ctest --output-on-failure --timeout 600 -j "${DDPRUN_TEST_JOBS:-2}" \
     -R "$regex" --output-junit ctest-results.xml || rc=$?

@@ -11,7 +11,11 @@ by a sitecustomize in the torchrun process only (never in workers).
    use_libuv argument: torchrun cannot start ("use_libuv was requested but
    PyTorch was build without libuv support"), whatever USE_LIBUV says. The
    stores those modules create retry without libuv, as ddprun's C++ worker
-   does. (Python workers honour USE_LIBUV=0.)
+   does. Python workers honour USE_LIBUV=0, except where torch 2.6 makes
+   the store itself: a worker's init_process_group under torchrun's agent
+   store (TORCHELASTIC_USE_AGENT_STORE=True: static rendezvous and c10d)
+   creates its TCPStore client without use_libuv, so a worker that meets
+   torchrun 2.6 that way applies fix_worker_store() (the same retry).
 """
 
 import re
@@ -55,7 +59,8 @@ def _fix_tcp_store_without_libuv():
                 kwargs["use_libuv"] = False
                 super().__init__(*args, **kwargs)
 
-    for name in ("torch.distributed.elastic.rendezvous.static_tcp_rendezvous",
+    for name in ("torch.distributed.rendezvous",
+                 "torch.distributed.elastic.rendezvous.static_tcp_rendezvous",
                  "torch.distributed.elastic.rendezvous.c10d_rendezvous_backend",
                  "torch.distributed.elastic.utils.distributed"):
         try:
@@ -67,6 +72,12 @@ def _fix_tcp_store_without_libuv():
     # c10d rendezvous (--standalone, --rdzv_backend=c10d) shares its store
     # through dynamic_rendezvous, which calls dist.TCPStore at run time.
     dist.TCPStore = TCPStore
+
+
+def fix_worker_store():
+    """For workers that call init_process_group: their stores retry without
+    libuv where torch was built without it (nothing changes elsewhere)."""
+    _fix_tcp_store_without_libuv()
 
 
 def apply():

@@ -3,6 +3,7 @@
 must sum to WORLD_SIZE."""
 import argparse
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -13,11 +14,16 @@ args = parser.parse_args()
 world = int(os.environ["WORLD_SIZE"])
 rank = int(os.environ["RANK"])
 url = args.init_method
-# Debian's torch 2.6 is built without libuv, and a store that tcp:// or
-# env:// creates asks for it unless the URL says otherwise (USE_LIBUV=0 is
-# the harness's way to say so; torch 1.13 ignores the parameter).
-if os.environ.get("USE_LIBUV") == "0" and "use_libuv" not in url:
-    url += ("&" if "?" in url else "?") + "use_libuv=0"
+# Debian's torch 2.6 is built without libuv, and the stores that tcp:// and
+# env:// create ask for it: as a client of torchrun 2.6's agent store
+# whatever the URL or USE_LIBUV says. USE_LIBUV=0 (the harness's way to say
+# so) makes them retry without (tests/compat/torchrun_fixes.py); torch 1.13
+# has no libuv and nothing to fix.
+if os.environ.get("USE_LIBUV") == "0":
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(
+        __file__)), "..", "..", "compat"))
+    import torchrun_fixes
+    torchrun_fixes.fix_worker_store()
 dist.init_process_group("gloo", init_method=url, world_size=world,
                         rank=rank)
 t = torch.zeros(world)
