@@ -4,8 +4,6 @@
 // checks; with the launcher built: the guide's torchrun (one and two nodes)
 // and accelerate launch lines, the 2-rank run, kill -9 inside a stage and
 // --resume_from a stage's best checkpoint.
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -401,23 +399,11 @@ TEST_CASE(
   CHECK(ReadMetrics(out).size() == 1);
 }
 
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 TEST_CASE(
     "cascade_trainer: the guide's two-node torchrun lines (node 0 and node 1)",
     "[cascade][ddprun][multinode]") {
   const std::string out = FreshDir("cascade_two_nodes");
-  const std::string port = std::to_string(FreePort());
+  const std::string port = std::to_string(FreeLoopbackPort());
   auto node = [&](int rank) {
     return std::string(DDPRUN_LAUNCHER_BIN) +
            " --nproc_per_node=1 --nnodes=2 --node_rank=" +
@@ -446,39 +432,24 @@ TEST_CASE(
     "cascade_trainer: survives kill -9 of a worker and resumes inside its "
     "stage",
     "[cascade][ddprun][fault]") {
-  const std::string flags = " --dataset_path " + DataDir() +
-                            " --epochs 3 --checkpoint_every 2 --voxel_dim 16 "
-                            "--progress_interval 1";
-  const std::string clean = FreshDir("cascade_clean");
-  CommandResult base = RunCommand(
-      Launch("") + Bin("cascade_trainer") + flags + " --output_dir " + clean,
-      300);
-  INFO(base.output);
-  REQUIRE(base.exit_code == 0);
-  const auto clean_metrics = ReadMetrics(clean);
-  REQUIRE(clean_metrics.size() == 6);
-  const long long stage1_end = clean_metrics[2]["step"].get<long long>();
-  const std::string out = FreshDir("cascade_fault");
-  FaultRun fault =
-      RunAndKillRank1(Launch("--max_restarts=1") + Bin("cascade_trainer") +
-                          flags + " --output_dir " + out,
-                      out, /*min_step=*/stage1_end + 2, 300);
-  INFO(fault.result.output);
-  REQUIRE(fault.killed);
-  REQUIRE(fault.result.exit_code == 0);
-  CHECK(fault.resumed_step >= fault.saved_step);
-  CHECK(fault.saved_step > stage1_end);
-  CHECK(fault.result.output.find("stage 2/2 (stage2)") != std::string::npos);
-  const auto metrics = ReadMetrics(out);
-  REQUIRE(!metrics.empty());
-  CHECK(metrics.back()["step"] == clean_metrics.back()["step"]);
-  CHECK(metrics.back()["stage"] == 2);
-  INFO("resumed " << metrics.back().dump() << "\nclean "
-                   << clean_metrics.back().dump());
-  CHECK(metrics.back()["train_loss"].get<double>() ==
-        Approx(clean_metrics.back()["train_loss"].get<double>()).margin(1e-4));
-  CHECK(metrics.back()["val_psnr"].get<double>() ==
-        Approx(clean_metrics.back()["val_psnr"].get<double>()).margin(1e-4));
+  long long stage1_end = -1;
+  const FaultOutcome o = CheckKillRank1AndResume(
+      {"cascade",
+       [](const std::string& out) {
+         return Bin("cascade_trainer") + " --dataset_path " + DataDir() +
+                " --epochs 3 --checkpoint_every 2 --voxel_dim 16 "
+                "--progress_interval 1 --output_dir " +
+                out;
+       },
+       300,
+       [&](const std::vector<nlohmann::json>& clean) {
+         REQUIRE(clean.size() == 6);
+         stage1_end = clean[2]["step"].get<long long>();
+         return stage1_end + 2;
+       },
+       {{"stage", 2}}, {"step", "train_loss", "val_psnr"}});
+  CHECK(o.fault.saved_step > stage1_end);
+  CHECK(o.fault.result.output.find("stage 2/2 (stage2)") != std::string::npos);
 }
 
 }  // namespace

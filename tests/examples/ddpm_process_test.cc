@@ -246,37 +246,19 @@ namespace {
 TEST_CASE(
     "ddpm_trainer: survives kill -9 of a worker and resumes inside its stage",
     "[ddpm][ddprun][fault]") {
-  const std::string flags =
-      " --csv_path " + SyntheticCsv() +
-      " --stages 8,12 --epochs 4 --checkpoint_every 2 --width 4 "
-      "--v_parameterization --progress_interval 1";
-  const std::string clean = FreshDir("ddpm_clean");
-  CommandResult base = RunCommand(
-      Launch("") + Bin("ddpm_trainer") + flags + " --output_dir " + clean, 300);
-  INFO(base.output);
-  REQUIRE(base.exit_code == 0);
-  CHECK(base.output.find("effective batch 1 x 2 ranks x 4 accumulation = 8") !=
+  const FaultOutcome o = CheckKillRank1AndResume(
+      {"ddpm",
+       [](const std::string& out) {
+         return Bin("ddpm_trainer") + " --csv_path " + SyntheticCsv() +
+                " --stages 8,12 --epochs 4 --checkpoint_every 2 --width 4 "
+                "--v_parameterization --progress_interval 1 --output_dir " +
+                out;
+       },
+       300, AtStep(4), {{"step", 16}, {"image_size", 12}},
+       {"train_loss", "val_psnr"}});
+  CHECK(o.clean.output.find(
+            "effective batch 1 x 2 ranks x 4 accumulation = 8") !=
         std::string::npos);
-  const nlohmann::json clean_last = ReadMetrics(clean).back();
-  const std::string out = FreshDir("ddpm_fault");
-  FaultRun fault =
-      RunAndKillRank1(Launch("--max_restarts=1") + Bin("ddpm_trainer") + flags +
-                          " --output_dir " + out,
-                      out,
-                      /*min_step=*/4, 300);
-  INFO(fault.result.output);
-  REQUIRE(fault.killed);
-  REQUIRE(fault.result.exit_code == 0);
-  CHECK(fault.resumed_step >= fault.saved_step);
-  auto metrics = ReadMetrics(out);
-  REQUIRE(!metrics.empty());
-  CHECK(metrics.back()["step"] == 16);
-  CHECK(metrics.back()["image_size"] == 12);
-  INFO("resumed " << metrics.back().dump() << "\nclean " << clean_last.dump());
-  CHECK(metrics.back()["train_loss"].get<double>() ==
-        Approx(clean_last["train_loss"].get<double>()).margin(1e-4));
-  CHECK(metrics.back()["val_psnr"].get<double>() ==
-        Approx(clean_last["val_psnr"].get<double>()).margin(1e-4));
 }
 
 // With --sync_batchnorm the trainer turns off DDP's per-step broadcast of

@@ -8,9 +8,11 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "ddprun_catch.h"
 
@@ -170,3 +172,79 @@ inline void CheckGuideFlags(const FrameCase& c) {
 }
 
 }  // namespace ddprun::examples::testing
+
+#ifdef DDPRUN_LAUNCHER_BIN
+namespace ddprun::examples::testing {
+
+// One trainer's row of the shared "kill -9 of rank 1, resume" contract.
+struct FaultCase {
+  std::string tag;  // FreshDir names: <tag>_clean, <tag>_fault
+  // The trainer's command line writing to `output_dir` (2 ranks under
+  // ddprun are added in front).
+  std::function<std::string(const std::string& output_dir)> command;
+  int timeout_s = 300;
+  // The step whose checkpoint must exist before the kill, from the clean
+  // run's metrics.
+  std::function<long long(const std::vector<nlohmann::json>& clean)> min_step;
+  // Fields the resumed run's last metrics line must have.
+  std::map<std::string, nlohmann::json> final_fields;
+  // Fields of the last metrics line that must equal the clean run's to 1e-4.
+  std::vector<std::string> same_as_clean;
+};
+
+struct FaultOutcome {
+  CommandResult clean;                      // the uninterrupted run
+  std::vector<nlohmann::json> clean_metrics;
+  FaultRun fault;                           // the run whose rank 1 was killed
+  std::vector<nlohmann::json> metrics;
+};
+
+// A clean 2-rank run, then the same run under --max_restarts=1 whose rank 1
+// is kill -9'd once a checkpoint of min_step exists: the group restarts,
+// resumes from a checkpoint at least as new as the one seen before the
+// kill and ends where the clean run ends (same_as_clean to 1e-4: on the CPU
+// with one intra-op thread the resumed run repeats the clean run's numbers,
+// while a resume that lost any state (optimizer, sampler position, RNG)
+// would not). Returns both runs for trainer-specific checks.
+inline FaultOutcome CheckKillRank1AndResume(const FaultCase& c) {
+  FaultOutcome o;
+  const std::string clean = FreshDir(c.tag + "_clean");
+  o.clean = RunCommand(Launch("") + c.command(clean), c.timeout_s);
+  INFO(o.clean.output);
+  REQUIRE(o.clean.exit_code == 0);
+  o.clean_metrics = ReadMetrics(clean);
+  REQUIRE(!o.clean_metrics.empty());
+  const nlohmann::json clean_last = o.clean_metrics.back();
+  const long long min_step = c.min_step(o.clean_metrics);
+
+  const std::string out = FreshDir(c.tag + "_fault");
+  o.fault = RunAndKillRank1(Launch("--max_restarts=1") + c.command(out), out,
+                            min_step, c.timeout_s);
+  INFO(o.fault.result.output);
+  REQUIRE(o.fault.killed);
+  REQUIRE(o.fault.result.exit_code == 0);
+  CHECK(o.fault.resumed_step >= o.fault.saved_step);
+  o.metrics = ReadMetrics(out);
+  REQUIRE(!o.metrics.empty());
+  const nlohmann::json& last = o.metrics.back();
+  INFO("resumed " << last.dump() << "\nclean " << clean_last.dump());
+  for (const auto& [key, value] : c.final_fields) {
+    INFO(key);
+    CHECK(last[key] == value);
+  }
+  for (const std::string& key : c.same_as_clean) {
+    INFO(key);
+    CHECK(last[key].get<double>() ==
+          Approx(clean_last[key].get<double>()).margin(1e-4));
+  }
+  return o;
+}
+
+// A fixed min_step for FaultCase.
+inline std::function<long long(const std::vector<nlohmann::json>&)> AtStep(
+    long long step) {
+  return [step](const std::vector<nlohmann::json>&) { return step; };
+}
+
+}  // namespace ddprun::examples::testing
+#endif  // DDPRUN_LAUNCHER_BIN

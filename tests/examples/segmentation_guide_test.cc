@@ -14,7 +14,6 @@
 
 #include "ddprun_catch.h"
 
-#include "tests/agent/process_harness.h"
 #include "tests/examples/trainer_run.h"
 
 namespace ddprun::examples::testing {
@@ -449,7 +448,7 @@ TEST_CASE("segmentation_trainer: the guide's torch.distributed.launch line",
 TEST_CASE("segmentation_trainer: the guide's two-node lines",
           "[segmentation][guide][ddprun]") {
   const std::string cwd = FreshDir("seg_guide_nodes");
-  const std::string port = std::to_string(ddprun::test::FreeLoopbackPort());
+  const std::string port = std::to_string(FreeLoopbackPort());
   auto node = [&](int rank) {
     return Ddprun("--nproc_per_node=4 --nnodes=2 --node_rank=" +
                   std::to_string(rank) +

@@ -183,28 +183,13 @@ TEST_CASE(
     "segmentation_trainer: survives kill -9 of a worker and resumes from its "
     "checkpoint",
     "[segmentation][ddprun][fault]") {
-  const std::string flags = " --epochs 6 --checkpoint_every 5";
-  const std::string clean = FreshDir("seg_clean");
-  CommandResult base = RunCommand(Launch("") + Trainer(clean) + flags, 300);
-  REQUIRE(base.exit_code == 0);
-  const nlohmann::json clean_last = ReadMetrics(clean).back();
-
-  const std::string out = FreshDir("seg_fault");
-  FaultRun fault = RunAndKillRank1(
-      Launch("--max_restarts=1") + Trainer(out) + flags, out, 10, 300);
-  INFO(fault.result.output);
-  REQUIRE(fault.killed);
-  REQUIRE(fault.result.exit_code == 0);
-  CHECK(fault.resumed_step >= fault.saved_step);
-  auto metrics = ReadMetrics(out);
-  REQUIRE(!metrics.empty());
-  CHECK(metrics.back()["epoch"] == 6);
-  CHECK(metrics.back()["step"] == 42);
-  INFO("resumed " << metrics.back().dump() << "\nclean " << clean_last.dump());
-  CHECK(metrics.back()["train_loss"].get<double>() ==
-        Approx(clean_last["train_loss"].get<double>()).margin(1e-4));
-  CHECK(metrics.back()["val_dice"].get<double>() ==
-        Approx(clean_last["val_dice"].get<double>()).margin(1e-4));
+  CheckKillRank1AndResume(
+      {"seg",
+       [](const std::string& out) {
+         return Trainer(out) + " --epochs 6 --checkpoint_every 5";
+       },
+       300, AtStep(10), {{"epoch", 6}, {"step", 42}},
+       {"train_loss", "val_dice"}});
 }
 #endif  // DDPRUN_LAUNCHER_BIN
 

@@ -13,7 +13,6 @@
 
 #include "ddprun_catch.h"
 
-#include "tests/agent/process_harness.h"  // FreeLoopbackPort
 #include "tests/examples/trainer_run.h"
 
 namespace ddprun::examples::testing {
@@ -195,7 +194,7 @@ TEST_CASE(
     "under ddprun-launch",
     "[survival][guide][ddprun]") {
   const std::string out = FreshDir("survival_guide_nodes");
-  const int port = ddprun::test::FreeLoopbackPort();
+  const int port = FreeLoopbackPort();
   auto node = [&](int rank) {
     return std::string(DDPRUN_LAUNCHER_BIN) +
            "-launch --nproc_per_node=1 --nnodes=2 --node_rank=" +

@@ -6,40 +6,24 @@
 #include <signal.h>
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <future>
 #include <iterator>
 #include <map>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
 
 #include "tests/common/remove_at_exit.h"
 namespace ddprun::examples::testing {
 
 CommandResult RunCommand(const std::string& command, int timeout_s) {
-  CommandResult result;
   // One intra-op thread per process, as ddprun gives each worker: the test
   // machine has 2 cores shared with other tests, and 2 OpenMP threads per
   // trainer there run several times slower than 1.
-  const std::string wrapped = "timeout -k 5 " + std::to_string(timeout_s) +
-                              " env OMP_NUM_THREADS=1 /bin/sh -c '" + command +
-                              "' 2>&1";
-  FILE* pipe = ::popen(wrapped.c_str(), "r");
-  if (!pipe) return result;
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) {
-    result.output.append(buffer.data(), n);
-  }
-  const int status = ::pclose(pipe);
-  result.exit_code =
-      WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return result;
+  return ddprun::testing::RunShell(command, std::chrono::seconds(timeout_s),
+                                   {{"OMP_NUM_THREADS", "1"}});
 }
 
 std::string FreshDir(const std::string& tag) {
@@ -199,23 +183,39 @@ FaultRun RunAndKillRank1(const std::string& command,
                          const std::string& output_dir, long long min_step,
                          int timeout_s) {
   FaultRun fault;
-  auto run = std::async(std::launch::async,
-                        [&] { return RunCommand(command, timeout_s); });
+  ddprun::testing::ProcessOptions options;
+  options.argv = {"/bin/sh", "-c", command};
+  options.env = {{"OMP_NUM_THREADS", "1"}};
+  options.name = "fault_run";
+  options.merge_stderr = true;
+  ddprun::testing::Process run(options);
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-  while (std::chrono::steady_clock::now() < deadline &&
-         run.wait_for(std::chrono::milliseconds(20)) !=
-             std::future_status::ready) {
-    const long long saved = NewestCheckpointStep(output_dir + "/checkpoints");
-    if (saved < min_step) continue;
-    const int victim = FindWorkerPid(output_dir, /*rank=*/1);
-    if (victim > 0 && ::kill(victim, SIGKILL) == 0) {
-      fault.saved_step = saved;
-      fault.killed = true;
-      break;
-    }
+  // Kill rank 1 once a checkpoint of min_step is on disk (or give up when
+  // the job ends first).
+  ddprun::testing::WaitUntil(
+      [&] {
+        if (!run.Running()) return true;
+        const long long saved =
+            NewestCheckpointStep(output_dir + "/checkpoints");
+        if (saved < min_step) return false;
+        const int victim = FindWorkerPid(output_dir, /*rank=*/1);
+        if (victim > 0 && ::kill(victim, SIGKILL) == 0) {
+          fault.saved_step = saved;
+          fault.killed = true;
+          return true;
+        }
+        return false;
+      },
+      std::chrono::seconds(timeout_s), std::chrono::milliseconds(20));
+  fault.result.exit_code =
+      run.Wait(std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now()));
+  if (fault.result.exit_code < 0) {
+    run.Stop(std::chrono::seconds(5));
+    fault.result.exit_code = 124;
   }
-  fault.result = run.get();
+  fault.result.output = run.Stdout();
   const std::string marker = "resumed from checkpoint at step ";
   const size_t at = fault.result.output.find(marker);
   if (at != std::string::npos) {

@@ -6,16 +6,18 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/process.h"
+
 namespace ddprun::examples::testing {
 
-// Output and exit code of a shell command run under `timeout`.
-struct CommandResult {
-  int exit_code = -1;  // 124 when the timeout killed it
-  std::string output;  // stdout and stderr interleaved
-};
+// Output (stdout and stderr interleaved) and exit code (124 when the
+// deadline stopped it) of a command.
+using ddprun::testing::CommandResult;
+using ddprun::testing::FreeLoopbackPort;
 
 // Runs `command` through /bin/sh with a wall-clock limit of `timeout_s` and
-// OMP_NUM_THREADS=1.
+// OMP_NUM_THREADS=1 (tests/support's RunShell: at the limit its process
+// group gets SIGTERM, 5 s later SIGKILL).
 CommandResult RunCommand(const std::string& command, int timeout_s);
 
 // A fresh empty directory under /tmp, unique to this process and `tag`.

@@ -27,6 +27,7 @@
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/server/rendezvous_server.h"
 #include "tests/rendezvous/server_process.h"
+#include "tests/support/process.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -51,12 +52,9 @@ bool Answers(const std::string& port) {
 }
 
 bool AnswersWithin(const std::string& port, Steady::duration timeout) {
-  const auto deadline = Steady::now() + timeout;
-  while (Steady::now() < deadline) {
-    if (Answers(port)) return true;
-    std::this_thread::sleep_for(milliseconds(200));
-  }
-  return false;
+  return ddprun::testing::WaitUntil(
+      [&] { return Answers(port); },
+      std::chrono::duration_cast<milliseconds>(timeout), milliseconds(200));
 }
 
 // `n` TCP connections to 127.0.0.1:port that never send a byte.
@@ -210,6 +208,7 @@ TEST_CASE(
       ++impostor_calls;
     }
   });
+  // 3 s of heartbeats on purpose: none may be refused during the flood.
   int refused = 0;
   const auto until = Steady::now() + seconds(3);
   while (Steady::now() < until) {
@@ -265,6 +264,8 @@ TEST_CASE(
     v1::JoinResponse r;
     spare_status = Join(own.get(), spare, &r, seconds(20));
   });
+  // A fixed pause: --status does not list a parked spare, so nothing shows
+  // that its Join arrived (a Close before it would fail it differently).
   std::this_thread::sleep_for(milliseconds(500));
   auto close = [&](const std::string& reason) {
     v1::CloseRequest req;

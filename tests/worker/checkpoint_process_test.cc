@@ -59,7 +59,7 @@ struct Job {
 Job Start(const std::vector<std::string>& args, int world,
           std::map<std::string, std::string> extra = {}) {
   Job job;
-  int port = wt::FreePort();
+  int port = wt::FreeLoopbackPort();
   for (int r = 0; r < world; ++r) {
     auto env = wt::RankEnv(r, world, port);
     for (auto& [k, v] : extra) env[k] = v;
@@ -127,6 +127,7 @@ void RunKillResume(bool sharded) {
            std::chrono::steady_clock::now() < deadline) {
     }
     std::uniform_int_distribution<int> delay_ms(0, 300);
+    // A random moment on purpose: the kill lands anywhere in a save.
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
     for (auto& r : job.ranks) r->Kill();
     for (auto& r : job.ranks) r->Wait(std::chrono::seconds(5));

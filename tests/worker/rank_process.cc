@@ -1,93 +1,27 @@
 #include "tests/worker/rank_process.h"
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cstdlib>
-#include <fstream>
+#include <algorithm>
 #include <memory>
-#include <sstream>
-#include <stdexcept>
-#include <thread>
 
 namespace ddprun::worker::testing {
 
+namespace {
+ddprun::testing::ProcessOptions RankOptions(
+    const std::vector<std::string>& argv,
+    const std::map<std::string, std::string>& env) {
+  ddprun::testing::ProcessOptions o;
+  o.argv = argv;
+  o.env = env;
+  o.name = "rank";
+  o.merge_stderr = true;
+  o.own_process_group = false;
+  return o;
+}
+}  // namespace
+
 RankProcess::RankProcess(const std::vector<std::string>& argv,
-                         const std::map<std::string, std::string>& env) {
-  char tmpl[] = "/tmp/ddprun_rank_XXXXXX";
-  int fd = mkstemp(tmpl);
-  if (fd < 0) throw std::runtime_error("mkstemp failed");
-  out_path_ = tmpl;
-  pid_ = fork();
-  if (pid_ < 0) throw std::runtime_error("fork failed");
-  if (pid_ == 0) {
-    dup2(fd, 1);
-    dup2(fd, 2);
-    for (auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-    std::vector<char*> args;
-    for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  close(fd);
-}
-
-RankProcess::~RankProcess() {
-  if (exit_code_ < 0 && pid_ > 0) {
-    ::kill(pid_, SIGKILL);
-    Wait(std::chrono::seconds(5));
-  }
-  unlink(out_path_.c_str());
-}
-
-bool RankProcess::Wait(std::chrono::milliseconds timeout) {
-  if (exit_code_ >= 0) return true;
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (true) {
-    int status = 0;
-    pid_t r = waitpid(pid_, &status, WNOHANG);
-    if (r == pid_) {
-      exit_code_ =
-          WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      return true;
-    }
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-}
-
-void RankProcess::Kill(int sig) {
-  if (exit_code_ < 0) ::kill(pid_, sig);
-}
-
-std::string RankProcess::Output() const {
-  std::ifstream in(out_path_);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-int FreePort() {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  if (bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(s);
-    throw std::runtime_error("bind(0) failed");
-  }
-  socklen_t len = sizeof(addr);
-  getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(s);
-  return ntohs(addr.sin_port);
-}
+                         const std::map<std::string, std::string>& env)
+    : process_(RankOptions(argv, env)) {}
 
 std::map<std::string, std::string> RankEnv(int rank, int world, int port) {
   return {{"RANK", std::to_string(rank)},
@@ -103,7 +37,7 @@ std::vector<RankResult> RunRanks(
     const std::vector<std::string>& argv, int world,
     const std::map<std::string, std::string>& extra_env,
     std::chrono::milliseconds timeout, int port) {
-  if (port == 0) port = FreePort();
+  if (port == 0) port = FreeLoopbackPort();
   std::vector<std::unique_ptr<RankProcess>> procs;
   for (int r = 0; r < world; ++r) {
     auto env = RankEnv(r, world, port);

@@ -7,35 +7,34 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/process.h"
+
 namespace ddprun::worker::testing {
+
+using ddprun::testing::FreeLoopbackPort;
 
 // A child process running a test binary with extra environment variables;
 // stdout and stderr go to one temp file. The destructor kills (SIGKILL) and
-// reaps a child that is still running.
+// reaps a child that is still running. A thin layer over
+// tests/support/process.h's Process.
 class RankProcess {
  public:
   RankProcess(const std::vector<std::string>& argv,
               const std::map<std::string, std::string>& env);
-  ~RankProcess();
-  RankProcess(const RankProcess&) = delete;
-  RankProcess& operator=(const RankProcess&) = delete;
 
   // Waits up to `timeout` for exit. Returns false if still running.
-  bool Wait(std::chrono::milliseconds timeout);
-  void Kill(int sig = 9);
-  pid_t pid() const { return pid_; }
+  bool Wait(std::chrono::milliseconds timeout) {
+    return process_.Wait(timeout) >= 0;
+  }
+  void Kill(int sig = 9) { process_.Signal(sig); }
+  pid_t pid() const { return process_.pid(); }
   // Exit code, or 128+signal; -1 while running.
-  int exit_code() const { return exit_code_; }
-  std::string Output() const;
+  int exit_code() const { return process_.exit_code(); }
+  std::string Output() const { return process_.Stdout(); }
 
  private:
-  pid_t pid_ = -1;
-  int exit_code_ = -1;
-  std::string out_path_;
+  ddprun::testing::Process process_;
 };
-
-// A TCP port that was free a moment ago (bind port 0 on 127.0.0.1).
-int FreePort();
 
 // Environment of rank `rank` of `world` on loopback with the given port.
 std::map<std::string, std::string> RankEnv(int rank, int world, int port);

@@ -261,6 +261,7 @@ TEST_CASE("SharedMemoryGroup: a peer that exits is named at once, a late "
     options.timeout = std::chrono::milliseconds(300);
     GroupRun run = RunGroup(2, options, [](Group& g, FILE* out) {
       if (g.rank() == 1) {
+        // Late on purpose: past options.timeout.
         std::this_thread::sleep_for(std::chrono::seconds(2));
         return 0;
       }

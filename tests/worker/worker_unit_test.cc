@@ -210,6 +210,8 @@ TEST_CASE("ProgressMeter: epoch, step, loss, throughput and ETA",
   w::World world;  // standalone
   w::ProgressMeter meter(world, 2, 10, std::chrono::hours(1));
   meter.Update(0, 1, 0.9, 32);  // first step: start of the clock
+  // Real time on purpose: the rate is measured over it (64 samples in
+  // >= 50 ms bound it from above).
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   meter.Update(0, 3, 0.5, 32);
   meter.Update(1, 6, 0.25, 32);
@@ -230,6 +232,7 @@ TEST_CASE("ProgressMeter: after only the first step there is no rate, not 0",
   w::ProgressMeter meter(world, 1, 1, std::chrono::hours(1));
   REQUIRE_FALSE(meter.rate_measured());
   meter.Update(0, 1, 0.5, 8);  // an epoch of one step (ddpm's stages)
+  // Time passes on purpose: still no rate after it.
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
   REQUIRE_FALSE(meter.rate_measured());
   const std::string line = meter.Line();
