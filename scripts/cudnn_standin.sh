@@ -10,6 +10,7 @@
 # Usage: cudnn_standin.sh OUT_DIR [LIB_DIR]   (default LIB_DIR: the
 # folder of libtorch_cuda.so). Prints OUT_DIR when it wrote a stand-in.
 set -euo pipefail
+trap 'echo "cudnn_standin: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
 out=$1
 libdir=${2:-}
 if [[ -z $libdir ]]; then
@@ -21,7 +22,11 @@ users=()
 declare -A sonames=()
 for lib in "$libdir"/lib*.so*; do
   [[ -f $lib && ! -L $lib ]] || continue
-  needed=$(readelf -d "$lib" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(libcudnn[^]]*\)\]/\1/p')
+  # Only ELF files: the folder also holds linker scripts named like
+  # libraries (Debian's libc.so), which readelf fails on.
+  [[ $(head -c 4 "$lib" | od -An -c | tr -d ' ') == '177ELF' ]] || continue
+  needed=$(readelf -d "$lib" 2>/dev/null |
+    sed -n 's/.*(NEEDED).*\[\(libcudnn[^]]*\)\]/\1/p') || needed=
   [[ -n $needed ]] || continue
   users+=("$lib")
   for s in $needed; do sonames[$s]=1; done

@@ -37,6 +37,9 @@ int main(int argc, char** argv) {
   return 0;
 }
 EOF
+# Beside LibTorch, as in Debian's /usr/lib/<triplet>: a linker script named
+# like a library (libc.so is one), which readelf cannot read.
+printf '/* GNU ld script */\nGROUP ( libc.so.6 )\n' >lib/libc.so
 gcc -o main main.c -Llib -ltorch_cuda -Wl,-rpath,"$tmp/lib" -Wl,-z,now -Wl,-rpath-link,"$tmp" || exit 1
 rm "$so"
 
