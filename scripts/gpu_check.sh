@@ -482,16 +482,20 @@ finish() {  # SIGNAL-NAME or empty
     kill -TERM "$child" 2>/dev/null; sleep 1; kill -KILL "$child" 2>/dev/null
     reap "$tag-$current"
     record FAIL "$current" $((SECONDS - t0)) "cut short by SIG$1"
+    recorded=$index
   fi
+  # A signal between two steps (the step at `index` chosen, not yet
+  # started) leaves that step unrecorded: it is skipped with the rest.
   local s
-  for s in "${selected[@]:$((index + 1))}"; do
+  for s in "${selected[@]:$((recorded + 1))}"; do
     [[ -n $1 ]] && record SKIP "$s" 0 "not run: the check was stopped by SIG$1"
   done
   say "result: $passed passed, $failed failed, $skipped skipped in $SECONDS s (budget $budget s)${1:+; stopped by SIG$1}"
   pack
-  exit $((failed > 0 ? 1 : 0))
+  # A check stopped by a signal did not run what it was asked to: never 0.
+  exit $((failed > 0 || ${#1} > 0 ? 1 : 0))
 }
-index=-1 current= t0=$SECONDS
+index=-1 recorded=-1 current= t0=$SECONDS
 for sig in TERM INT HUP; do trap "finish $sig" $sig; done
 trap 'finish ""' EXIT
 
@@ -535,6 +539,7 @@ for index in "${!selected[@]}"; do
   left=$((deadline - SECONDS))
   if ((left < 15)); then
     record SKIP "$current" 0 "no time left before the deadline ($budget s)"
+    recorded=$index
     continue
   fi
   limit=${LIMIT[$current]}
@@ -559,6 +564,7 @@ for index in "${!selected[@]}"; do
     124 | 137) record FAIL "$current" "$secs" "timed out after $limit s${what:+; $what}" ;;
     *) record FAIL "$current" "$secs" "${what:-exit $rc: $(tail -1 "$log")}" ;;
   esac
+  recorded=$index
   if [[ -s $sub ]]; then
     while read -r st name rest; do
       printf '%-4s %-22s    - s  %s\n' "$st" "$current/$name" "$rest" | tee -a "$summary"

@@ -111,11 +111,13 @@ elif [[ $mode == cut_short ]]; then
      >"$tmp/signal.log" 2>&1) &
   pid=$!  # gpu_check.sh itself
   summary=$tmp/signal/out/summary.txt
-  for _ in $(seq 600); do
-    grep -qsE '^(PASS|FAIL|SKIP) +ddp_demo' "$summary" && break
-    sleep 0.2
+  # Until survival_bf16 trains: its first epoch is in metrics.jsonl (two
+  # more to go). A fixed pause after ddp_demo's line raced with the logs'
+  # tarball in between on a loaded machine and could land before the step.
+  for _ in $(seq 1200); do
+    [[ -s $tmp/signal/work/survival_bf16/metrics.jsonl ]] && break
+    sleep 0.1
   done
-  sleep 2
   kill -TERM "$pid"
   wait "$pid"
   rc=$?
@@ -131,6 +133,28 @@ elif [[ $mode == cut_short ]]; then
   sleep 1
   left=$(leftovers signal)
   [[ -z $left ]] || failures+=("processes of the cut step still running:$left")
+
+  # 4. SIGTERM before any step started (while the versions are read): every
+  # step is recorded as not run, and the exit is 1, not 0.
+  mkdir -p "$tmp/early"
+  (exec env OUT="$tmp/early/out" DDPRUN_GPU_CHECK_WORK="$tmp/early/work" DDPRUN_GPU_CHECK_DRY=cpu \
+     DDPRUN_GPU_BUILD_DIR="$build" bash "$src/scripts/gpu_check.sh" ddp_demo survival_bf16 \
+     >"$tmp/early.log" 2>&1) &
+  pid=$!
+  summary=$tmp/early/out/summary.txt
+  for _ in $(seq 600); do
+    [[ -e $summary ]] && break
+    sleep 0.05
+  done
+  kill -TERM "$pid"
+  wait "$pid"
+  rc=$?
+  echo "--- early signal: summary.txt (exit $rc)"; cat "$summary"
+  ((rc == 1)) || failures+=("exit $rc after an early SIGTERM, expected 1")
+  for s in ddp_demo survival_bf16; do
+    [[ $(line_of "$summary" $s) == SKIP*"stopped by SIGTERM"* ]] ||
+      failures+=("$s not recorded as not run after an early SIGTERM")
+  done
 else
   echo "usage: $0 SRC BUILD full|cut_short" >&2
   exit 2
