@@ -155,7 +155,7 @@ if [[ $with_launcher == 0 && $run_tests == 1 ]]; then
   # What the selected tests run; the launcher-side test programs are absent.
   targets=(worker_tests examples_formats_test examples_common_test
            examples_survival_test examples_segmentation_test examples_vqa_test
-           examples_ddpm_test outputs_test)
+           examples_ddpm_test examples_contract_test outputs_test)
 fi
 # DDPRUN_BUILD_TARGETS: only these (e.g. the CUDA check's quick run).
 [[ -n ${DDPRUN_BUILD_TARGETS:-} ]] && read -r -a targets <<<"$DDPRUN_BUILD_TARGETS"

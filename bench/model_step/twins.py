@@ -65,7 +65,7 @@ class StepPrecision:
 
 
 def _warm_momentum(bn):
-    # examples/common/norm_layer.cc: the n-th training batch updates the
+    # examples/frame/norm_layer.cc: the n-th training batch updates the
     # running statistics with momentum max(0.1, 1/n).
     if bn.training:
         bn.momentum = max(0.1, 1.0 / (bn.num_batches_tracked.item() + 1.0))
@@ -250,7 +250,7 @@ class SurvivalStep(TwinStep):
 # --- ddpm: examples/ddpm/unet3d.cc, fast_ddpm.cc ---------------------------
 
 class GroupNorm(nn.GroupNorm):
-    """examples/common/norm_layer.cc's group norm: normalises in float32 when
+    """examples/frame/norm_layer.cc's group norm: normalises in float32 when
     autocast hands it a lower-precision input (as torch's CUDA autocast does;
     1.13's CPU group_norm refuses bf16 input with float32 weights)."""
 

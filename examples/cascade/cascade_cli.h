@@ -9,7 +9,7 @@
 
 #include "examples/cascade/cascade_config.h"
 #include "examples/cascade/cascade_model.h"
-#include "examples/common/trainer_cli.h"
+#include "examples/frame/trainer_cli.h"
 
 namespace ddprun::examples {
 

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <set>
 
-#include "examples/common/flag_parser.h"
+#include "examples/formats/flag_parser.h"
 
 namespace ddprun::examples {
 namespace {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "ddprun/common/status_or.h"
-#include "examples/common/yaml_config.h"
+#include "examples/formats/yaml_config.h"
 
 namespace ddprun::examples {
 

@@ -4,8 +4,8 @@
 
 #include "ddprun/worker/rng_fork.h"
 #include "examples/cascade/drr.h"
-#include "examples/common/metrics.h"
-#include "examples/common/outputs_observer.h"
+#include "examples/frame/metrics.h"
+#include "examples/frame/outputs_observer.h"
 #include "examples/outputs/image_panels.h"
 
 namespace ddprun::examples {

@@ -20,7 +20,7 @@
 #include "examples/cascade/cascade_stages.h"
 #include "examples/cascade/patient_data.h"
 #include "examples/cascade/v_diffusion.h"
-#include "examples/common/trainer_session.h"
+#include "examples/frame/trainer_session.h"
 
 namespace ddprun::examples {
 namespace {

@@ -6,7 +6,7 @@
 #include <torch/torch.h>
 
 #include "examples/cascade/cascade_config.h"
-#include "examples/common/activation_checkpoint.h"
+#include "examples/frame/activation_checkpoint.h"
 
 namespace ddprun::examples {
 

@@ -7,7 +7,7 @@
 
 #include "ddprun/worker/worker.h"
 #include "examples/cascade/drr.h"
-#include "examples/common/trainer_support.h"
+#include "examples/frame/trainer_support.h"
 
 namespace ddprun::examples {
 namespace {

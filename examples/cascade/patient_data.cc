@@ -7,9 +7,9 @@
 
 #include "examples/cascade/cascade_config.h"
 #include "examples/cascade/drr.h"
-#include "examples/common/image_io.h"
-#include "examples/common/nifti_io.h"
-#include "examples/common/trainer_support.h"
+#include "examples/frame/image_io.h"
+#include "examples/frame/nifti_io.h"
+#include "examples/frame/trainer_support.h"
 
 namespace ddprun::examples {
 

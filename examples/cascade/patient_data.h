@@ -51,7 +51,7 @@ struct LoadOptions {
   bool flip_views_vertical = false;  // data.flip_drrs_vertical
 };
 
-// Reads a patient's views and CT volume with examples/common's readers
+// Reads a patient's views and CT volume with examples/frame's readers
 // (their size limits included). The volume must be exactly
 // options.volume_size; the error (INVALID_ARGUMENT) then names the folder,
 // the file, its shape and the size expected. Thread-safe.

@@ -7,8 +7,8 @@
 
 #include <torch/torch.h>
 
-#include "examples/common/csv_table.h"
-#include "examples/common/nifti_io.h"
+#include "examples/formats/csv_table.h"
+#include "examples/frame/nifti_io.h"
 
 namespace ddprun::examples {
 namespace {

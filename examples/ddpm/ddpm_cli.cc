@@ -1,8 +1,8 @@
 #include "examples/ddpm/ddpm_cli.h"
 
 #include "ddprun/worker/worker.h"
-#include "examples/common/guide_flags.h"
 #include "examples/ddpm/brats_data.h"
+#include "examples/formats/guide_flags.h"
 
 namespace ddprun::examples {
 namespace {

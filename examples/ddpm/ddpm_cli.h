@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "examples/common/norm_layer.h"
-#include "examples/common/trainer_cli.h"
 #include "examples/ddpm/fast_ddpm.h"
+#include "examples/frame/norm_layer.h"
+#include "examples/frame/trainer_cli.h"
 
 namespace ddprun::examples {
 

@@ -14,11 +14,11 @@
 #include <torch/torch.h>
 
 #include "ddprun/worker/worker.h"
-#include "examples/common/trainer_session.h"
 #include "examples/ddpm/brats_data.h"
 #include "examples/ddpm/ddpm_cli.h"
 #include "examples/ddpm/ddpm_model.h"
 #include "examples/ddpm/ddpm_stages.h"
+#include "examples/frame/trainer_session.h"
 
 namespace ddprun::examples {
 namespace {

@@ -7,11 +7,11 @@
 #include <torch/torch.h>
 
 #include "ddprun/worker/worker.h"
-#include "examples/common/activation_checkpoint.h"
 #include "examples/ddpm/ddpm_cli.h"
 #include "examples/ddpm/ddpm_validation.h"
 #include "examples/ddpm/fast_ddpm.h"
 #include "examples/ddpm/unet3d.h"
+#include "examples/frame/activation_checkpoint.h"
 
 namespace ddprun::examples {
 

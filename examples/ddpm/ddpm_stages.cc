@@ -3,8 +3,8 @@
 #include <filesystem>
 #include <utility>
 
-#include "examples/common/trainer_support.h"
 #include "examples/ddpm/ddpm_model.h"
+#include "examples/frame/trainer_support.h"
 
 namespace ddprun::examples {
 

@@ -4,16 +4,16 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
-#include "examples/common/norm_layer.h"
-#include "examples/common/trainer_session.h"
 #include "examples/ddpm/brats_data.h"
 #include "examples/ddpm/ddpm_cli.h"
 #include "examples/ddpm/ddpm_validation.h"
 #include "examples/ddpm/fast_ddpm.h"
 #include "examples/ddpm/unet3d.h"
+#include "examples/frame/norm_layer.h"
+#include "examples/frame/trainer_session.h"
 
 namespace ddprun::examples {
 

@@ -4,11 +4,11 @@
 
 #include <torch/torch.h>
 
-#include "examples/common/metrics.h"
-#include "examples/common/nifti_io.h"
-#include "examples/common/outputs_observer.h"
-#include "examples/common/trainer_support.h"
 #include "examples/ddpm/brats_data.h"
+#include "examples/frame/metrics.h"
+#include "examples/frame/nifti_io.h"
+#include "examples/frame/outputs_observer.h"
+#include "examples/frame/trainer_support.h"
 #include "examples/outputs/image_panels.h"
 
 namespace ddprun::examples {

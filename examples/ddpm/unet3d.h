@@ -4,8 +4,8 @@
 
 #include "ddprun/worker/conv3d.h"
 #include "ddprun/worker/world.h"
-#include "examples/common/activation_checkpoint.h"
-#include "examples/common/norm_layer.h"
+#include "examples/frame/activation_checkpoint.h"
+#include "examples/frame/norm_layer.h"
 
 namespace ddprun::examples {
 

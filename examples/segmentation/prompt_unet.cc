@@ -1,6 +1,6 @@
 #include "examples/segmentation/prompt_unet.h"
 
-#include "examples/common/norm_layer.h"
+#include "examples/frame/norm_layer.h"
 
 namespace ddprun::examples {
 namespace {

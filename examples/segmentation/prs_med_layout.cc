@@ -4,7 +4,7 @@
 #include <cctype>
 #include <filesystem>
 
-#include "examples/common/csv_table.h"
+#include "examples/formats/csv_table.h"
 
 namespace ddprun::examples {
 namespace {

@@ -7,9 +7,9 @@
 #include <torch/torch.h>
 
 #include "common/file_util.h"
-#include "examples/common/csv_table.h"
-#include "examples/common/image_io.h"
-#include "examples/common/jsonl_reader.h"
+#include "examples/formats/csv_table.h"
+#include "examples/formats/jsonl_reader.h"
+#include "examples/frame/image_io.h"
 
 namespace ddprun::examples {
 

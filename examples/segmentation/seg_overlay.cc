@@ -2,7 +2,7 @@
 
 #include <torch/torch.h>
 
-#include "examples/common/outputs_observer.h"
+#include "examples/frame/outputs_observer.h"
 #include "examples/outputs/image_panels.h"
 
 namespace ddprun::examples {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "examples/common/trainer_support.h"
+#include "examples/frame/trainer_support.h"
 
 namespace ddprun::examples {
 

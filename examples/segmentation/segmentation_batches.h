@@ -6,8 +6,8 @@
 
 #include <torch/torch.h>
 
-#include "examples/common/trainer_session.h"
-#include "examples/common/vocabulary.h"
+#include "examples/formats/vocabulary.h"
+#include "examples/frame/trainer_session.h"
 #include "examples/segmentation/seg_data.h"
 #include "examples/segmentation/segmentation_cli.h"
 

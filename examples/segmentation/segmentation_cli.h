@@ -4,7 +4,7 @@
 #include <optional>
 #include <string>
 
-#include "examples/common/trainer_cli.h"
+#include "examples/frame/trainer_cli.h"
 
 namespace ddprun::examples {
 

@@ -10,8 +10,8 @@
 #include <torch/torch.h>
 
 #include "ddprun/worker/worker.h"
-#include "examples/common/trainer_session.h"
-#include "examples/common/vocabulary.h"
+#include "examples/formats/vocabulary.h"
+#include "examples/frame/trainer_session.h"
 #include "examples/segmentation/prs_med_layout.h"
 #include "examples/segmentation/segmentation_batches.h"
 #include "examples/segmentation/segmentation_cli.h"

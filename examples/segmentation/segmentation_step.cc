@@ -4,9 +4,9 @@
 #include <cstdio>
 #include <string>
 
-#include "examples/common/batch_loader.h"
-#include "examples/common/metrics.h"
-#include "examples/common/trainer_support.h"
+#include "examples/frame/batch_loader.h"
+#include "examples/frame/metrics.h"
+#include "examples/frame/trainer_support.h"
 #include "examples/segmentation/seg_overlay.h"
 
 namespace ddprun::examples {

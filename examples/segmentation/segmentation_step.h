@@ -3,11 +3,11 @@
 #include <cstdint>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
-#include "examples/common/trainer_session.h"
-#include "examples/common/vocabulary.h"
+#include "examples/formats/vocabulary.h"
+#include "examples/frame/trainer_session.h"
 #include "examples/segmentation/prompt_unet.h"
 #include "examples/segmentation/segmentation_batches.h"
 #include "examples/segmentation/segmentation_model.h"

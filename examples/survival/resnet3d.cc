@@ -3,7 +3,7 @@
 #include <stdexcept>
 
 #include "ddprun/worker/conv3d.h"
-#include "examples/common/norm_layer.h"
+#include "examples/frame/norm_layer.h"
 
 namespace ddprun::examples {
 namespace {

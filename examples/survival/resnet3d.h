@@ -5,7 +5,7 @@
 
 #include <torch/torch.h>
 
-#include "examples/common/activation_checkpoint.h"
+#include "examples/frame/activation_checkpoint.h"
 
 namespace ddprun::examples {
 

@@ -4,9 +4,9 @@
 
 #include <torch/torch.h>
 
-#include "examples/common/outputs_observer.h"
-#include "examples/outputs/survival_curves.h"
+#include "examples/frame/outputs_observer.h"
 #include "examples/survival/kaplan_meier.h"
+#include "examples/survival/survival_curves.h"
 
 namespace ddprun::examples {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <tuple>
 
-#include "examples/common/trainer_support.h"
+#include "examples/frame/trainer_support.h"
 #include "examples/survival/resnet3d.h"
 
 namespace ddprun::examples {

@@ -8,9 +8,9 @@
 
 #include <torch/torch.h>
 
-#include "examples/common/train_loop.h"
-#include "examples/common/trainer_cli.h"
-#include "examples/common/trainer_session.h"
+#include "examples/frame/train_loop.h"
+#include "examples/frame/trainer_cli.h"
+#include "examples/frame/trainer_session.h"
 #include "examples/survival/smart_cache.h"
 #include "examples/survival/survival_cli.h"
 #include "examples/survival/survival_data.h"

@@ -1,7 +1,7 @@
 #include "examples/survival/survival_cli.h"
 
 #include "ddprun/worker/worker.h"
-#include "examples/common/trainer_support.h"
+#include "examples/frame/trainer_support.h"
 #include "examples/survival/resnet3d.h"
 #include "examples/survival/survival_data.h"
 

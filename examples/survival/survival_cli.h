@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "examples/common/trainer_cli.h"
+#include "examples/frame/trainer_cli.h"
 
 namespace ddprun::examples {
 

@@ -11,7 +11,7 @@
 #include <torch/torch.h>
 
 #include "ddprun/worker/worker.h"
-#include "examples/common/trainer_session.h"
+#include "examples/frame/trainer_session.h"
 #include "examples/survival/survival_batches.h"
 #include "examples/survival/survival_cli.h"
 #include "examples/survival/survival_model.h"

@@ -2,9 +2,9 @@
 
 #include <string>
 
-#include "examples/common/batch_loader.h"
-#include "examples/common/metrics.h"
-#include "examples/common/trainer_support.h"
+#include "examples/frame/batch_loader.h"
+#include "examples/frame/metrics.h"
+#include "examples/frame/trainer_support.h"
 #include "examples/survival/risk_groups.h"
 
 namespace ddprun::examples {

@@ -3,10 +3,10 @@
 #include <cstdint>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
-#include "examples/common/trainer_session.h"
+#include "examples/frame/trainer_session.h"
 #include "examples/survival/cox_loss.h"
 #include "examples/survival/resnet3d.h"
 #include "examples/survival/survival_batches.h"

@@ -1,7 +1,7 @@
 #include "examples/vqa/vqa_batches.h"
 
-#include "examples/common/image_io.h"
-#include "examples/common/trainer_support.h"
+#include "examples/frame/image_io.h"
+#include "examples/frame/trainer_support.h"
 
 namespace ddprun::examples {
 

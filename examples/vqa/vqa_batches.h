@@ -6,7 +6,7 @@
 
 #include <torch/torch.h>
 
-#include "examples/common/vocabulary.h"
+#include "examples/formats/vocabulary.h"
 #include "examples/vqa/vqa_cli.h"
 #include "examples/vqa/vqa_data.h"
 

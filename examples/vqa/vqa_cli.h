@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "examples/common/norm_layer.h"
-#include "examples/common/trainer_cli.h"
-#include "examples/common/trainer_session.h"
+#include "examples/frame/norm_layer.h"
+#include "examples/frame/trainer_cli.h"
+#include "examples/frame/trainer_session.h"
 #include "examples/vqa/vqa_data.h"
 #include "examples/vqa/vqa_guide.h"
 

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include "examples/common/jsonl_reader.h"
+#include "examples/formats/jsonl_reader.h"
 #include "examples/vqa/vqa_mimic.h"
 
 namespace ddprun::examples {

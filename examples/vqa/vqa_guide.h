@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "examples/common/trainer_cli.h"
-#include "examples/common/trainer_session.h"
+#include "examples/frame/trainer_cli.h"
+#include "examples/frame/trainer_session.h"
 
 namespace ddprun::examples {
 

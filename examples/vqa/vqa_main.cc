@@ -10,8 +10,8 @@
 #include <torch/torch.h>
 
 #include "ddprun/worker/worker.h"
-#include "examples/common/trainer_session.h"
-#include "examples/common/vocabulary.h"
+#include "examples/formats/vocabulary.h"
+#include "examples/frame/trainer_session.h"
 #include "examples/vqa/vqa_batches.h"
 #include "examples/vqa/vqa_cli.h"
 #include "examples/vqa/vqa_data.h"

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "examples/common/csv_table.h"
+#include "examples/formats/csv_table.h"
 
 namespace ddprun::examples {
 namespace {

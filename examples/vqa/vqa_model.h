@@ -3,7 +3,7 @@
 #include <torch/torch.h>
 
 #include "ddprun/worker/world.h"
-#include "examples/common/norm_layer.h"
+#include "examples/frame/norm_layer.h"
 
 namespace ddprun::examples {
 

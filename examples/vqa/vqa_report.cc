@@ -4,8 +4,8 @@
 
 #include <torch/torch.h>
 
-#include "examples/common/metrics.h"
-#include "examples/common/outputs_observer.h"
+#include "examples/frame/metrics.h"
+#include "examples/frame/outputs_observer.h"
 #include "examples/outputs/bar_chart.h"
 #include "examples/vqa/vqa_data.h"
 

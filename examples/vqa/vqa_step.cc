@@ -4,9 +4,9 @@
 #include <cstdio>
 #include <utility>
 
-#include "examples/common/batch_loader.h"
-#include "examples/common/metrics.h"
-#include "examples/common/trainer_support.h"
+#include "examples/frame/batch_loader.h"
+#include "examples/frame/metrics.h"
+#include "examples/frame/trainer_support.h"
 #include "examples/vqa/vqa_data.h"
 #include "examples/vqa/vqa_report.h"
 

@@ -7,12 +7,12 @@
 #include <tuple>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include "ddprun/worker/worker.h"
-#include "examples/common/norm_layer.h"
-#include "examples/common/trainer_session.h"
+#include "examples/frame/norm_layer.h"
+#include "examples/frame/trainer_session.h"
 #include "examples/vqa/vqa_batches.h"
 #include "examples/vqa/vqa_cli.h"
 #include "examples/vqa/vqa_model.h"

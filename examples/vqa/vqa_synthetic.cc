@@ -8,7 +8,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
-#include "examples/common/image_io.h"
+#include "examples/frame/image_io.h"
 #include "examples/vqa/vqa_data.h"
 #include "examples/vqa/vqa_mimic.h"
 

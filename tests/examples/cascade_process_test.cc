@@ -1,9 +1,9 @@
-// cascade_trainer as a user runs it: the synthetic patient folders and the
-// guide-shaped config it writes, a debug run with its TensorBoard events and
-// pictures, bad data and config files, the frame's re-run and resume
-// checks; with the launcher built: the guide's torchrun (one and two nodes)
-// and accelerate launch lines, the 2-rank run, kill -9 inside a stage and
-// --resume_from a stage's best checkpoint.
+// What only cascade_trainer does, run as a user would: the guide-shaped
+// config it writes, a debug run with its TensorBoard events and pictures,
+// its own bad data and config files; with the launcher built: the guide's
+// torchrun (one and two nodes) and accelerate launch lines and
+// --resume_from a stage's best checkpoint. What every trainer promises
+// (--help, re-run and resume, kill -9) is trainer_contract_test.cc.
 #include <unistd.h>
 
 #include <cmath>
@@ -14,7 +14,6 @@
 
 #include "ddprun_catch.h"
 
-#include "tests/examples/frame_checks.h"
 #include "tests/examples/trainer_run.h"
 
 namespace ddprun::examples::testing {
@@ -31,15 +30,6 @@ std::string DefaultSyntheticConfig() {
 std::string DataDir() {
   const std::string config = SyntheticConfig();
   return config.substr(0, config.rfind('/'));
-}
-
-// One small stage of 8^3 volumes on patients written for it.
-std::string Small() {
-  const std::string config =
-      SyntheticData("cascade", "--n 16 --stages 8 --seed 2", "config.json");
-  return Bin("cascade_trainer") + " --dataset_path " +
-         config.substr(0, config.rfind('/')) +
-         " --stages 8 --voxel_dim 16 --batch_size 2 --progress_interval 1";
 }
 
 nlohmann::json ReadJson(const std::string& path) {
@@ -60,43 +50,6 @@ std::set<std::string> EventTags(const std::string& file) {
     }
   }
   return tags;
-}
-
-TEST_CASE("cascade_trainer: --help documents the options with defaults",
-          "[cascade]") {
-  CommandResult r = RunCommand(Bin("cascade_trainer") + " --help", 30);
-  REQUIRE(r.exit_code == 0);
-  for (const char* text : {"--dataset_path TEXT",
-                           "--config",
-                           "--stages INT=8 16",
-                           "--epochs INT:POSITIVE=24",
-                           "Training epochs PER STAGE",
-                           "--voxel_dim INT:POSITIVE=32",
-                           "--vit_depth INT:POSITIVE=2",
-                           "--num_heads INT:POSITIVE=2",
-                           "--patch_size INT:POSITIVE=2",
-                           "--physics_weight FLOAT:NONNEGATIVE=0.3",
-                           "--img_size INT:POSITIVE=32",
-                           "--num_views INT:INT in [1 - 2]=2",
-                           "--batch_size INT:POSITIVE=4",
-                           "--learning_rate FLOAT=0.003",
-                           "--num_timesteps INT:INT in [2 - 100000]=1000",
-                           "--v_parameterization BOOLEAN",
-                           "--sampling_steps INT:POSITIVE=3",
-                           "--gradient_clip FLOAT:NONNEGATIVE=1",
-                           "--gradient_checkpointing",
-                           "--hu_window FLOAT=-1000 1000",
-                           "--n INT=40",
-                           "--output_dir TEXT=runs/cascade",
-                           "--checkpoint_dir",
-                           "--resume_from",
-                           "--num_epochs_per_stage (= --epochs)",
-                           "--accumulation_steps (= "
-                           "--gradient_accumulation_steps)",
-                           "--wandb"}) {
-    INFO(text);
-    CHECK(r.output.find(text) != std::string::npos);
-  }
 }
 
 TEST_CASE(
@@ -206,12 +159,8 @@ TEST_CASE("cascade_trainer: bad patient folders stop the run with one line",
                      60)
               .exit_code == 0);
   std::filesystem::remove(dir + "/patient_0001/patient_0001_lat_drr.png");
-  CommandResult missing = RunCommand(
-      Bin("cascade_trainer") + " --config " + dir + "/config.json", 60);
-  CHECK(missing.exit_code == 2);
-  CHECK(missing.output.find(dir + "/patient_0001: missing the lateral view") !=
-        std::string::npos);
-  // One frontal view is enough for a single-view run.
+  // Without --num_views 1 that is an error (trainer_contract_test.cc); one
+  // frontal view is enough for a single-view run.
   CommandResult single =
       RunCommand(Bin("cascade_trainer") + " --config " + dir +
                      "/config.json --num_views 1 "
@@ -236,52 +185,6 @@ TEST_CASE("cascade_trainer: a misspelt config key names the file and line",
   CHECK(r.output.find(config +
                       ":4: unknown key 'stage_configs[0].num_head' (did you "
                       "mean 'num_heads'?)") != std::string::npos);
-}
-
-FrameCase CascadeFrame() { return {"cascade", Small(), "stage1_best.pt"}; }
-
-TEST_CASE(
-    "cascade_trainer: a re-run of a finished run is a no-op, --resume_from "
-    "takes the final and the stage's best checkpoint",
-    "[cascade][frame]") {
-  CheckRerunAndResume(CascadeFrame());
-}
-
-TEST_CASE("cascade_trainer: the guides' flags and config sections",
-          "[cascade][frame]") {
-  CheckGuideFlags(CascadeFrame());
-}
-
-TEST_CASE(
-    "cascade_trainer: --resume_from a stage's best checkpoint trains the "
-    "later stages",
-    "[cascade][train]") {
-  const std::string flags = " --dataset_path " + DataDir() +
-                            " --epochs 2 --voxel_dim 16 --progress_interval 1";
-  const std::string first = FreshDir("cascade_stages");
-  CommandResult r = RunCommand(
-      Bin("cascade_trainer") + flags + " --output_dir " + first, 300);
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  const std::string best = first + "/checkpoints/stage1_best.pt";
-  REQUIRE(std::filesystem::exists(best));
-  REQUIRE(std::filesystem::exists(first + "/checkpoints/stage2_best.pt"));
-  const std::string fresh = FreshDir("cascade_from_stage1");
-  CommandResult resumed = RunCommand(
-      Bin("cascade_trainer") + flags + " --output_dir " + fresh +
-          " --checkpoint_dir " + fresh + "/ckpts --resume_from " + best,
-      300);
-  INFO(resumed.output);
-  REQUIRE(resumed.exit_code == 0);
-  CHECK(resumed.output.find("resumed from " + best + " at step ") !=
-        std::string::npos);
-  CHECK(resumed.output.find("stage 1/2") == std::string::npos);
-  CHECK(resumed.output.find("stage 2/2 (stage2)") != std::string::npos);
-  const auto metrics = ReadMetrics(fresh);
-  REQUIRE(!metrics.empty());
-  CHECK(metrics.front()["stage"] == 2);
-  CHECK(metrics.back()["epoch"] == 4);
-  CHECK(std::filesystem::exists(fresh + "/ckpts/stage2_best.pt"));
 }
 
 }  // namespace
@@ -422,34 +325,6 @@ TEST_CASE(
   const auto metrics = ReadMetrics(out);
   REQUIRE(metrics.size() == 1);
   CHECK(metrics[0]["world_size"] == 2);
-}
-
-// Two stages of 3 epochs; rank 1 is killed once a checkpoint inside stage 2
-// exists. The resumed run ends where the uninterrupted one ends, to 1e-4:
-// training noise is a stream per (rank, step) and validation's per patient,
-// so only lost state (model, optimizer, sampler position) could change it.
-TEST_CASE(
-    "cascade_trainer: survives kill -9 of a worker and resumes inside its "
-    "stage",
-    "[cascade][ddprun][fault]") {
-  long long stage1_end = -1;
-  const FaultOutcome o = CheckKillRank1AndResume(
-      {"cascade",
-       [](const std::string& out) {
-         return Bin("cascade_trainer") + " --dataset_path " + DataDir() +
-                " --epochs 3 --checkpoint_every 2 --voxel_dim 16 "
-                "--progress_interval 1 --output_dir " +
-                out;
-       },
-       300,
-       [&](const std::vector<nlohmann::json>& clean) {
-         REQUIRE(clean.size() == 6);
-         stage1_end = clean[2]["step"].get<long long>();
-         return stage1_end + 2;
-       },
-       {{"stage", 2}}, {"step", "train_loss", "val_psnr"}});
-  CHECK(o.fault.saved_step > stage1_end);
-  CHECK(o.fault.result.output.find("stage 2/2 (stage2)") != std::string::npos);
 }
 
 }  // namespace

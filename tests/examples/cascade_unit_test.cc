@@ -20,7 +20,7 @@
 #include "examples/cascade/drr.h"
 #include "examples/cascade/patient_data.h"
 #include "examples/cascade/v_diffusion.h"
-#include "examples/common/image_io.h"
+#include "examples/frame/image_io.h"
 #include "tests/common/remove_at_exit.h"
 
 namespace ddprun::examples {

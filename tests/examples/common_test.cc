@@ -1,4 +1,5 @@
-// Torch parts of examples/common and the survival building blocks.
+// Torch parts of the trainer frame (examples/frame) and the survival
+// building blocks.
 #include <unistd.h>
 
 #include <cmath>
@@ -11,11 +12,11 @@
 #undef CHECK
 #include "ddprun_catch.h"
 
-#include "examples/common/batch_loader.h"
-#include "examples/common/image_io.h"
-#include "examples/common/metrics.h"
-#include "examples/common/nifti_io.h"
-#include "examples/common/norm_layer.h"
+#include "examples/frame/batch_loader.h"
+#include "examples/frame/image_io.h"
+#include "examples/frame/metrics.h"
+#include "examples/frame/nifti_io.h"
+#include "examples/frame/norm_layer.h"
 #include "examples/survival/cox_loss.h"
 #include "examples/survival/smart_cache.h"
 #include "examples/vqa/vqa_data.h"

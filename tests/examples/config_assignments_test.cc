@@ -5,7 +5,7 @@
 
 #include "ddprun_catch.h"
 
-#include "examples/common/yaml_config.h"
+#include "examples/formats/yaml_config.h"
 
 namespace ddprun::examples {
 namespace {

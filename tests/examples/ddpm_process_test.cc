@@ -1,13 +1,14 @@
-// ddpm_trainer as a user runs it: synthetic 4-modality NIfTI, a debug run
-// that writes sampled volumes and PSNR/SSIM, a short run that beats a
-// constant guess, bad volumes, options, batch norm synchronised over ranks.
+// What only ddpm_trainer does, run as a user would: synthetic 4-modality
+// NIfTI, a debug run that writes sampled volumes and PSNR/SSIM, a short run
+// that beats a constant guess, bad volumes, options, batch norm
+// synchronised over ranks. What every trainer promises (--help, re-run and
+// resume, kill -9) is trainer_contract_test.cc.
 #include <cmath>
 #include <filesystem>
 #include <string>
 
 #include "ddprun_catch.h"
 
-#include "tests/examples/frame_checks.h"
 #include "tests/examples/trainer_run.h"
 
 namespace ddprun::examples::testing {
@@ -174,92 +175,12 @@ TEST_CASE("ddpm_trainer: a volume without 4 modalities fails naming the file",
   CHECK(r.output.find(dir + "/cases.csv:") != std::string::npos);  // the row
 }
 
-TEST_CASE("ddpm_trainer: --help documents the options with defaults",
-          "[ddpm]") {
-  CommandResult r = RunCommand(Bin("ddpm_trainer") + " --help", 30);
-  REQUIRE(r.exit_code == 0);
-  // Every option with its default ("=value"; flags say they are off).
-  for (const char* text : {"--csv_path TEXT",
-                           "--stages INT=12 16",
-                           "--epochs INT:POSITIVE=3",
-                           "Training epochs PER STAGE",
-                           "--v_parameterization",
-                           "instead of eps (off by default)",
-                           "--gradient_accumulation_steps INT:POSITIVE=4",
-                           "--batch_size INT:POSITIVE=1",
-                           "--timesteps INT:INT in [1 - 1000]=10",
-                           "--clip_grad FLOAT=1",
-                           "--target_modality INT:INT in [0 - 3]=3",
-                           "--norm TEXT:{group,batch}=group",
-                           "--sync_batchnorm",
-                           "(SyncBatchNorm) (off by default)",
-                           "--learning_rate FLOAT=0.002",
-                           "--width INT=8",
-                           "--synthetic_size INT=16",
-                           "--n INT=40",
-                           "--output_dir TEXT=runs/ddpm",
-                           "--config",
-                           "--resume_from"}) {
-    CHECK(r.output.find(text) != std::string::npos);
-  }
-}
-
-// One stage of 8^3 volumes: its best checkpoint is stage1_best.pt, the
-// name the guides resume from. The default width (8): the resumed third
-// epoch must beat the best one, and with width 4 under x0-prediction the
-// validation PSNR went 16.8, 17.6, 17.56 (width 8: 18.3, 18.9, 19.1).
-FrameCase DdpmFrame() {
-  return {"ddpm",
-          Bin("ddpm_trainer") + " --csv_path " +
-              SyntheticData("ddpm", "--n 12 --synthetic_size 8 --seed 2",
-                            "cases.csv") +
-              " --stages 8 --gradient_accumulation_steps 1 "
-              "--progress_interval 1",
-          "stage1_best.pt"};
-}
-
-TEST_CASE(
-    "ddpm_trainer: a re-run of a finished run is a no-op, --resume_from "
-    "takes the final and the stage's best checkpoint",
-    "[ddpm][frame]") {
-  CheckRerunAndResume(DdpmFrame());
-}
-
-TEST_CASE("ddpm_trainer: the guides' flags and config sections",
-          "[ddpm][frame]") {
-  CheckGuideFlags(DdpmFrame());
-}
-
 }  // namespace
 }  // namespace ddprun::examples::testing
 
 #ifdef DDPRUN_LAUNCHER_BIN
 namespace ddprun::examples::testing {
 namespace {
-
-// Two stages of 4 epochs (2 steps each per rank); rank 1 is killed after the
-// checkpoint of step 4. The resumed run ends where the uninterrupted one
-// ends, to 1e-4: the training noise comes back with the checkpoint's
-// generator states and each validation samples from its own (seed, epoch,
-// rank) stream (worker::RngFork), while a resume that lost any state would
-// not (samples after 16 steps still differ by dBs from run to run).
-TEST_CASE(
-    "ddpm_trainer: survives kill -9 of a worker and resumes inside its stage",
-    "[ddpm][ddprun][fault]") {
-  const FaultOutcome o = CheckKillRank1AndResume(
-      {"ddpm",
-       [](const std::string& out) {
-         return Bin("ddpm_trainer") + " --csv_path " + SyntheticCsv() +
-                " --stages 8,12 --epochs 4 --checkpoint_every 2 --width 4 "
-                "--v_parameterization --progress_interval 1 --output_dir " +
-                out;
-       },
-       300, AtStep(4), {{"step", 16}, {"image_size", 12}},
-       {"train_loss", "val_psnr"}});
-  CHECK(o.clean.output.find(
-            "effective batch 1 x 2 ranks x 4 accumulation = 8") !=
-        std::string::npos);
-}
 
 // With --sync_batchnorm the trainer turns off DDP's per-step broadcast of
 // rank 0's buffers, so equal running statistics on both ranks can only come

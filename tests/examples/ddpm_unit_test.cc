@@ -13,11 +13,11 @@
 
 #include "ddprun/worker/conv3d.h"
 #include "ddprun/worker/precision.h"
-#include "examples/common/activation_checkpoint.h"
-#include "examples/common/trainer_support.h"
 #include "examples/ddpm/ddpm_validation.h"
 #include "examples/ddpm/fast_ddpm.h"
 #include "examples/ddpm/unet3d.h"
+#include "examples/frame/activation_checkpoint.h"
+#include "examples/frame/trainer_support.h"
 
 namespace ddprun::examples {
 namespace {

@@ -11,9 +11,9 @@
 #include "ddprun_catch.h"
 #include "tests/common/remove_at_exit.h"
 
-#include "examples/common/flag_parser.h"
-#include "examples/common/guide_flags.h"
-#include "examples/common/yaml_config.h"
+#include "examples/formats/flag_parser.h"
+#include "examples/formats/guide_flags.h"
+#include "examples/formats/yaml_config.h"
 
 namespace ddprun::examples {
 namespace {

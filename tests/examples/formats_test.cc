@@ -8,10 +8,10 @@
 #include "ddprun_catch.h"
 #include "tests/common/remove_at_exit.h"
 
-#include "examples/common/csv_table.h"
-#include "examples/common/jsonl_reader.h"
-#include "examples/common/media_limits.h"
-#include "examples/common/vocabulary.h"
+#include "examples/formats/csv_table.h"
+#include "examples/formats/jsonl_reader.h"
+#include "examples/formats/media_limits.h"
+#include "examples/formats/vocabulary.h"
 
 namespace ddprun::examples {
 namespace {

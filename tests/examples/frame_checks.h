@@ -1,4 +1,4 @@
-// Checks of the trainer frame (examples/common/trainer_session.h) that every
+// Checks of the trainer frame (examples/frame/trainer_session.h) that every
 // trainer must pass, run as a user would: re-running a finished run, resuming
 // from the final and the best checkpoint, the guides' flags and config
 // sections, unknown flags, --local_rank. Included by each trainer's process

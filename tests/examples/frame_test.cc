@@ -6,9 +6,9 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
-#include <fstream>
 
 #include <torch/torch.h>
 // glog (through Torch) defines CHECK; Catch's must win in this file.
@@ -17,10 +17,10 @@
 
 #include "ddprun/worker/checkpoint.h"
 #include "ddprun/worker/errors.h"
-#include "examples/common/mixed_precision.h"
-#include "examples/common/step_runner.h"
-#include "examples/common/train_loop.h"
-#include "examples/common/trainer_session.h"
+#include "examples/frame/mixed_precision.h"
+#include "examples/frame/step_runner.h"
+#include "examples/frame/train_loop.h"
+#include "examples/frame/trainer_session.h"
 
 namespace ddprun::examples {
 namespace {

@@ -1,11 +1,12 @@
-// segmentation_trainer as a user runs it: synthetic PNG + JSONL data, a short
-// run that must beat chance, bad files, LR scaling, 2 ranks, kill -9.
+// What only segmentation_trainer does, run as a user would: a short run that
+// must beat chance, bad files, LR scaling, 2 ranks. What every trainer
+// promises (--help, re-run and resume, kill -9) is trainer_contract_test.cc.
 #include <filesystem>
 #include <string>
 
 #include "ddprun_catch.h"
 
-#include "tests/examples/frame_checks.h"
+#include "tests/examples/small_runs.h"
 #include "tests/examples/trainer_run.h"
 
 namespace ddprun::examples::testing {
@@ -107,12 +108,7 @@ TEST_CASE(
 
   std::string many;
   for (int i = 0; i < 6; ++i) many += good;
-  CommandResult missing =
-      run(many + "{\"image\": \"" + data + "/" + kImage1 +
-          "\", \"mask\": \"nomask.png\", \"prompt\": \"x\"}\n");
-  CHECK(missing.exit_code == 2);
-  CHECK(missing.output.find(dir + "/p.jsonl:7: image file not found: " + dir +
-                            "/nomask.png") != std::string::npos);
+  // A line naming a missing mask: trainer_contract_test.cc.
 
   WriteText(dir + "/corrupt.png", "\x89PNG\r\n\x1a\n truncated");
   CommandResult corrupt =
@@ -123,36 +119,6 @@ TEST_CASE(
   CHECK(corrupt.output.find(dir + "/p.jsonl:7: " + dir +
                             "/corrupt.png: cannot decode image") !=
         std::string::npos);
-}
-
-TEST_CASE("segmentation_trainer: --help documents the options with defaults",
-          "[segmentation]") {
-  CommandResult r = RunCommand(Bin("segmentation_trainer") + " --help", 30);
-  REQUIRE(r.exit_code == 0);
-  // Every option with its default ("=value"; flags say they are off).
-  for (const char* text : {"--data_path TEXT",
-                           "--batch_size INT:POSITIVE=8",
-                           "Batch PER RANK",
-                           "--learning_rate FLOAT=0.001",
-                           "multiplied by the world size",
-                           "--no_lr_scaling",
-                           "not scaled by the world size (off by default)",
-                           "--image_size INT:POSITIVE=64",
-                           "--width INT:POSITIVE=8",
-                           "--dice_weight FLOAT=1",
-                           "--prompt_length INT=12",
-                           "--val_fraction FLOAT:FLOAT in [0.01 - 0.9]=0.2",
-                           "--epochs INT:POSITIVE=8",
-                           "--n INT=192",
-                           "--output_dir TEXT=runs/segmentation",
-                           "--checkpoint_every INT:NONNEGATIVE=20",
-                           "--progress_interval FLOAT=5",
-                           "--config",
-                           "--resume_from",
-                           "--make_synthetic",
-                           "one epoch, for a quick check (off by default)"}) {
-    CHECK(r.output.find(text) != std::string::npos);
-  }
 }
 
 #ifdef DDPRUN_LAUNCHER_BIN
@@ -174,44 +140,7 @@ TEST_CASE("segmentation_trainer: 2 ranks scale the LR and aggregate validation",
   CHECK(f.output.find("lr 0.001000") != std::string::npos);
 }
 
-// The restarted group redoes the steps after the checkpoint on new
-// processes; on the CPU with one intra-op thread that repeats the
-// uninterrupted run's numbers (measured: 2 of 2 runs killed after step 10
-// matched its final training loss and Dice to 6 digits). A resume that lost
-// state would not, which the old 0.15 Dice margin could not tell.
-TEST_CASE(
-    "segmentation_trainer: survives kill -9 of a worker and resumes from its "
-    "checkpoint",
-    "[segmentation][ddprun][fault]") {
-  CheckKillRank1AndResume(
-      {"seg",
-       [](const std::string& out) {
-         return Trainer(out) + " --epochs 6 --checkpoint_every 5";
-       },
-       300, AtStep(10), {{"epoch", 6}, {"step", 42}},
-       {"train_loss", "val_dice"}});
-}
 #endif  // DDPRUN_LAUNCHER_BIN
-
-FrameCase SegmentationFrame() {
-  return {"segmentation",
-          Bin("segmentation_trainer") + " --data_path " +
-              SyntheticData("segmentation", "--n 40 --image_size 32 --seed 5",
-                            "prompts.jsonl") +
-              " --image_size 32 --progress_interval 1"};
-}
-
-TEST_CASE(
-    "segmentation_trainer: a re-run of a finished run is a no-op, "
-    "--resume_from takes the final and the best checkpoint",
-    "[segmentation][frame]") {
-  CheckRerunAndResume(SegmentationFrame());
-}
-
-TEST_CASE("segmentation_trainer: the guides' flags and config sections",
-          "[segmentation][frame]") {
-  CheckGuideFlags(SegmentationFrame());
-}
 
 // prs-med-segmentation.md's 4-GPU line, run alone: --num_epochs,
 // --checkpoint_dir, --learning_rate; 32 training images in micro-batches
@@ -220,7 +149,7 @@ TEST_CASE("segmentation_trainer: the guide's --checkpoint_dir and accumulation",
           "[segmentation][frame]") {
   const std::string out = FreshDir("seg_guide_dirs");
   CommandResult r = RunCommand(
-      SegmentationFrame().command + " --output_dir " + out +
+      SmallSegmentation() + " --output_dir " + out +
           " --batch_size 4 --learning_rate 5e-5 --num_epochs 1 --num_workers "
           "1 --checkpoint_dir " +
           out + "/ckpts --gradient_accumulation_steps 2",

@@ -14,7 +14,7 @@
 #include "ddprun_catch.h"
 
 #include "ddprun/worker/precision.h"
-#include "examples/common/nifti_io.h"
+#include "examples/frame/nifti_io.h"
 #include "examples/survival/cox_loss.h"
 #include "examples/survival/kaplan_meier.h"
 #include "examples/survival/resnet3d.h"

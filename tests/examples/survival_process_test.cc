@@ -1,5 +1,6 @@
-// survival_trainer as a user runs it: synthetic data, a short training run
-// that must beat chance, bad files, config files, resume.
+// What only survival_trainer does, run as a user would: a short training run
+// that must beat chance, bad files, config files. What every trainer
+// promises (--help, re-run and resume, kill -9) is trainer_contract_test.cc.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -8,8 +9,8 @@
 
 #include "ddprun_catch.h"
 
-#include "tests/examples/frame_checks.h"
 #include "tests/examples/hostile_files.h"
+#include "tests/examples/small_runs.h"
 #include "tests/examples/trainer_run.h"
 
 namespace ddprun::examples::testing {
@@ -172,11 +173,7 @@ TEST_CASE(
   std::string rows = "image,time,event\n";
   for (int i = 0; i < 8; ++i)
     rows += data + "/images/subject_000" + std::to_string(i) + ".nii,1,1\n";
-  CommandResult missing = run(rows + dir + "/missing.nii,2,1\n");
-  CHECK(missing.exit_code == 2);
-  // The row that names the file (line 10: header + 8 rows before it) too.
-  CHECK(missing.output.find(dir + "/bad.csv:10: NIfTI file not found: " + dir +
-                            "/missing.nii") != std::string::npos);
+  // A row naming a missing volume: trainer_contract_test.cc.
 
   std::filesystem::copy_file(data + "/images/subject_0000.nii",
                              dir + "/cut.nii");
@@ -318,47 +315,6 @@ TEST_CASE("survival_trainer: --amp trains with bf16 autocast on CPU",
   CHECK(loss[1] != loss[0]);
 }
 
-TEST_CASE("survival_trainer: --help documents every option with its default",
-          "[survival]") {
-  CommandResult r = RunCommand(Bin("survival_trainer") + " --help", 30);
-  REQUIRE(r.exit_code == 0);
-  for (const char* text :
-       {"--csv_path", "--resnet", "resnet10", "--image_size", "32 32 32",
-        "--batch_size", "TOTAL", "--use_smart_cache", "--cache_rate",
-        "--replace_rate", "--amp", "--num_workers", "--make_synthetic",
-        "--checkpoint_every", "--resume_from", "--debug", "--config"}) {
-    CHECK(r.output.find(text) != std::string::npos);
-  }
-  // Values show "=default"; flags say they are off unless given.
-  CHECK(r.output.find("--epochs INT:POSITIVE=4") != std::string::npos);
-  CHECK(r.output.find("one epoch, for a quick check (off by default)") !=
-        std::string::npos);
-  CHECK(r.output.find("Print this help message and exit (off") ==
-        std::string::npos);
-}
-
-// The trainer frame's re-run, resume and guide-flag behaviour (shared
-// checks, frame_checks.h) on a small data set.
-FrameCase SurvivalFrame() {
-  return {"survival",
-          Bin("survival_trainer") + " --csv_path " +
-              SyntheticData("survival", "--n 48 --synthetic_size 16 --seed 3",
-                            "survival.csv") +
-              " --image_size 16 16 16 --progress_interval 1"};
-}
-
-TEST_CASE(
-    "survival_trainer: a re-run of a finished run is a no-op, --resume_from "
-    "takes the final and the best checkpoint",
-    "[survival][frame]") {
-  CheckRerunAndResume(SurvivalFrame());
-}
-
-TEST_CASE("survival_trainer: the guides' flags and config sections",
-          "[survival][frame]") {
-  CheckGuideFlags(SurvivalFrame());
-}
-
 // 36 training subjects, total batch 8: 5 steps per epoch, 3 with 2
 // micro-batches per step (the last step of each is shorter).
 TEST_CASE(
@@ -367,7 +323,7 @@ TEST_CASE(
     "[survival][frame]") {
   const std::string out = FreshDir("survival_accum");
   CommandResult r =
-      RunCommand(SurvivalFrame().command + " --output_dir " + out +
+      RunCommand(SmallSurvival() + " --output_dir " + out +
                      " --epochs 1 --gradient_accumulation_steps 2",
                  120);
   INFO(r.output);
@@ -387,7 +343,7 @@ TEST_CASE("survival_trainer: --amp fp16 and --mixed_precision on the CPU",
           "[survival][frame]") {
   const std::string out = FreshDir("survival_fp16");
   CommandResult r = RunCommand(
-      SurvivalFrame().command + " --output_dir " + out + " --debug --amp fp16",
+      SmallSurvival() + " --output_dir " + out + " --debug --amp fp16",
       120);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
@@ -399,13 +355,13 @@ TEST_CASE("survival_trainer: --amp fp16 and --mixed_precision on the CPU",
                                : "fp16 autocast with dynamic loss scaling") !=
         std::string::npos);
   CHECK(ReadMetrics(out).size() == 1);
-  CommandResult same = RunCommand(SurvivalFrame().command + " --output_dir " +
+  CommandResult same = RunCommand(SmallSurvival() + " --output_dir " +
                                       out + "2 --debug --mixed_precision bf16",
                                   120);
   CHECK(same.exit_code == 0);
   CHECK(same.output.find("loader threads, bf16 autocast") != std::string::npos);
   CommandResult both = RunCommand(
-      SurvivalFrame().command + " --debug --amp bf16 --mixed_precision fp16",
+      SmallSurvival() + " --debug --amp bf16 --mixed_precision fp16",
       60);
   CHECK(both.exit_code == 2);
   CHECK(both.output.find("--amp bf16 and --mixed_precision fp16 disagree") !=
@@ -514,7 +470,7 @@ TEST_CASE(
   CommandResult r = RunCommand(
       std::string(DDPRUN_LAUNCHER_BIN) +
           "-launch --standalone --nproc_per_node=2 --no_python --use_env " +
-          SurvivalFrame().command + " --output_dir " + out + " --debug",
+          SmallSurvival() + " --output_dir " + out + " --debug",
       120);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
@@ -523,27 +479,6 @@ TEST_CASE(
   auto metrics = ReadMetrics(out);
   REQUIRE(metrics.size() == 1);
   CHECK(metrics[0]["world_size"] == 2);
-}
-
-// One worker is kill -9'd after a checkpoint exists; ddprun restarts the
-// group (--max_restarts=1), the run resumes from a checkpoint at least as new
-// as the one seen before the kill and ends where an uninterrupted run ends:
-// on the CPU with one intra-op thread the resumed run repeats the clean
-// run's numbers (measured: 2 of 2 runs killed after step 10 matched its
-// final training loss and C-index to 6 digits), while a resume that lost
-// any state (optimizer, sampler position, RNG) would not; a 0.1 C-index
-// margin could not tell.
-TEST_CASE(
-    "survival_trainer: survives kill -9 of a worker and resumes from its "
-    "checkpoint",
-    "[survival][ddprun][fault]") {
-  CheckKillRank1AndResume(
-      {"survival",
-       [](const std::string& out) {
-         return Trainer(out) + " --epochs 6 --checkpoint_every 5";
-       },
-       240, AtStep(10), {{"epoch", 6}, {"step", 72}},
-       {"train_loss", "val_cindex"}});
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
-// vqa_trainer as a user runs it: synthetic PNG + JSONL data, a short run that
-// must beat chance, label errors, ZeRO 1/2 and auto-optimize under ddprun,
-// kill -9.
+// What only vqa_trainer does, run as a user would: a short run that must
+// beat chance, label errors, ZeRO 1/2 and auto-optimize under ddprun. What
+// every trainer promises (--help, re-run and resume, kill -9) is
+// trainer_contract_test.cc.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -9,8 +10,8 @@
 
 #include "ddprun_catch.h"
 
-#include "tests/examples/frame_checks.h"
 #include "tests/examples/hostile_files.h"
+#include "tests/examples/small_runs.h"
 #include "tests/examples/trainer_run.h"
 
 namespace ddprun::examples::testing {
@@ -143,39 +144,6 @@ TEST_CASE("vqa_trainer: reads JPEG images", "[vqa][train]") {
                         "/cut.jpg: cannot decode image") != std::string::npos);
 }
 
-TEST_CASE("vqa_trainer: --help documents the options with defaults", "[vqa]") {
-  CommandResult r = RunCommand(Bin("vqa_trainer") + " --help", 30);
-  REQUIRE(r.exit_code == 0);
-  // Every option with its default ("=value"; flags say they are off).
-  for (const char* text :
-       {"--data_path TEXT",
-        "--batch_size INT:POSITIVE=16",
-        "Micro-batch per rank",
-        "--gradient_accumulation_steps INT:POSITIVE=1",
-        "--zero INT:INT in [0 - 2]=0",
-        "--auto_optimize",
-        "hardware table for those not given as flags or in --config (off by "
-        "default)",
-        "--target_batch INT=32",
-        "--uncertain_policy TEXT:{ignore,zeros,ones}=ignore",
-        "--norm TEXT:{group,batch}=group",
-        "--image_size INT=64",
-        "--width INT=16",
-        "--learning_rate FLOAT=0.002",
-        "--label_weight FLOAT=1",
-        "--question_length INT=12",
-        "--synthetic_format TEXT:{png,jpg}=png",
-        "--epochs INT:POSITIVE=6",
-        "--n INT=320",
-        "--output_dir TEXT=runs/vqa",
-        "Mixed precision: bf16 autocast on the CPU, or on the GPU under NCCL "
-        "(off by default)",
-        "--config",
-        "--resume_from"}) {
-    CHECK(r.output.find(text) != std::string::npos);
-  }
-}
-
 TEST_CASE("vqa_trainer: bad labels fail naming the file and line",
           "[vqa][errors]") {
   const std::string dir = FreshDir("vqa_bad");
@@ -198,19 +166,6 @@ TEST_CASE("vqa_trainer: bad labels fail naming the file and line",
   CHECK(
       two.output.find("r.jsonl:2: label 13 must be 1, 0, -1 or null, got 2") !=
       std::string::npos);
-}
-
-TEST_CASE("vqa_trainer: a missing image fails naming the file and its line",
-          "[vqa][errors]") {
-  const std::string dir = FreshDir("vqa_noimage");
-  std::string lines;
-  for (int i = 0; i < 5; ++i) lines += QuestionLine("none.png");
-  WriteText(dir + "/t.jsonl", lines);
-  CommandResult r = DebugRun(dir, "t.jsonl");
-  CHECK(r.exit_code == 2);
-  CHECK(r.output.find(dir + "/t.jsonl:") != std::string::npos);
-  CHECK(r.output.find(": image file not found: " + dir + "/none.png") !=
-        std::string::npos);
 }
 
 TEST_CASE(
@@ -338,48 +293,14 @@ TEST_CASE(
   CHECK((row8 || row4));
 }
 
-// The resumed run ends where the uninterrupted one does: on the CPU with
-// one intra-op thread it repeats its numbers (measured: 2 of 2 runs killed
-// after step 10 matched the final training loss and AUROC to 6 digits); a
-// resume that lost state would not, which a 0.1 AUROC margin could not
-// tell.
-TEST_CASE(
-    "vqa_trainer: survives kill -9 of a worker and resumes from its checkpoint",
-    "[vqa][ddprun][fault]") {
-  CheckKillRank1AndResume(
-      {"vqa",
-       [](const std::string& out) {
-         return Trainer(out) + " --checkpoint_every 5";
-       },
-       300, AtStep(10), {{"step", 48}}, {"train_loss", "val_mean_auroc"}});
-}
 #endif  // DDPRUN_LAUNCHER_BIN
-
-FrameCase VqaFrame() {
-  return {"vqa", Bin("vqa_trainer") + " --data_path " +
-                     SyntheticData("vqa", "--n 64 --image_size 32 --seed 7",
-                                   "vqa.jsonl") +
-                     " --image_size 32 --progress_interval 1"};
-}
-
-TEST_CASE(
-    "vqa_trainer: a re-run of a finished run is a no-op, --resume_from "
-    "takes the final and the best checkpoint",
-    "[vqa][frame]") {
-  CheckRerunAndResume(VqaFrame());
-}
-
-TEST_CASE("vqa_trainer: the guides' flags and config sections",
-          "[vqa][frame]") {
-  CheckGuideFlags(VqaFrame());
-}
 
 // Priority: a flag (or a config value) beats --auto_optimize, which beats
 // the default.
 TEST_CASE("vqa_trainer: --auto_optimize keeps an explicit --batch_size",
           "[vqa][frame]") {
   const std::string out = FreshDir("vqa_auto_explicit");
-  CommandResult r = RunCommand(VqaFrame().command + " --output_dir " + out +
+  CommandResult r = RunCommand(SmallVqa() + " --output_dir " + out +
                                    " --debug --auto_optimize --batch_size 16",
                                120);
   INFO(r.output);
@@ -390,7 +311,7 @@ TEST_CASE("vqa_trainer: --auto_optimize keeps an explicit --batch_size",
   const std::string yaml = out + "/c.yaml";
   WriteText(yaml, "training:\n  gradient_accumulation_steps: 3\n");
   CommandResult c =
-      RunCommand(VqaFrame().command + " --output_dir " + out +
+      RunCommand(SmallVqa() + " --output_dir " + out +
                      "/c --debug --auto_optimize --config " + yaml,
                  120);
   INFO(c.output);
@@ -406,7 +327,7 @@ TEST_CASE(
     "and DeepSpeed flags",
     "[vqa][frame]") {
   const std::string out = FreshDir("vqa_guide_names");
-  CommandResult r = RunCommand(VqaFrame().command + " --output_dir " + out +
+  CommandResult r = RunCommand(SmallVqa() + " --output_dir " + out +
                                    " --debug --no_auto_optimize "
                                    "--batch_size_per_gpu 4 --use_deepspeed",
                                120);

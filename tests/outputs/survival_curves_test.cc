@@ -7,7 +7,7 @@
 
 #include "ddprun_catch.h"
 
-#include "examples/outputs/survival_curves.h"
+#include "examples/survival/survival_curves.h"
 #include "tests/outputs/png_probe.h"
 
 namespace ddprun::examples::outputs {

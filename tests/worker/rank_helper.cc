@@ -1,6 +1,6 @@
-// One rank of the worker runtime's multi-process tests. The test driver
-// (worker_process_test.cc) starts N copies with RANK/WORLD_SIZE/MASTER_* set
-// and checks their exit codes, stdout and output files.
+// One rank of the worker runtime's multi-process tests. The test drivers
+// (tests/worker/*_process_test.cc) start N copies with RANK, WORLD_SIZE and
+// MASTER_* set and check their exit codes, stdout and output files.
 //   rank_helper collectives [shm]
 //   rank_helper ddp OUT STEPS BATCH [accum] [unused]
 //   rank_helper sampler N SEED EPOCH SHUFFLE DROP_LAST
