@@ -2,7 +2,7 @@
 // binary, its small data set and command, the options its --help must show,
 // a data file that names a missing file, its kill -9 run) and one check per
 // promise, registered for every row:
-//   --help         every option with its default; nothing Catch/CLI11-ish
+//   --help         the trainer's options with their defaults, the frame's
 //   synthetic      --make_synthetic writes the same data set twice
 //   re-run/resume  frame_checks.h's CheckRerunAndResume
 //   flags/config   the guides' flags, a misspelt config key, an unknown flag
@@ -40,7 +40,7 @@ struct ContractRow {
   std::string synthetic_args;
   std::vector<std::string> synthetic_files;  // identical in two runs
   std::vector<std::string> help;             // texts --help must show
-  FrameCase frame;
+  std::function<FrameCase()> frame;          // writes its data on first use
   // Writes the bad data set into `dir`.
   std::function<BadData(const std::string& dir)> bad_data;
   FaultCase fault;
@@ -61,8 +61,10 @@ std::string Head(const std::string& path, int lines) {
 // --- the rows ---------------------------------------------------------------
 
 ContractRow Survival() {
-  const std::string data =
-      SyntheticData("survival", "--n 128 --seed 3", "survival.csv");
+  // Written on first use: --help needs no data.
+  auto data = [] {
+    return SyntheticData("survival", "--n 128 --seed 3", "survival.csv");
+  };
   ContractRow row;
   row.trainer = "survival";
   row.synthetic_args = "--n 6 --synthetic_size 8 --seed 3";
@@ -82,15 +84,15 @@ ContractRow Survival() {
               "--num_workers",
               "--checkpoint_every",
               "--epochs INT:POSITIVE=4"};
-  row.frame = {"survival", SmallSurvival()};
+  row.frame = [] { return FrameCase{"survival", SmallSurvival()}; };
   // The header and 8 good rows, then a row naming a missing volume (line 10).
   row.bad_data = [data](const std::string& dir) {
     // The synthetic rows name their volumes relative to the list.
     std::string rows = "image,time,event\n";
-    std::istringstream good(Head(data, 9));
+    std::istringstream good(Head(data(), 9));
     std::string line;
     std::getline(good, line);  // the header
-    while (std::getline(good, line)) rows += Dir(data) + "/" + line + "\n";
+    while (std::getline(good, line)) rows += Dir(data()) + "/" + line + "\n";
     WriteText(dir + "/bad.csv", rows + dir + "/missing.nii,2,1\n");
     return BadData{
         "--csv_path " + dir + "/bad.csv",
@@ -98,7 +100,7 @@ ContractRow Survival() {
   };
   row.fault = {"survival",
                [data](const std::string& out) {
-                 return Bin("survival_trainer") + " --csv_path " + data +
+                 return Bin("survival_trainer") + " --csv_path " + data() +
                         " --output_dir " + out +
                         " --progress_interval 1 --epochs 6 "
                         "--checkpoint_every 5";
@@ -111,8 +113,10 @@ ContractRow Survival() {
 }
 
 ContractRow Segmentation() {
-  const std::string data =
-      SyntheticData("segmentation", "--n 128 --seed 5", "prompts.jsonl");
+  // Written on first use: --help needs no data.
+  auto data = [] {
+    return SyntheticData("segmentation", "--n 128 --seed 5", "prompts.jsonl");
+  };
   ContractRow row;
   row.trainer = "segmentation";
   row.synthetic_args = "--n 6 --image_size 16 --seed 5";
@@ -135,12 +139,12 @@ ContractRow Segmentation() {
               "--output_dir TEXT=runs/segmentation",
               "--checkpoint_every INT:NONNEGATIVE=20",
               "--progress_interval FLOAT=5"};
-  row.frame = {"segmentation", SmallSegmentation()};
+  row.frame = [] { return FrameCase{"segmentation", SmallSegmentation()}; };
   // Six good lines, then one naming a missing mask (line 7).
   row.bad_data = [data](const std::string& dir) {
-    std::string lines = Head(data, 6);
+    std::string lines = Head(data(), 6);
     // The synthetic lines name their files relative to the data folder.
-    std::filesystem::copy(Dir(data) + "/images_and_masks",
+    std::filesystem::copy(Dir(data()) + "/images_and_masks",
                           dir + "/images_and_masks",
                           std::filesystem::copy_options::recursive);
     WriteText(dir + "/p.jsonl",
@@ -154,7 +158,7 @@ ContractRow Segmentation() {
   };
   row.fault = {"seg",
                [data](const std::string& out) {
-                 return Bin("segmentation_trainer") + " --data_path " + data +
+                 return Bin("segmentation_trainer") + " --data_path " + data() +
                         " --output_dir " + out +
                         " --progress_interval 1 --epochs 6 "
                         "--checkpoint_every 5";
@@ -167,8 +171,10 @@ ContractRow Segmentation() {
 }
 
 ContractRow Vqa() {
-  const std::string data =
-      SyntheticData("vqa", "--n 320 --seed 7", "vqa.jsonl");
+  // Written on first use: --help needs no data.
+  auto data = [] {
+    return SyntheticData("vqa", "--n 320 --seed 7", "vqa.jsonl");
+  };
   ContractRow row;
   row.trainer = "vqa";
   row.synthetic_args = "--n 6 --image_size 16 --seed 7";
@@ -195,7 +201,7 @@ ContractRow Vqa() {
               "--output_dir TEXT=runs/vqa",
               "Mixed precision: bf16 autocast on the CPU, or on the GPU under "
               "NCCL (off by default)"};
-  row.frame = {"vqa", SmallVqa()};
+  row.frame = [] { return FrameCase{"vqa", SmallVqa()}; };
   // A question about an image that is not there, then four good ones.
   row.bad_data = [data](const std::string& dir) {
     auto line = [](const std::string& image) {
@@ -205,7 +211,7 @@ ContractRow Vqa() {
     };
     std::string lines = line("none.png");
     for (int i = 0; i < 4; ++i)
-      lines += line(Dir(data) + "/images/0000" + std::to_string(i) + ".png");
+      lines += line(Dir(data()) + "/images/0000" + std::to_string(i) + ".png");
     WriteText(dir + "/t.jsonl", lines);
     return BadData{
         "--data_path " + dir + "/t.jsonl",
@@ -213,7 +219,7 @@ ContractRow Vqa() {
   };
   row.fault = {"vqa",
                [data](const std::string& out) {
-                 return Bin("vqa_trainer") + " --data_path " + data +
+                 return Bin("vqa_trainer") + " --data_path " + data() +
                         " --output_dir " + out +
                         " --progress_interval 1 --checkpoint_every 5";
                },
@@ -225,8 +231,11 @@ ContractRow Vqa() {
 }
 
 ContractRow Ddpm() {
-  const std::string data =
-      SyntheticData("ddpm", "--n 12 --synthetic_size 16 --seed 9", "cases.csv");
+  // Written on first use: --help needs no data.
+  auto data = [] {
+    return SyntheticData("ddpm", "--n 12 --synthetic_size 16 --seed 9",
+                         "cases.csv");
+  };
   ContractRow row;
   row.trainer = "ddpm";
   row.synthetic_args = "--n 3 --synthetic_size 8 --seed 9";
@@ -251,12 +260,12 @@ ContractRow Ddpm() {
               "--synthetic_size INT=16",
               "--n INT=40",
               "--output_dir TEXT=runs/ddpm"};
-  row.frame = {"ddpm", SmallDdpm(), "stage1_best.pt"};
+  row.frame = [] { return FrameCase{"ddpm", SmallDdpm(), "stage1_best.pt"}; };
   // The header and 8 cases, then a case whose modalities are missing.
   row.bad_data = [data](const std::string& dir) {
-    std::string rows = Head(data, 9);
+    std::string rows = Head(data(), 9);
     // The synthetic rows name their volumes relative to the list.
-    std::filesystem::copy(Dir(data), dir + "/data",
+    std::filesystem::copy(Dir(data()), dir + "/data",
                           std::filesystem::copy_options::recursive);
     WriteText(dir + "/data/bad.csv",
               rows + "none.nii.gz,none.nii.gz,none.nii.gz,none.nii.gz\n");
@@ -273,7 +282,7 @@ ContractRow Ddpm() {
   // run).
   row.fault = {"ddpm",
                [data](const std::string& out) {
-                 return Bin("ddpm_trainer") + " --csv_path " + data +
+                 return Bin("ddpm_trainer") + " --csv_path " + data() +
                         " --stages 8,12 --epochs 4 --checkpoint_every 2 "
                         "--width 4 --v_parameterization --progress_interval 1 "
                         "--output_dir " +
@@ -292,10 +301,13 @@ ContractRow Ddpm() {
 }
 
 ContractRow Cascade() {
-  const std::string config =
-      SyntheticData("cascade", "--n 24 --seed 3", "config.json");
-  const std::string small =
-      SyntheticData("cascade", "--n 16 --stages 8 --seed 2", "config.json");
+  auto config = [] {
+    return SyntheticData("cascade", "--n 24 --seed 3", "config.json");
+  };
+  auto small = [] {
+    return SyntheticData("cascade", "--n 16 --stages 8 --seed 2",
+                         "config.json");
+  };
   ContractRow row;
   row.trainer = "cascade";
   row.synthetic_args = "--n 3 --stages 8 --seed 2";
@@ -327,10 +339,12 @@ ContractRow Cascade() {
               "--num_epochs_per_stage (= --epochs)",
               "--accumulation_steps (= --gradient_accumulation_steps)",
               "--wandb"};
-  row.frame = {"cascade", SmallCascade(), "stage1_best.pt"};
+  row.frame = [] {
+    return FrameCase{"cascade", SmallCascade(), "stage1_best.pt"};
+  };
   // A patient folder without its lateral view.
   row.bad_data = [small](const std::string& dir) {
-    std::filesystem::copy(Dir(small), dir + "/data",
+    std::filesystem::copy(Dir(small()), dir + "/data",
                           std::filesystem::copy_options::recursive);
     std::filesystem::remove(dir +
                             "/data/patient_0001/patient_0001_lat_drr.png");
@@ -345,7 +359,7 @@ ContractRow Cascade() {
   row.fault = {"cascade",
                [config](const std::string& out) {
                  return Bin("cascade_trainer") + " --dataset_path " +
-                        Dir(config) +
+                        Dir(config()) +
                         " --epochs 3 --checkpoint_every 2 --voxel_dim 16 "
                         "--progress_interval 1 --output_dir " +
                         out;
@@ -365,7 +379,8 @@ ContractRow Cascade() {
   return row;
 }
 
-// Rows are made on first use: they write synthetic data.
+// Rows are made on first use (cheap: their data is written when a check
+// first needs it).
 const ContractRow& Row(const std::string& trainer) {
   static std::map<std::string, ContractRow> rows;
   static const std::map<std::string, std::function<ContractRow()>> make = {
@@ -472,13 +487,13 @@ void CheckFault(const ContractRow& row) {
             "no-op and --resume_from takes the final and the best "  \
             "checkpoint",                                            \
             "[contract][" trainer "]") {                             \
-    CheckRerunAndResume(Row(trainer).frame);                         \
+    CheckRerunAndResume(Row(trainer).frame());                       \
   }                                                                  \
   TEST_CASE(trainer                                                  \
             "_trainer contract: the guides' flags and config "       \
             "sections; a misspelt config key or flag is an error",   \
             "[contract][" trainer "]") {                             \
-    CheckGuideFlags(Row(trainer).frame);                             \
+    CheckGuideFlags(Row(trainer).frame());                           \
   }                                                                  \
   TEST_CASE(trainer                                                  \
             "_trainer contract: a data file naming a missing file "  \
