@@ -469,43 +469,43 @@ void CheckFault(const ContractRow& row) {
 }
 
 // One set of test cases per row (ctest runs them apart, two at a time).
-#define DDPRUN_TRAINER_CONTRACT(trainer)                             \
-  TEST_CASE(trainer                                                  \
-            "_trainer contract: --help documents every option with " \
-            "its default",                                           \
-            "[contract][" trainer "]") {                             \
-    CheckHelp(Row(trainer));                                         \
-  }                                                                  \
-  TEST_CASE(trainer                                                  \
-            "_trainer contract: --make_synthetic writes the same "   \
-            "data set twice",                                        \
-            "[contract][" trainer "]") {                             \
-    CheckSynthetic(Row(trainer));                                    \
-  }                                                                  \
-  TEST_CASE(trainer                                                  \
-            "_trainer contract: a re-run of a finished run is a "    \
-            "no-op and --resume_from takes the final and the best "  \
-            "checkpoint",                                            \
-            "[contract][" trainer "]") {                             \
-    CheckRerunAndResume(Row(trainer).frame());                       \
-  }                                                                  \
-  TEST_CASE(trainer                                                  \
-            "_trainer contract: the guides' flags and config "       \
-            "sections; a misspelt config key or flag is an error",   \
-            "[contract][" trainer "]") {                             \
-    CheckGuideFlags(Row(trainer).frame());                           \
-  }                                                                  \
-  TEST_CASE(trainer                                                  \
-            "_trainer contract: a data file naming a missing file "  \
-            "stops the run with one line and the error file",        \
-            "[contract][" trainer "]") {                             \
-    CheckBadData(Row(trainer));                                      \
-  }                                                                  \
-  TEST_CASE(trainer                                                  \
-            "_trainer contract: 2 ranks under ddprun survive kill "  \
-            "-9 of rank 1 and resume to the uninterrupted result",   \
-            "[contract][" trainer "][ddprun][fault]") {              \
-    CheckFault(Row(trainer));                                        \
+#define DDPRUN_TRAINER_CONTRACT(trainer)                                   \
+  TEST_CASE(trainer                                                        \
+            "_trainer contract: --help documents every option with "       \
+            "its default",                                                 \
+            "[contract][" trainer "]") {                                   \
+    CheckHelp(Row(trainer));                                               \
+  }                                                                        \
+  TEST_CASE(trainer                                                        \
+            "_trainer contract: --make_synthetic writes the same "         \
+            "data set twice",                                              \
+            "[contract][" trainer "]") {                                   \
+    CheckSynthetic(Row(trainer));                                          \
+  }                                                                        \
+  TEST_CASE(trainer                                                        \
+            "_trainer contract: a re-run of a finished run is a "          \
+            "no-op and --resume_from takes the final and the best "        \
+            "checkpoint",                                                  \
+            "[contract][" trainer "]") {                                   \
+    CheckRerunAndResume(Row(trainer).frame());                             \
+  }                                                                        \
+  TEST_CASE(trainer                                                        \
+            "_trainer contract: the guides' flags and config "             \
+            "sections work and a misspelt config key or flag is an error", \
+            "[contract][" trainer "]") {                                   \
+    CheckGuideFlags(Row(trainer).frame());                                 \
+  }                                                                        \
+  TEST_CASE(trainer                                                        \
+            "_trainer contract: a data file naming a missing file "        \
+            "stops the run with one line and the error file",              \
+            "[contract][" trainer "]") {                                   \
+    CheckBadData(Row(trainer));                                            \
+  }                                                                        \
+  TEST_CASE(trainer                                                        \
+            "_trainer contract: 2 ranks under ddprun survive kill "        \
+            "-9 of rank 1 and resume to the uninterrupted result",         \
+            "[contract][" trainer "][ddprun][fault]") {                    \
+    CheckFault(Row(trainer));                                              \
   }
 
 DDPRUN_TRAINER_CONTRACT("survival")
