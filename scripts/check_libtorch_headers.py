@@ -9,7 +9,10 @@ compile_commands.json, with the build's Torch include directories swapped for
 the kit's. The build's precompiled header (made from the other LibTorch) is
 left out; instead one precompiled header of <torch/torch.h> and c10d's
 ProcessGroup.hpp is made from the kit per set of compile definitions and
-forced into every unit (parsing torch.h dominates: ~10x faster). Exit 0 when
+forced into every unit (parsing torch.h dominates: ~10x faster). A unit
+whose inputs are unchanged since it passed is not compiled again (PassCache:
+the kit, the compiler, the flags and every file the compile opened; kept
+beside ccache's folder, DDPRUN_HEADER_CHECK_CACHE=DIR or =off). Exit 0 when
 all pass, 1 when one fails (its errors are printed), 77 (skip) when the kit
 is absent (a failure under CI=true: CI has ../shared beside the checkout).
 
@@ -46,12 +49,13 @@ def unpack(kit, dest):
             digest.update(chunk)
     stamp = os.path.join(dest, ".stamp")
     if os.path.exists(stamp) and open(stamp).read() == digest.hexdigest():
-        return
+        return digest.hexdigest()
     os.makedirs(dest, exist_ok=True)
     with tarfile.open(kit) as tar:
         tar.extractall(dest)
     with open(stamp, "w") as f:
         f.write(digest.hexdigest())
+    return digest.hexdigest()
 
 
 def is_torch_include(path):
@@ -149,6 +153,88 @@ def check_output(returncode, text):
     return None
 
 
+class PassCache:
+    """Units that passed, keyed by what decides the outcome, as ccache's
+    direct mode does: the kit's digest, the compiler's --version, the unit's
+    exact arguments, and the content of every file the compile opened (the
+    unit and each header -H listed). A unit whose key and files are all
+    unchanged since it passed is not compiled again; any change in one of
+    those files, in the flags, the kit or the compiler compiles it again.
+    Only passes are stored: a failing unit is compiled every run."""
+
+    def __init__(self, root, kit_digest, compiler, ignore):
+        self.root = root
+        # The precompiled kit headers are remade each run from the kit
+        # (its digest is in the key), so they are not a file to compare.
+        self.ignore = os.path.join(ignore, "")
+        version = subprocess.run([compiler, "--version"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True).stdout
+        self.salt = kit_digest + "\0" + version
+        self.digests = {}
+        if root:
+            os.makedirs(root, exist_ok=True)
+
+    def _file_digest(self, path):
+        if path not in self.digests:
+            try:
+                with open(path, "rb") as f:
+                    self.digests[path] = hashlib.sha256(f.read()).hexdigest()
+            except OSError:
+                self.digests[path] = None
+        return self.digests[path]
+
+    def _entry(self, args, directory):
+        key = hashlib.sha256(
+            (self.salt + "\0" + directory + "\0" + "\0".join(args))
+            .encode()).hexdigest()
+        return os.path.join(self.root, key[:2], key + ".json")
+
+    def passed_before(self, args, directory):
+        if not self.root:
+            return False
+        try:
+            with open(self._entry(args, directory)) as f:
+                files = json.load(f)
+        except (OSError, ValueError):
+            return False
+        return bool(files) and all(self._file_digest(path) == digest
+                                   for path, digest in files.items())
+
+    def record_pass(self, args, directory, source, output):
+        if not self.root:
+            return
+        opened = [os.path.normpath(os.path.join(
+                      directory, l.lstrip(".!").strip()))
+                  for l in output.splitlines() if l.startswith((".", "!"))]
+        files = {}
+        for path in [os.path.join(directory, source)] + opened:
+            if path.startswith(self.ignore):
+                continue
+            digest = self._file_digest(path)
+            if digest is None:
+                return  # a file we cannot read again: do not cache
+            files[path] = digest
+        entry = self._entry(args, directory)
+        os.makedirs(os.path.dirname(entry), exist_ok=True)
+        tmp = "%s.%d.tmp" % (entry, os.getpid())
+        with open(tmp, "w") as f:
+            json.dump(files, f)
+        os.replace(tmp, entry)
+
+
+def default_cache_dir():
+    """Beside ccache's folder (CI keeps it; DDPRUN_FRESH puts it in its
+    temporary folder), unless DDPRUN_HEADER_CHECK_CACHE names one ("" or
+    "off": no cache)."""
+    explicit = os.environ.get("DDPRUN_HEADER_CHECK_CACHE")
+    if explicit is not None:
+        return None if explicit in ("", "off") else explicit
+    ccache = os.environ.get("CCACHE_DIR")
+    base = (os.path.dirname(os.path.abspath(ccache)) if ccache
+            else os.path.join(os.path.expanduser("~"), ".cache"))
+    return os.path.join(base, "ddprun-header-check")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--build", required=True)
@@ -168,7 +254,7 @@ def main():
     cuda = a.cuda_include if os.path.isfile(
         os.path.join(a.cuda_include, "cuda_runtime_api.h")) else None
     dest = os.path.join(a.build, "_deps", "libtorch-kit-headers")
-    unpack(a.kit, dest)
+    kit_digest = unpack(a.kit, dest)
     kit_include = os.path.join(dest, "include")
     if not os.path.isdir(os.path.join(kit_include, "torch")):
         print("error: %s has no include/torch" % a.kit)
@@ -202,9 +288,20 @@ def main():
     commands = [(path, directory, rewrite(command, kit_include, cuda))
                 for path, directory, command in units]
     pch_dir = os.path.join(dest, "pch")
+    cuda_id = ""
+    if cuda:
+        st = os.stat(os.path.join(cuda, "cuda_runtime_api.h"))
+        cuda_id = "%s %d %d" % (os.path.realpath(cuda), st.st_size,
+                                st.st_mtime_ns)
+    cache = PassCache(default_cache_dir(), kit_digest + "\0" + cuda_id,
+                      commands[0][2][0], ignore=pch_dir)
+    todo = [c for c in commands if not cache.passed_before(c[2], c[1])]
+    for path, _, _ in commands:
+        if all(path != c[0] for c in todo):
+            print("ok   cached   %s" % os.path.relpath(path, a.source))
     os.makedirs(pch_dir, exist_ok=True)
     pch = {}
-    for path, directory, args in commands:
+    for path, directory, args in todo:
         key = pch_key(args)
         if key in pch:
             continue
@@ -220,24 +317,29 @@ def main():
 
     def check(unit):
         path, directory, args = unit
-        args = args[:-1] + ["-Winvalid-pch", "-include", pch[pch_key(args)],
+        full = args[:-1] + ["-Winvalid-pch", "-include", pch[pch_key(args)],
                             args[-1]]
         t0 = time.monotonic()
-        r = subprocess.run(args, cwd=directory, stdout=subprocess.PIPE,
+        r = subprocess.run(full, cwd=directory, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
         error = check_output(r.returncode, r.stdout)
+        if error is None:
+            cache.record_pass(args, directory, path, r.stdout)
         return path, 0 if error is None else 1, error, time.monotonic() - t0
 
     failed = 0
     with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
-        for path, rc, output, secs in pool.map(check, commands):
+        for path, rc, output, secs in pool.map(check, todo):
             rel = os.path.relpath(path, a.source)
             print("%-4s %5.1f s  %s" % ("ok" if rc == 0 else "FAIL", secs, rel))
             if rc != 0:
                 failed += 1
                 print(output)
-    print("%d of %d sources compile against %s" %
-          (len(units) - failed, len(units), os.path.basename(a.kit)))
+    print("%d of %d sources compile against %s (%d compiled, %d unchanged "
+          "since they passed%s)" %
+          (len(units) - failed, len(units), os.path.basename(a.kit),
+           len(todo), len(units) - len(todo),
+           ": " + cache.root if cache.root else ", no cache"))
     # Each run precompiles afresh, and the headers are ~0.9 GB apiece (more
     # with -g): they are not worth the disk between runs.
     shutil.rmtree(pch_dir, ignore_errors=True)
