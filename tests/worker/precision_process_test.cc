@@ -1,23 +1,11 @@
 // Multi-process tests of mixed precision (precision.h): autocast, GradScaler,
 // clipping, LR scaling. Real ranks (rank_helper) on loopback with Gloo through
 // a real TCPStore.
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <algorithm>
-#include <cmath>
-#include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
-#include <thread>
-#include <utility>
-#include <vector>
 
 #include "ddprun_catch.h"
 
-#include "ddprun/worker/errors.h"
-#include "ddprun/worker/hardware.h"
 #include "tests/worker/process_checks.h"
 #include "tests/worker/rank_process.h"
 
