@@ -134,11 +134,17 @@ def make_pch(args, directory, out_dir, index):
     return header, check_output(r.returncode, r.stdout)
 
 
+def opened_headers(text):
+    """The headers -H listed in a compile's output, as it printed them
+    (relative to the compile's directory or absolute)."""
+    return [l.lstrip(".").strip() for l in text.splitlines()
+            if l.startswith(".")]
+
+
 def check_output(returncode, text):
     """None when a compile passed and used no header from outside the kit,
     else what to print."""
-    headers = [l.lstrip(".").strip() for l in text.splitlines()
-               if l.startswith(".")]
+    headers = opened_headers(text)
     foreign = [h for h in headers if FOREIGN.match(os.path.normpath(h))]
     # Without -H's listing: header lines ("." depth dots, "!" for a used
     # precompiled header) and its bare-path "Multiple include guards" list.
@@ -157,7 +163,8 @@ class PassCache:
     """Units that passed, keyed by what decides the outcome, as ccache's
     direct mode does: the kit's digest, the compiler's --version, the unit's
     exact arguments, and the content of every file the compile opened (the
-    unit and each header -H listed). A unit whose key and files are all
+    unit and each header -H listed; the precompiled kit headers, "!" in
+    -H's listing, are the kit's and not listed). A unit whose key and files are all
     unchanged since it passed is not compiled again; any change in one of
     those files, in the flags, the kit or the compiler compiles it again.
     Only passes are stored: a failing unit is compiled every run."""
@@ -203,9 +210,8 @@ class PassCache:
     def record_pass(self, args, directory, source, output):
         if not self.root:
             return
-        opened = [os.path.normpath(os.path.join(
-                      directory, l.lstrip(".!").strip()))
-                  for l in output.splitlines() if l.startswith((".", "!"))]
+        opened = [os.path.normpath(os.path.join(directory, h))
+                  for h in opened_headers(output)]
         files = {}
         for path in [os.path.join(directory, source)] + opened:
             if path.startswith(self.ignore):
@@ -295,10 +301,12 @@ def main():
                                 st.st_mtime_ns)
     cache = PassCache(default_cache_dir(), kit_digest + "\0" + cuda_id,
                       commands[0][2][0], ignore=pch_dir)
-    todo = [c for c in commands if not cache.passed_before(c[2], c[1])]
-    for path, _, _ in commands:
-        if all(path != c[0] for c in todo):
-            print("ok   cached   %s" % os.path.relpath(path, a.source))
+    todo = []
+    for unit in commands:
+        if cache.passed_before(unit[2], unit[1]):
+            print("ok   cached   %s" % os.path.relpath(unit[0], a.source))
+        else:
+            todo.append(unit)
     os.makedirs(pch_dir, exist_ok=True)
     pch = {}
     for path, directory, args in todo:
