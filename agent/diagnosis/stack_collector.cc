@@ -1,7 +1,5 @@
 #include "agent/diagnosis/stack_collector.h"
 
-#include "agent/diagnosis/stack_diagnosis.h"
-
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -153,8 +151,8 @@ void StackCollector::Poll() {
         // A C++ worker's handler pauses between threads: its dump is
         // complete at its end line.
         std::string dump = ReadFrom(p.result.target.path, p.start);
-        p.finished = dump.find(kNativeHeader) == std::string::npos ||
-                     dump.find(kNativeEnd) != std::string::npos;
+        p.finished = dump.find(diagnosis::kNativeHeader) == std::string::npos ||
+                     dump.find(diagnosis::kNativeEnd) != std::string::npos;
       }
     } else {
       p.stable = 0;
@@ -195,6 +193,18 @@ void StackCollector::Complete() {
   Done done = std::move(done_);
   done_ = nullptr;
   if (done) done(std::move(results));
+}
+
+diagnosis::RankStacks ToRankStacks(const StackResult& result) {
+  diagnosis::RankStacks rank;
+  rank.rank = result.target.rank;
+  rank.pid = result.target.pid;
+  rank.missing = result.missing;
+  if (result.missing.empty()) {
+    rank.threads = diagnosis::ParseFaulthandlerDump(result.dump);
+    rank.native = diagnosis::ParseNativeDump(result.dump);
+  }
+  return rank;
 }
 
 }  // namespace ddprun::agent

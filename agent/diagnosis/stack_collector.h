@@ -9,6 +9,7 @@
 #include "agent/diagnosis/worker_watchdog.h"
 #include "common/clock.h"
 #include "common/event_loop.h"
+#include "diagnosis/stack_diagnosis.h"
 
 namespace ddprun::agent {
 
@@ -42,6 +43,9 @@ struct StackResult {
   std::string dump;     // what the worker appended ("" = none)
   std::string missing;  // why there is no dump, "" when there is one
 };
+
+// A collected dump as the diagnosis reads it (diagnosis/stack_diagnosis.h).
+diagnosis::RankStacks ToRankStacks(const StackResult& result);
 
 // Collects every target's stacks without blocking the loop: appends a
 // "# ddprun stack dump" header line to each target's file, sends

@@ -5,12 +5,12 @@
 #include <cstdio>
 #include <tuple>
 
-#include "agent/elastic/log_dir.h"
 #include "agent/cli/log_line_prefix.h"
+#include "agent/elastic/log_dir.h"
 #include "agent/process/signal_names.h"
-#include "agent/diagnosis/stack_diagnosis.h"
-#include "agent/diagnosis/stack_summary.h"
 #include "common/logging.h"
+#include "diagnosis/stack_diagnosis.h"
+#include "diagnosis/stack_summary.h"
 
 namespace ddprun::agent {
 
@@ -528,20 +528,21 @@ void ElasticAgent::OnStacksCollected(int generation, bool watchdog, bool here,
   // A hang found while a dump ran: that dump is its verdict.
   watchdog = watchdog || !hung_.empty();
   here = here || watchdog;
-  std::vector<RankStacks> ranks;
+  std::vector<diagnosis::RankStacks> ranks;
   for (const StackResult& r : results) ranks.push_back(ToRankStacks(r));
   last_own_.clear();
   last_own_generation_ = generation;
-  for (const RankStacks& r : ranks) {
-    last_own_.push_back(Summarize(r, round_.group_rank, Host()));
+  for (const diagnosis::RankStacks& r : ranks) {
+    last_own_.push_back(diagnosis::Summarize(r, round_.group_rank, Host()));
   }
   if (here && AcrossNodes()) {
     // Every node's stacks before anything is killed: the others collect
     // theirs when their next heartbeat tells them, and answer.
     gathering_ = true;
     const std::string reason =
-        watchdog ? "watchdog on " + NodeLabel(round_.group_rank, Host())
-                 : "requested on " + NodeLabel(round_.group_rank, Host());
+        watchdog
+            ? "watchdog on " + diagnosis::NodeLabel(round_.group_rank, Host())
+            : "requested on " + diagnosis::NodeLabel(round_.group_rank, Host());
     rendezvous_->GatherStacks(
         reason, last_own_, loop_->clock()->Now() + kGatherLimit,
         [this, generation, watchdog,
@@ -554,9 +555,9 @@ void ElasticAgent::OnStacksCollected(int generation, bool watchdog, bool here,
   ReportStacks(generation, watchdog, ranks, "");
 }
 
-void ElasticAgent::OnStacksGathered(
-    int generation, bool watchdog, std::vector<RankStacks> local,
-    StatusOr<rendezvous::StacksAnswer> answer) {
+void ElasticAgent::OnStacksGathered(int generation, bool watchdog,
+                                    std::vector<diagnosis::RankStacks> local,
+                                    StatusOr<rendezvous::StacksAnswer> answer) {
   if (finished_) return;
   gathering_ = false;
   if (generation != generation_) {
@@ -566,10 +567,10 @@ void ElasticAgent::OnStacksGathered(
     return;
   }
   std::string note;
-  std::vector<RankStacks> ranks;
+  std::vector<diagnosis::RankStacks> ranks;
   if (answer.ok()) {
-    for (const rendezvous::RankStackSummary& r : answer->ranks) {
-      ranks.push_back(FromSummary(r));
+    for (const diagnosis::StackSummary& r : answer->ranks) {
+      ranks.push_back(diagnosis::FromSummary(r));
     }
     if (!answer->complete) {
       std::string nodes;
@@ -586,16 +587,17 @@ void ElasticAgent::OnStacksGathered(
     note = "the other nodes' stacks are unknown (" +
            answer.status().message() + ")";
     ranks = std::move(local);
-    for (RankStacks& r : ranks) r.node = NodeLabel(round_.group_rank, Host());
+    for (diagnosis::RankStacks& r : ranks)
+      r.node = diagnosis::NodeLabel(round_.group_rank, Host());
   }
   ReportStacks(generation, watchdog || !hung_.empty(), ranks, note);
 }
 
 void ElasticAgent::ReportStacks(int generation, bool watchdog,
-                                const std::vector<RankStacks>& ranks,
+                                const std::vector<diagnosis::RankStacks>& ranks,
                                 const std::string& note) {
   bool any = false;
-  for (const RankStacks& r : ranks) {
+  for (const diagnosis::RankStacks& r : ranks) {
     any = any || !r.threads.empty() || r.native.present;
   }
   const std::string attempt_dir = options_.run_log_dir + "/attempt_" +
@@ -604,10 +606,11 @@ void ElasticAgent::ReportStacks(int generation, bool watchdog,
   if (any) {
     // Every rank's main thread on one line; the files hold every thread.
     std::string lines;
-    for (const RankStacks& r : ranks) lines += ConsoleLine(r, kConsoleFrames);
+    for (const diagnosis::RankStacks& r : ranks)
+      lines += diagnosis::ConsoleLine(r, kConsoleFrames);
     if (!note.empty()) lines += "  " + note + "\n";
-    std::string diagnosis = DiagnoseHang(ranks);
-    if (!note.empty()) diagnosis += " (" + note + ")";
+    std::string verdict = diagnosis::DiagnoseHang(ranks);
+    if (!note.empty()) verdict += " (" + note + ")";
     const std::string where =
         across ? "<log_dir of each node>/attempt_" +
                      std::to_string(round_.restart_count) +
@@ -615,11 +618,11 @@ void ElasticAgent::ReportStacks(int generation, bool watchdog,
                : attempt_dir + "/<local_rank>/stacks.txt";
     // The log escapes line breaks: the per-rank lines go to the console.
     if (watchdog) {
-      diagnosis_ = diagnosis;
+      diagnosis_ = verdict;
       diagnosis_generation_ = generation;
-      DDP_LOG(ERROR) << "hang diagnosis: " << diagnosis;
+      DDP_LOG(ERROR) << "hang diagnosis: " << verdict;
     } else {
-      DDP_LOG(INFO) << "stack dump: " << diagnosis;
+      DDP_LOG(INFO) << "stack dump: " << verdict;
     }
     console_->Write(Console::Stream::kErr,
                     lines + "  every thread's stack: " + where + "\n");

@@ -6,17 +6,17 @@
 #include <string>
 #include <vector>
 
-#include "agent/elastic/agent_options.h"
-#include "agent/process/console.h"
-#include "agent/elastic/failure_report.h"
-#include "agent/process/process_launcher.h"
 #include "agent/diagnosis/stack_collector.h"
-#include "agent/diagnosis/stack_diagnosis.h"
 #include "agent/diagnosis/straggler_watch.h"
-#include "agent/elastic/worker_env.h"
-#include "agent/process/worker_output.h"
 #include "agent/diagnosis/worker_watchdog.h"
+#include "agent/elastic/agent_options.h"
+#include "agent/elastic/failure_report.h"
+#include "agent/elastic/worker_env.h"
+#include "agent/process/console.h"
+#include "agent/process/process_launcher.h"
+#include "agent/process/worker_output.h"
 #include "common/event_loop.h"
+#include "diagnosis/stack_diagnosis.h"
 #include "rendezvous/client/rendezvous_client.h"
 
 namespace ddprun::agent {
@@ -57,10 +57,10 @@ const char* WorkerStateName(WorkerState state);
 // --shutdown_timeout.
 //
 // Before the watchdog kills, the agent collects the stacks of every local
-// worker (agent/diagnosis/stack_collector.h; Python workers answer through ddprun's
-// sitecustomize.py, env DDPRUN_STACKS_FILE / DDPRUN_STACKS_SIGNAL), appends
-// them to attempt_<k>/<local_rank>/stacks.txt, prints the diagnosis
-// (agent/diagnosis/stack_diagnosis.h) and adds it to the killed workers' failure
+// worker (agent/diagnosis/stack_collector.h; Python workers answer through
+// ddprun's sitecustomize.py, env DDPRUN_STACKS_FILE / DDPRUN_STACKS_SIGNAL),
+// appends them to attempt_<k>/<local_rank>/stacks.txt, prints the diagnosis
+// (diagnosis/stack_diagnosis.h) and adds it to the killed workers' failure
 // traceback. DumpStacks() does the same for a running job without stopping
 // anything. DDPRUN_STACKS=0 in ddprun's environment turns both off.
 // In a multi-node round (a backend with SupportsStacks()) both first gather
@@ -152,12 +152,12 @@ class ElasticAgent {
                          std::vector<StackResult> results);
   void OnStacksRequested(uint64_t request_id, const std::string& reason);
   void OnStacksGathered(int generation, bool watchdog,
-                        std::vector<RankStacks> local,
+                        std::vector<diagnosis::RankStacks> local,
                         StatusOr<rendezvous::StacksAnswer> answer);
   // Prints every rank's line and the diagnosis (`note`: what is missing),
   // keeps a watchdog's verdict for the failure table, kills hung_.
   void ReportStacks(int generation, bool watchdog,
-                    const std::vector<RankStacks>& ranks,
+                    const std::vector<diagnosis::RankStacks>& ranks,
                     const std::string& note);
   bool AcrossNodes() const;
   std::string Host();  // hostname_, resolved once
@@ -217,7 +217,7 @@ class ElasticAgent {
   // A dump across nodes is being gathered (GatherStacks in flight).
   bool gathering_ = false;
   // This node's ranks in the last collection, as sent to the others.
-  std::vector<rendezvous::RankStackSummary> last_own_;
+  std::vector<diagnosis::StackSummary> last_own_;
   int last_own_generation_ = 0;  // the group last_own_ belongs to
 };
 

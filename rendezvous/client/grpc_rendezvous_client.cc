@@ -94,9 +94,9 @@ class GrpcRendezvousClient final : public RendezvousClient {
     stacks_handler_ = std::move(handler);
   }
   void AnswerStacks(uint64_t request_id,
-                    std::vector<RankStackSummary> ranks) override;
+                    std::vector<diagnosis::StackSummary> ranks) override;
   void GatherStacks(const std::string& reason,
-                    std::vector<RankStackSummary> own,
+                    std::vector<diagnosis::StackSummary> own,
                     Clock::TimePoint deadline, StacksDone done) override;
   void SetStepRates(std::vector<RankStepRate> rates) override;
   double JobMedianStepRate() const override;
@@ -351,7 +351,7 @@ constexpr auto kPollInterval = std::chrono::milliseconds(100);
 // is cut to this.
 constexpr size_t kMaxStackBytes = 4096;
 
-void ToProto(const RankStackSummary& r, v1::RankStack* out) {
+void ToProto(const diagnosis::StackSummary& r, v1::RankStack* out) {
   out->set_rank(r.rank);
   out->set_pid(r.pid);
   out->set_group_rank(r.group_rank);
@@ -1196,8 +1196,8 @@ void GrpcRendezvousClient::CallStacks(
       });
 }
 
-void GrpcRendezvousClient::AnswerStacks(uint64_t request_id,
-                                        std::vector<RankStackSummary> ranks) {
+void GrpcRendezvousClient::AnswerStacks(
+    uint64_t request_id, std::vector<diagnosis::StackSummary> ranks) {
   v1::StacksRequest req;
   {
     MutexLock lock(&mu_);
@@ -1207,7 +1207,7 @@ void GrpcRendezvousClient::AnswerStacks(uint64_t request_id,
   }
   req.set_instance(instance_);
   req.set_request_id(request_id);
-  for (const RankStackSummary& r : ranks) ToProto(r, req.add_ranks());
+  for (const diagnosis::StackSummary& r : ranks) ToProto(r, req.add_ranks());
   CallStacks(req, clock_->Now() + options_.rendezvous.rpc_timeout,
              [request_id](StatusOr<StacksAnswer> answer) {
                if (!answer.ok()) {
@@ -1217,10 +1217,9 @@ void GrpcRendezvousClient::AnswerStacks(uint64_t request_id,
              });
 }
 
-void GrpcRendezvousClient::GatherStacks(const std::string& reason,
-                                        std::vector<RankStackSummary> own,
-                                        Clock::TimePoint deadline,
-                                        StacksDone done) {
+void GrpcRendezvousClient::GatherStacks(
+    const std::string& reason, std::vector<diagnosis::StackSummary> own,
+    Clock::TimePoint deadline, StacksDone done) {
   v1::StacksRequest req;
   {
     MutexLock lock(&mu_);
@@ -1236,7 +1235,7 @@ void GrpcRendezvousClient::GatherStacks(const std::string& reason,
   }
   req.set_instance(instance_);
   req.set_reason(reason.substr(0, 256));
-  for (const RankStackSummary& r : own) ToProto(r, req.add_ranks());
+  for (const diagnosis::StackSummary& r : own) ToProto(r, req.add_ranks());
   CallStacks(req, deadline,
              [this, deadline, done](StatusOr<StacksAnswer> answer) {
                if (!answer.ok() || answer->complete ||

@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "ddprun/common/status.h"
 #include "ddprun/common/status_or.h"
+#include "diagnosis/stack_summary.h"
 
 namespace ddprun::rendezvous {
 
@@ -57,23 +58,12 @@ struct RendezvousEvent {
   std::string reason;  // one human-readable line
 };
 
-// One rank's stacks as they travel between nodes (proto RankStack): its
-// main thread as faulthandler prints it, or a C++ worker's native header.
-struct RankStackSummary {
-  int rank = 0;
-  int pid = 0;
-  int group_rank = 0;  // the node's, in the running round
-  std::string host;
-  std::string stack;
-  std::string missing;  // non-empty: why there is no stack
-};
-
 // A stack dump across the job's nodes, as far as it got.
 struct StacksAnswer {
   uint64_t request_id = 0;
   std::string reason;
   bool complete = false;  // every node of the running round answered
-  std::vector<RankStackSummary> ranks;     // sorted by rank
+  std::vector<diagnosis::StackSummary> ranks;  // sorted by rank
   std::vector<std::string> missing_nodes;  // "node_id (addr)"
 };
 
@@ -155,7 +145,7 @@ class RendezvousClient {
   // This node's answer to dump `request_id`: one call, bounded by the
   // RPC timeout, best effort (a failure is logged).
   virtual void AnswerStacks(uint64_t request_id,
-                            std::vector<RankStackSummary> ranks) {}
+                            std::vector<diagnosis::StackSummary> ranks) {}
   // Starts a dump across the job's nodes (or joins the one under way) with
   // this node's `own` ranks as its answer, then polls until every node of
   // the running round has answered or `deadline` passes: `done` gets what
@@ -169,7 +159,7 @@ class RendezvousClient {
   virtual double JobMedianStepRate() const { return -1; }
 
   virtual void GatherStacks(const std::string& reason,
-                            std::vector<RankStackSummary> own,
+                            std::vector<diagnosis::StackSummary> own,
                             Clock::TimePoint deadline, StacksDone done) {
     done(Status(StatusCode::kUnimplemented,
                 Backend() + " rendezvous has no stack dumps across nodes"));

@@ -24,9 +24,9 @@
 #include "common/accept_guard.h"
 #include "common/logging.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
+#include "diagnosis/stack_diagnosis.h"
+#include "diagnosis/stack_summary.h"
 #include "rendezvous/server/rendezvous_server.h"
-#include "agent/diagnosis/stack_diagnosis.h"
-#include "agent/diagnosis/stack_summary.h"
 #include "rendezvous/server/status_format.h"
 
 namespace ddprun::rendezvous {
@@ -229,20 +229,20 @@ int PrintStacks(const Flags& flags) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  std::vector<agent::RankStacks> ranks;
+  std::vector<diagnosis::RankStacks> ranks;
   std::string lines;
   for (const v1::RankStack& r : resp.ranks()) {
-    ranks.push_back(agent::FromSummary(
+    ranks.push_back(diagnosis::FromSummary(
         {r.rank(), r.pid(), r.group_rank(), r.host(), r.stack(), r.missing()}));
-    lines += agent::ConsoleLine(ranks.back(), 8);
+    lines += diagnosis::ConsoleLine(ranks.back(), 8);
   }
   for (const std::string& node : resp.missing_nodes()) {
     lines += "  " + node + ": no answer within " +
              std::to_string(static_cast<int>(flags.stacks_timeout)) + " s\n";
   }
-  std::cout << "stacks of '" << flags.rdzv_id << "' (dump "
-            << resp.request_id() << "):\n"
-            << lines << "diagnosis: " << agent::DiagnoseHang(ranks) << "\n"
+  std::cout << "stacks of '" << flags.rdzv_id << "' (dump " << resp.request_id()
+            << "):\n"
+            << lines << "diagnosis: " << diagnosis::DiagnoseHang(ranks) << "\n"
             << "every thread's stack: <log_dir of each node>/attempt_<k>/"
                "<local_rank>/stacks.txt\n";
   return resp.complete() ? 0 : 1;

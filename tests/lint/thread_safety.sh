@@ -5,10 +5,11 @@
 # configures BUILD_DIR with clang++ and -Wthread-safety
 # -Werror=thread-safety (no LibTorch, tests, examples or benchmarks; -O0
 # without debug info, through ccache when installed) and builds ddprun and
-# ddprun-rendezvous, that is every library of common/, proto/, rendezvous/
-# and agent/. Later runs rebuild incrementally. Exit 0: no violation of a
-# GUARDED_BY/REQUIRES contract (common/thread_annotations.h); 77: skipped
-# (no clang++; a failure under CI=true); anything else: the compiler's errors.
+# ddprun-rendezvous, that is every library of common/, proto/, diagnosis/,
+# rendezvous/ and agent/. Later runs rebuild incrementally. Exit 0: no
+# violation of a GUARDED_BY/REQUIRES contract (common/thread_annotations.h);
+# 77: skipped (no clang++; a failure under CI=true); anything else: the
+# compiler's errors.
 set -euo pipefail
 source "$(dirname "$0")/../skip.sh"
 

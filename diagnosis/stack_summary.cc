@@ -1,28 +1,16 @@
-#include "agent/diagnosis/stack_summary.h"
+#include "diagnosis/stack_summary.h"
 
 #include <algorithm>
 
-namespace ddprun::agent {
-
-RankStacks ToRankStacks(const StackResult& result) {
-  RankStacks rank;
-  rank.rank = result.target.rank;
-  rank.pid = result.target.pid;
-  rank.missing = result.missing;
-  if (result.missing.empty()) {
-    rank.threads = ParseFaulthandlerDump(result.dump);
-    rank.native = ParseNativeDump(result.dump);
-  }
-  return rank;
-}
+namespace ddprun::diagnosis {
 
 std::string NodeLabel(int group_rank, const std::string& host) {
   return "node " + std::to_string(group_rank) + ": " + host;
 }
 
-rendezvous::RankStackSummary Summarize(const RankStacks& rank, int group_rank,
-                                       const std::string& host) {
-  rendezvous::RankStackSummary s;
+StackSummary Summarize(const RankStacks& rank, int group_rank,
+                       const std::string& host) {
+  StackSummary s;
   s.rank = rank.rank;
   s.pid = rank.pid;
   s.group_rank = group_rank;
@@ -33,12 +21,10 @@ rendezvous::RankStackSummary Summarize(const RankStacks& rank, int group_rank,
     while (user < main->frames.size() && IsLibraryFrame(main->frames[user])) {
       ++user;
     }
-    const size_t keep =
-        std::min({main->frames.size(), user + 1 + kSummaryFramesPast,
-                  kSummaryFrames});
+    const size_t keep = std::min(
+        {main->frames.size(), user + 1 + kSummaryFramesPast, kSummaryFrames});
     s.stack = "Current thread " +
-              (main->thread_id.empty() ? std::string("0x0")
-                                       : main->thread_id) +
+              (main->thread_id.empty() ? std::string("0x0") : main->thread_id) +
               " (most recent call first):\n";
     for (size_t i = 0; i < keep; ++i) {
       const PyFrame& f = main->frames[i];
@@ -59,7 +45,7 @@ rendezvous::RankStackSummary Summarize(const RankStacks& rank, int group_rank,
   return s;
 }
 
-RankStacks FromSummary(const rendezvous::RankStackSummary& summary) {
+RankStacks FromSummary(const StackSummary& summary) {
   RankStacks rank;
   rank.rank = summary.rank;
   rank.pid = summary.pid;
@@ -94,4 +80,4 @@ std::string ConsoleLine(const RankStacks& r, size_t max_frames) {
   return line + "\n";
 }
 
-}  // namespace ddprun::agent
+}  // namespace ddprun::diagnosis

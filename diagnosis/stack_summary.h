@@ -3,14 +3,21 @@
 #include <cstddef>
 #include <string>
 
-#include "agent/diagnosis/stack_collector.h"
-#include "agent/diagnosis/stack_diagnosis.h"
-#include "rendezvous/client/rendezvous_client.h"
+#include "diagnosis/stack_diagnosis.h"
 
-namespace ddprun::agent {
+namespace ddprun::diagnosis {
 
-// A collected dump (stack_collector.h) as the diagnosis reads it.
-RankStacks ToRankStacks(const StackResult& result);
+// One rank's stacks as they travel between nodes (the proto's RankStack,
+// the rendezvous client's StacksAnswer): its main thread as faulthandler
+// prints it, or a C++ worker's native header.
+struct StackSummary {
+  int rank = 0;
+  int pid = 0;
+  int group_rank = 0;  // the node's, in the running round
+  std::string host;
+  std::string stack;
+  std::string missing;  // non-empty: why there is no stack
+};
 
 // "node 1: host-b": how a diagnosis across nodes names a rank's node.
 std::string NodeLabel(int group_rank, const std::string& host);
@@ -22,13 +29,13 @@ std::string NodeLabel(int group_rank, const std::string& host);
 // back into what DiagnoseHang needs (node set to NodeLabel()).
 inline constexpr size_t kSummaryFrames = 32;
 inline constexpr size_t kSummaryFramesPast = 8;
-rendezvous::RankStackSummary Summarize(const RankStacks& rank, int group_rank,
-                                       const std::string& host);
-RankStacks FromSummary(const rendezvous::RankStackSummary& summary);
+StackSummary Summarize(const RankStacks& rank, int group_rank,
+                       const std::string& host);
+RankStacks FromSummary(const StackSummary& summary);
 
 // One console line for a rank, "  rank 2 (pid 812): train.py:88 in load <-
 // ... (+2 more threads)" (the node before the pid when it has one), at
 // most `max_frames` frames; native workers and missing stacks say so.
 std::string ConsoleLine(const RankStacks& rank, size_t max_frames);
 
-}  // namespace ddprun::agent
+}  // namespace ddprun::diagnosis

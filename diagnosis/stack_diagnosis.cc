@@ -1,4 +1,4 @@
-#include "agent/diagnosis/stack_diagnosis.h"
+#include "diagnosis/stack_diagnosis.h"
 
 #include <algorithm>
 #include <cctype>
@@ -7,7 +7,7 @@
 #include <set>
 #include <tuple>
 
-namespace ddprun::agent {
+namespace ddprun::diagnosis {
 namespace {
 
 bool StartsWith(std::string_view s, std::string_view p) {
@@ -187,8 +187,8 @@ NativeDump ParseNativeDump(std::string_view text) {
     d.activity = std::string(
         header.substr(doing + kDoing.size(), step - doing - kDoing.size()));
     if (d.activity == "no collective") d.activity.clear();
-    d.step = std::strtoll(std::string(header.substr(step + kStep.size())).c_str(),
-                          nullptr, 10);
+    d.step = std::strtoll(
+        std::string(header.substr(step + kStep.size())).c_str(), nullptr, 10);
   }
   for (size_t line = rest.find("\nThread "); line != std::string_view::npos;
        line = rest.find("\nThread ", line + 1)) {
@@ -210,8 +210,7 @@ RankPosition PositionOf(const NativeDump& native) {
 
 std::string RankLabel(int rank, int pid, const std::string& node) {
   return "rank " + std::to_string(rank) + " (" +
-         (node.empty() ? "" : node + ", ") + "pid " + std::to_string(pid) +
-         ")";
+         (node.empty() ? "" : node + ", ") + "pid " + std::to_string(pid) + ")";
 }
 
 std::string FormatRankList(std::vector<int> ranks) {
@@ -259,8 +258,8 @@ std::string DiagnoseHang(const std::vector<RankStacks>& ranks) {
   std::map<Key, Group> groups;
   std::vector<const RankStacks*> missing;
   for (const RankStacks& r : ranks) {
-    RankPosition p = r.threads.empty() ? PositionOf(r.native)
-                                       : PositionOf(r.threads);
+    RankPosition p =
+        r.threads.empty() ? PositionOf(r.native) : PositionOf(r.threads);
     if (!p.known) {
       missing.push_back(&r);
       continue;
@@ -283,8 +282,8 @@ std::string DiagnoseHang(const std::vector<RankStacks>& ranks) {
   const Group* majority = nullptr;
   for (const auto& [key, g] : groups) {
     if (majority == nullptr || g.ranks.size() > majority->ranks.size() ||
-        (g.ranks.size() == majority->ranks.size() &&
-         g.position.in_collective && !majority->position.in_collective)) {
+        (g.ranks.size() == majority->ranks.size() && g.position.in_collective &&
+         !majority->position.in_collective)) {
       majority = &g;
     }
   }
@@ -335,4 +334,4 @@ std::string DiagnoseHang(const std::vector<RankStacks>& ranks) {
   return out;
 }
 
-}  // namespace ddprun::agent
+}  // namespace ddprun::diagnosis

@@ -5,7 +5,7 @@
 #include <string_view>
 #include <vector>
 
-namespace ddprun::agent {
+namespace ddprun::diagnosis {
 
 // One Python frame as faulthandler prints it: `  File "f", line N in fn`.
 struct PyFrame {
@@ -104,4 +104,4 @@ std::string FormatRankList(std::vector<int> ranks);
 // "train.py:88 in load <- train.py:120 in <module>".
 std::string OneLineStack(const ThreadStack& thread, size_t max_frames);
 
-}  // namespace ddprun::agent
+}  // namespace ddprun::diagnosis

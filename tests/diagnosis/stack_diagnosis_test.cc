@@ -1,19 +1,19 @@
-// The hang diagnosis (agent/diagnosis/stack_diagnosis.*) on fixture dumps in
-// tests/agent/data/stacks/, written as Python 3.11's faulthandler writes
+// The hang diagnosis (diagnosis/stack_diagnosis.*) on fixture dumps in
+// tests/diagnosis/data/stacks/, written as Python 3.11's faulthandler writes
 // them (one of them as ddprun's stacks.txt holds it, with our header).
 
-#include "agent/diagnosis/stack_diagnosis.h"
-#include "agent/diagnosis/stack_summary.h"
+#include "diagnosis/stack_diagnosis.h"
+#include "diagnosis/stack_summary.h"
 
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <sstream>
 
-namespace ddprun::agent {
+namespace ddprun::diagnosis {
 namespace {
 
 std::string Fixture(const std::string& name) {
-  std::ifstream in(DDPRUN_SOURCE_DIR "/tests/agent/data/stacks/" + name);
+  std::ifstream in(DDPRUN_SOURCE_DIR "/tests/diagnosis/data/stacks/" + name);
   REQUIRE(in.good());
   std::stringstream ss;
   ss << in.rdbuf();
@@ -29,7 +29,7 @@ RankStacks Rank(int rank, int pid, const std::string& fixture) {
 }
 
 TEST_CASE("ParseFaulthandlerDump: threads, frames, the current thread",
-          "[agent][stacks]") {
+          "[diagnosis][stacks]") {
   std::vector<ThreadStack> t =
       ParseFaulthandlerDump(Fixture("sleeping_in_loader.txt"));
   REQUIRE(t.size() == 2);
@@ -54,10 +54,10 @@ TEST_CASE("ParseFaulthandlerDump: threads, frames, the current thread",
 }
 
 TEST_CASE("IsLibraryFrame: the standard library, packages, frozen code",
-          "[agent][stacks]") {
+          "[diagnosis][stacks]") {
   CHECK(IsLibraryFrame({"/usr/lib/python3.11/threading.py", 1, "wait"}));
-  CHECK(IsLibraryFrame({"/root/.pyenv/versions/3.11.7/lib/python3.11/q.py",
-                        1, "get"}));
+  CHECK(IsLibraryFrame(
+      {"/root/.pyenv/versions/3.11.7/lib/python3.11/q.py", 1, "get"}));
   CHECK(IsLibraryFrame(
       {"/usr/lib/python3/dist-packages/torch/distributed/x.py", 1, "f"}));
   CHECK(IsLibraryFrame({"/venv/lib/python3.11/site-packages/x.py", 1, "f"}));
@@ -67,7 +67,7 @@ TEST_CASE("IsLibraryFrame: the standard library, packages, frozen code",
 }
 
 TEST_CASE("PositionOf: the innermost user frame and what it called",
-          "[agent][stacks]") {
+          "[diagnosis][stacks]") {
   RankPosition p = PositionOf(Rank(0, 1, "waiting_all_reduce.txt").threads);
   REQUIRE(p.known);
   CHECK(p.user.line == 102);
@@ -93,19 +93,18 @@ TEST_CASE("PositionOf: the innermost user frame and what it called",
 }
 
 TEST_CASE("DiagnoseHang: names the rank that is not where the others wait",
-          "[agent][stacks]") {
-  std::vector<RankStacks> ranks = {
-      Rank(0, 811, "waiting_all_reduce.txt"),
-      Rank(1, 812, "sleeping_in_loader.txt"),
-      Rank(2, 813, "waiting_torch2_wrapper.txt"),
-      Rank(3, 814, "waiting_all_reduce.txt")};
+          "[diagnosis][stacks]") {
+  std::vector<RankStacks> ranks = {Rank(0, 811, "waiting_all_reduce.txt"),
+                                   Rank(1, 812, "sleeping_in_loader.txt"),
+                                   Rank(2, 813, "waiting_torch2_wrapper.txt"),
+                                   Rank(3, 814, "waiting_all_reduce.txt")};
   CHECK(DiagnoseHang(ranks) ==
         "rank 1 (pid 812) is in data.py:88 in load while ranks 0,2,3 wait in "
         "all_reduce (train.py:102 in train_step)");
 }
 
 TEST_CASE("DiagnoseHang: on a 1:1 tie the rank in a collective waits",
-          "[agent][stacks]") {
+          "[diagnosis][stacks]") {
   std::vector<RankStacks> ranks = {Rank(0, 10, "sleeping_in_loader.txt"),
                                    Rank(1, 11, "waiting_all_reduce.txt")};
   CHECK(DiagnoseHang(ranks) ==
@@ -114,7 +113,7 @@ TEST_CASE("DiagnoseHang: on a 1:1 tie the rank in a collective waits",
 }
 
 TEST_CASE("DiagnoseHang: ranks without a stack, several odd groups, ranges",
-          "[agent][stacks]") {
+          "[diagnosis][stacks]") {
   std::vector<RankStacks> ranks;
   for (int r = 0; r < 8; ++r) {
     ranks.push_back(Rank(r, 100 + r, "waiting_all_reduce.txt"));
@@ -130,7 +129,7 @@ TEST_CASE("DiagnoseHang: ranks without a stack, several odd groups, ranges",
         "(train.py:102 in train_step)");
 }
 
-TEST_CASE("DiagnoseHang: every rank in the same place", "[agent][stacks]") {
+TEST_CASE("DiagnoseHang: every rank in the same place", "[diagnosis][stacks]") {
   std::vector<RankStacks> ranks = {Rank(0, 1, "waiting_all_reduce.txt"),
                                    Rank(1, 2, "waiting_all_reduce.txt")};
   CHECK(DiagnoseHang(ranks) ==
@@ -140,7 +139,7 @@ TEST_CASE("DiagnoseHang: every rank in the same place", "[agent][stacks]") {
   CHECK(DiagnoseHang({}).empty());
 }
 
-TEST_CASE("FormatRankList and OneLineStack", "[agent][stacks]") {
+TEST_CASE("FormatRankList and OneLineStack", "[diagnosis][stacks]") {
   CHECK(FormatRankList({7, 6, 0, 1, 2, 3, 4}) == "0-4,6,7");
   CHECK(FormatRankList({3}) == "3");
   CHECK(FormatRankList({0, 1, 1}) == "0,1");
@@ -152,13 +151,13 @@ TEST_CASE("FormatRankList and OneLineStack", "[agent][stacks]") {
 }
 
 }  // namespace
-}  // namespace ddprun::agent
+}  // namespace ddprun::diagnosis
 
-namespace ddprun::agent {
+namespace ddprun::diagnosis {
 namespace {
 
 TEST_CASE("ParseNativeDump and DiagnoseHang: C++ workers' collective and step",
-          "[agent][stacks]") {
+          "[diagnosis][stacks]") {
   NativeDump d = ParseNativeDump(Fixture("native_all_reduce.txt"));
   CHECK(d.present);
   CHECK(d.activity == "all_reduce");
@@ -182,22 +181,21 @@ TEST_CASE("ParseNativeDump and DiagnoseHang: C++ workers' collective and step",
 }
 
 }  // namespace
-}  // namespace ddprun::agent
+}  // namespace ddprun::diagnosis
 
-namespace ddprun::agent {
+namespace ddprun::diagnosis {
 namespace {
 
 TEST_CASE("Summarize and FromSummary: what nodes exchange keeps the verdict",
-          "[agent][stacks]") {
+          "[diagnosis][stacks]") {
   // Ranks 0-3 on two nodes; rank 3 (node 1) sleeps in the data loader.
-  std::vector<RankStacks> local = {
-      Rank(0, 800, "waiting_all_reduce.txt"),
-      Rank(1, 801, "waiting_torch2_wrapper.txt"),
-      Rank(2, 802, "waiting_all_reduce.txt"),
-      Rank(3, 803, "sleeping_in_loader.txt")};
+  std::vector<RankStacks> local = {Rank(0, 800, "waiting_all_reduce.txt"),
+                                   Rank(1, 801, "waiting_torch2_wrapper.txt"),
+                                   Rank(2, 802, "waiting_all_reduce.txt"),
+                                   Rank(3, 803, "sleeping_in_loader.txt")};
   std::vector<RankStacks> across;
   for (const RankStacks& r : local) {
-    rendezvous::RankStackSummary s = Summarize(r, r.rank / 2, "host-x");
+    diagnosis::StackSummary s = Summarize(r, r.rank / 2, "host-x");
     CHECK(s.group_rank == r.rank / 2);
     CHECK(s.missing.empty());
     CHECK(s.stack.rfind("Current thread ", 0) == 0);
@@ -217,7 +215,7 @@ TEST_CASE("Summarize and FromSummary: what nodes exchange keeps the verdict",
 }
 
 TEST_CASE("Summarize: deep stacks are cut, native and missing ranks travel",
-          "[agent][stacks]") {
+          "[diagnosis][stacks]") {
   RankStacks deep;
   deep.rank = 4;
   deep.pid = 9;
@@ -249,9 +247,10 @@ TEST_CASE("Summarize: deep stacks are cut, native and missing ranks travel",
   gone.missing = "did not answer within 2.0 s";
   RankStacks g = FromSummary(Summarize(gone, 1, "h"));
   CHECK(g.missing == "did not answer within 2.0 s");
-  CHECK(ConsoleLine(g, 3) == "  rank 2 (node 1: h, pid 8): no stack: did not "
-                             "answer within 2.0 s\n");
+  CHECK(ConsoleLine(g, 3) ==
+        "  rank 2 (node 1: h, pid 8): no stack: did not "
+        "answer within 2.0 s\n");
 }
 
 }  // namespace
-}  // namespace ddprun::agent
+}  // namespace ddprun::diagnosis
