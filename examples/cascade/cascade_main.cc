@@ -39,32 +39,15 @@ int Train(int argc, char** argv) {
   const dw::World& world = session.world();
   std::vector<StageConfig> stages = cli.stages();
   if (common.debug) stages.resize(1);
-  LoadOptions load;
-  load.img_size = opt.xray.img_size;
-  load.volume_size = cli.stages().back().volume_size;
-  load.window = {opt.hu_window[0], opt.hu_window[1]};
-  load.flip_views_vertical = opt.flip_drrs_vertical;
   PatientStore store(
-      ValueOrThrow(ScanPatients(opt.dataset_path, opt.xray.num_views)), load,
-      opt.cache_in_memory);
+      ValueOrThrow(ScanPatients(opt.dataset_path, opt.xray.num_views)),
+      CascadeLoadOptions(cli), opt.cache_in_memory);
   std::vector<int64_t> train, val;
   std::tie(train, val) =
       session.Split(store.size(), opt.val_fraction, opt.dataset_path, 8, 4);
-  const int64_t accum = common.gradient_accumulation_steps;
-  session.LogMain(
-      "cascade: " + std::to_string(train.size()) + " train / " +
-      std::to_string(val.size()) + " val patients, " +
-      std::to_string(opt.xray.num_views) + " views of " +
-      std::to_string(opt.xray.img_size) + "^2, stages " + cli.StagesText() +
-      "; batch " + std::to_string(opt.batch_size) + " per rank x " +
-      std::to_string(world.world_size()) + " ranks x " + std::to_string(accum) +
-      " accumulation = " +
-      std::to_string(opt.batch_size * world.world_size() * accum) + ", " +
-      std::to_string(opt.num_timesteps) + " timesteps (" +
-      std::to_string(opt.sampling_steps) + "-step DDIM sampling), " +
-      (opt.v_parameterization ? "v" : "eps") + "-prediction, " +
-      session.precision().description +
-      (opt.gradient_checkpointing ? ", gradient checkpointing" : ""));
+  session.LogMain(DescribeCascadeRun(cli, train.size(), val.size(),
+                                     world.world_size(),
+                                     session.precision().description));
 
   RecomputeAutocast recompute;
   recompute.enabled = session.precision().autocast;

@@ -139,4 +139,33 @@ void CascadeStages::Run(size_t k) {
   session_.Run<CascadeBatch>(loop, {begin_epoch, load_batch, step, validate});
 }
 
+LoadOptions CascadeLoadOptions(const CascadeCli& cli) {
+  const CascadeOptions& opt = cli.options();
+  LoadOptions load;
+  load.img_size = opt.xray.img_size;
+  load.volume_size = cli.stages().back().volume_size;
+  load.window = {opt.hu_window[0], opt.hu_window[1]};
+  load.flip_views_vertical = opt.flip_drrs_vertical;
+  return load;
+}
+
+std::string DescribeCascadeRun(CascadeCli& cli, size_t train_patients,
+                               size_t val_patients, int world_size,
+                               const std::string& precision) {
+  const CascadeOptions& opt = cli.options();
+  const int64_t accum = cli.common().gradient_accumulation_steps;
+  return "cascade: " + std::to_string(train_patients) + " train / " +
+         std::to_string(val_patients) + " val patients, " +
+         std::to_string(opt.xray.num_views) + " views of " +
+         std::to_string(opt.xray.img_size) + "^2, stages " + cli.StagesText() +
+         "; batch " + std::to_string(opt.batch_size) + " per rank x " +
+         std::to_string(world_size) + " ranks x " + std::to_string(accum) +
+         " accumulation = " +
+         std::to_string(opt.batch_size * world_size * accum) + ", " +
+         std::to_string(opt.num_timesteps) + " timesteps (" +
+         std::to_string(opt.sampling_steps) + "-step DDIM sampling), " +
+         (opt.v_parameterization ? "v" : "eps") + "-prediction, " + precision +
+         (opt.gradient_checkpointing ? ", gradient checkpointing" : "");
+}
+
 }  // namespace ddprun::examples

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <torch/torch.h>
@@ -15,6 +16,16 @@
 #include "examples/frame/trainer_session.h"
 
 namespace ddprun::examples {
+
+// How patients are read for this run: the views' size, the last stage's
+// volume, the HU window and the flip of the views.
+LoadOptions CascadeLoadOptions(const CascadeCli& cli);
+
+// The run's line in rank 0's log: patients, views, stages, the effective
+// batch, timesteps and sampling, prediction, precision.
+std::string DescribeCascadeRun(CascadeCli& cli, size_t train_patients,
+                               size_t val_patients, int world_size,
+                               const std::string& precision);
 
 // cascade_trainer's stages, trained one after the other (coarse to fine):
 // per stage, only that stage's parameters train (the others are frozen and

@@ -6,7 +6,6 @@
 // Train() composes the frame (TrainerSession) with the trainer's pieces:
 // options (ddpm_cli), model, diffusion and loss (ddpm_model), data
 // (brats_data) and the stages' step and validation (ddpm_stages).
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -24,14 +23,6 @@ namespace ddprun::examples {
 namespace {
 
 namespace dw = ddprun::worker;
-
-// "a,b,c".
-template <typename T>
-std::string JoinComma(const std::vector<T>& values) {
-  std::ostringstream out;
-  for (size_t i = 0; i < values.size(); ++i) out << (i ? "," : "") << values[i];
-  return out.str();
-}
 
 int Train(int argc, char** argv) {
   DdpmCli cli;
@@ -55,21 +46,12 @@ int Train(int argc, char** argv) {
       session.Split(cases.size(), opt.val_fraction, source, 8, 2);
   std::vector<int64_t> stages = opt.stages;
   if (common.debug) stages.resize(1);
-  const int64_t accum = common.gradient_accumulation_steps;
-  const int64_t effective_batch = opt.batch_size * world.world_size() * accum;
-  session.LogMain(
-      "ddpm: " + std::to_string(train.size()) + " train / " +
-      std::to_string(val.size()) + " val cases, stages " + JoinComma(stages) +
-      ", effective batch " + std::to_string(opt.batch_size) + " x " +
-      std::to_string(world.world_size()) + " ranks x " + std::to_string(accum) +
-      " accumulation = " + std::to_string(effective_batch) + ", " +
-      std::to_string(ddpm.timesteps().size()) + " timesteps, " +
-      opt.prediction + "-prediction, " + NormKindName(norm) + " norm, " +
-      session.precision().description +
-      (opt.gradient_checkpointing ? ", gradient checkpointing" : ""));
-  session.LogMain("timesteps (" + opt.scheduler_type + " of " +
-                  std::to_string(opt.num_diffusion_timesteps) +
-                  "): " + JoinComma(ddpm.timesteps()));
+  for (const std::string& line :
+       DescribeDdpmRun(opt, ddpm, norm, train.size(), val.size(), stages,
+                       common.gradient_accumulation_steps, world.world_size(),
+                       session.precision().description)) {
+    session.LogMain(line);
+  }
 
   UNet3d model = MakeDdpmModel(
       opt, norm, world,

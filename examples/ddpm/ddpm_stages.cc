@@ -1,6 +1,7 @@
 #include "examples/ddpm/ddpm_stages.h"
 
 #include <filesystem>
+#include <sstream>
 #include <utility>
 
 #include "examples/ddpm/ddpm_model.h"
@@ -9,6 +10,41 @@
 namespace ddprun::examples {
 
 namespace dw = ddprun::worker;
+
+namespace {
+
+// "a,b,c".
+template <typename T>
+std::string JoinComma(const std::vector<T>& values) {
+  std::ostringstream out;
+  for (size_t i = 0; i < values.size(); ++i) out << (i ? "," : "") << values[i];
+  return out.str();
+}
+
+}  // namespace
+
+std::vector<std::string> DescribeDdpmRun(const DdpmOptions& opt,
+                                         const FastDdpm& ddpm, NormKind norm,
+                                         size_t train_cases, size_t val_cases,
+                                         const std::vector<int64_t>& stages,
+                                         int64_t accumulation, int world_size,
+                                         const std::string& precision) {
+  const int64_t effective_batch = opt.batch_size * world_size * accumulation;
+  return {"ddpm: " + std::to_string(train_cases) + " train / " +
+              std::to_string(val_cases) + " val cases, stages " +
+              JoinComma(stages) + ", effective batch " +
+              std::to_string(opt.batch_size) + " x " +
+              std::to_string(world_size) + " ranks x " +
+              std::to_string(accumulation) +
+              " accumulation = " + std::to_string(effective_batch) + ", " +
+              std::to_string(ddpm.timesteps().size()) + " timesteps, " +
+              opt.prediction + "-prediction, " + NormKindName(norm) +
+              " norm, " + precision +
+              (opt.gradient_checkpointing ? ", gradient checkpointing" : ""),
+          "timesteps (" + opt.scheduler_type + " of " +
+              std::to_string(opt.num_diffusion_timesteps) +
+              "): " + JoinComma(ddpm.timesteps())};
+}
 
 DdpmStages::DdpmStages(TrainerSession& session, const DdpmOptions& opt,
                        NormKind norm, UNet3d model, const FastDdpm& ddpm,

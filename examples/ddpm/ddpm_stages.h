@@ -17,6 +17,15 @@
 
 namespace ddprun::examples {
 
+// The run's two lines in rank 0's log: cases, stages, the effective batch,
+// timesteps, prediction, norm, precision; then the sampling schedule.
+std::vector<std::string> DescribeDdpmRun(const DdpmOptions& opt,
+                                         const FastDdpm& ddpm, NormKind norm,
+                                         size_t train_cases, size_t val_cases,
+                                         const std::vector<int64_t>& stages,
+                                         int64_t accumulation, int world_size,
+                                         const std::string& precision);
+
 // ddpm_trainer's progressive stages: per stage (a cubic volume size), the
 // loop over the training cases at that size (--epochs epochs, resumable),
 // the training step (DdpmLoss per micro-batch) and the validation (every

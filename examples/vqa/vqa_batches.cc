@@ -34,6 +34,33 @@ std::string DescribeAnswers(const LabelSet& answers) {
   return text + (answers.size() > 10 ? ", ...)" : ")");
 }
 
+VqaVocabularies BuildVqaVocabularies(const std::vector<VqaRecord>& records,
+                                     const std::vector<int64_t>& train) {
+  std::vector<std::string> questions, answers;
+  for (int64_t i : train) {
+    questions.push_back(records[i].question);
+    answers.push_back(records[i].answer);
+  }
+  return {Vocabulary::Build(questions), LabelSet::Build(answers)};
+}
+
+std::string DescribeVqaRun(const VqaOptions& opt, const VqaVocabularies& vocab,
+                           size_t train_questions, size_t val_questions,
+                           int64_t accumulation, int world_size, NormKind norm,
+                           const std::string& precision) {
+  return "vqa: " + std::to_string(train_questions) + " train / " +
+         std::to_string(val_questions) + " val questions, " +
+         DescribeAnswers(vocab.answers) + ", " +
+         std::to_string(vocab.words.num_words()) + " question words, batch " +
+         std::to_string(opt.guide.batch_size) + " x accumulation " +
+         std::to_string(accumulation) + " x world " +
+         std::to_string(world_size) + " = effective " +
+         std::to_string(opt.guide.batch_size * accumulation * world_size) +
+         ", zero " + std::to_string(opt.guide.zero) +
+         (opt.guide.offload_optimizer == "cpu" ? " + CPU offload" : "") + ", " +
+         NormKindName(norm) + " norm, " + precision;
+}
+
 std::string DescribeUncertain(const std::vector<VqaRecord>& records,
                               const std::string& policy) {
   int64_t n = 0;

@@ -10,7 +10,6 @@
 #include <torch/torch.h>
 
 #include "ddprun/worker/worker.h"
-#include "examples/formats/vocabulary.h"
 #include "examples/frame/trainer_session.h"
 #include "examples/vqa/vqa_batches.h"
 #include "examples/vqa/vqa_cli.h"
@@ -39,29 +38,15 @@ int Train(int argc, char** argv) {
   std::vector<int64_t> train, val;
   std::tie(train, val) =
       session.Split(records.size(), opt.val_fraction, opt.data_path, 32, 16);
-  std::vector<std::string> questions, answers;
-  for (int64_t i : train) {
-    questions.push_back(records[i].question);
-    answers.push_back(records[i].answer);
-  }
-  const Vocabulary vocab = Vocabulary::Build(questions);
-  const LabelSet answer_set = LabelSet::Build(answers);
+  const VqaVocabularies vocab = BuildVqaVocabularies(records, train);
   const int64_t accum = cli.common().gradient_accumulation_steps;
-  session.LogMain(
-      "vqa: " + std::to_string(train.size()) + " train / " +
-      std::to_string(val.size()) + " val questions, " +
-      DescribeAnswers(answer_set) + ", " + std::to_string(vocab.num_words()) +
-      " question words, batch " + std::to_string(opt.guide.batch_size) +
-      " x accumulation " + std::to_string(accum) + " x world " +
-      std::to_string(world.world_size()) + " = effective " +
-      std::to_string(opt.guide.batch_size * accum * world.world_size()) +
-      ", zero " + std::to_string(opt.guide.zero) +
-      (opt.guide.offload_optimizer == "cpu" ? " + CPU offload" : "") + ", " +
-      NormKindName(norm) + " norm, " + session.precision().description);
+  session.LogMain(DescribeVqaRun(opt, vocab, train.size(), val.size(), accum,
+                                 world.world_size(), norm,
+                                 session.precision().description));
   session.LogMain(DescribeUncertain(records, opt.uncertain_policy));
 
   VqaModel model =
-      MakeVqaModel(opt, vocab.size(), answer_set.size(), norm, world);
+      MakeVqaModel(opt, vocab.words.size(), vocab.answers.size(), norm, world);
   session.PlaceOnDevice(*model);
   VqaOptimizer optimizer = MakeVqaOptimizer(opt, world, model->parameters());
   session.LogMain(DescribeOptimizerState(*model, optimizer.sharded.get()));
@@ -73,7 +58,7 @@ int Train(int argc, char** argv) {
   session.Prepare(setup);
 
   auto load = [&](const std::vector<int64_t>& items) {
-    return LoadVqaBatch(records, vocab, answer_set, opt, items);
+    return LoadVqaBatch(records, vocab.words, vocab.answers, opt, items);
   };
   LoopConfig loop;
   loop.dataset_size = static_cast<int64_t>(train.size());

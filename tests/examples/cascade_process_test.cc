@@ -27,10 +27,7 @@ std::string SyntheticConfig() {
 std::string DefaultSyntheticConfig() {
   return SyntheticData("cascade", "--seed 3", "config.json");
 }
-std::string DataDir() {
-  const std::string config = SyntheticConfig();
-  return config.substr(0, config.rfind('/'));
-}
+std::string DataDir() { return DirOf(SyntheticConfig()); }
 
 nlohmann::json ReadJson(const std::string& path) {
   std::ifstream in(path);
@@ -143,7 +140,7 @@ TEST_CASE("cascade_trainer: bad patient folders stop the run with one line",
   // CT volumes of 8^3 where the last stage wants 16^3.
   const std::string small =
       SyntheticData("cascade", "--n 16 --stages 8 --seed 2", "config.json");
-  const std::string small_dir = small.substr(0, small.rfind('/'));
+  const std::string small_dir = DirOf(small);
   CommandResult wrong =
       RunCommand(Bin("cascade_trainer") + " --dataset_path " + small_dir +
                      " --debug --output_dir " + FreshDir("cascade_wrong_size"),

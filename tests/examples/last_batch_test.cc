@@ -35,7 +35,7 @@ std::vector<std::string> Sweep(const SweepCase& c) {
   for (int n : c.sizes) {
     std::string data = SyntheticData(
         c.trainer, "--n " + std::to_string(n) + " " + c.make_args, c.file);
-    if (c.data_is_dir) data = data.substr(0, data.rfind('/'));
+    if (c.data_is_dir) data = DirOf(data);
     for (int ranks : {1, 2}) {
       for (int per_rank : {1, 2, 3}) {
         const int batch = c.batch_is_total ? per_rank * ranks : per_rank;

@@ -46,8 +46,7 @@ inline std::string SmallDdpm() {
 inline std::string SmallCascade() {
   const std::string config =
       SyntheticData("cascade", "--n 16 --stages 8 --seed 2", "config.json");
-  return Bin("cascade_trainer") + " --dataset_path " +
-         config.substr(0, config.rfind('/')) +
+  return Bin("cascade_trainer") + " --dataset_path " + DirOf(config) +
          " --stages 8 --voxel_dim 16 --batch_size 2 --progress_interval 1";
 }
 

@@ -47,10 +47,6 @@ struct ContractRow {
   std::function<void(const FaultOutcome&)> after_fault = [](const auto&) {};
 };
 
-std::string Dir(const std::string& file) {
-  return std::filesystem::path(file).parent_path();
-}
-
 std::string Head(const std::string& path, int lines) {
   std::ifstream in(path);
   std::string text, line;
@@ -92,7 +88,7 @@ ContractRow Survival() {
     std::istringstream good(Head(data(), 9));
     std::string line;
     std::getline(good, line);  // the header
-    while (std::getline(good, line)) rows += Dir(data()) + "/" + line + "\n";
+    while (std::getline(good, line)) rows += DirOf(data()) + "/" + line + "\n";
     WriteText(dir + "/bad.csv", rows + dir + "/missing.nii,2,1\n");
     return BadData{
         "--csv_path " + dir + "/bad.csv",
@@ -144,7 +140,7 @@ ContractRow Segmentation() {
   row.bad_data = [data](const std::string& dir) {
     std::string lines = Head(data(), 6);
     // The synthetic lines name their files relative to the data folder.
-    std::filesystem::copy(Dir(data()) + "/images_and_masks",
+    std::filesystem::copy(DirOf(data()) + "/images_and_masks",
                           dir + "/images_and_masks",
                           std::filesystem::copy_options::recursive);
     WriteText(dir + "/p.jsonl",
@@ -211,7 +207,8 @@ ContractRow Vqa() {
     };
     std::string lines = line("none.png");
     for (int i = 0; i < 4; ++i)
-      lines += line(Dir(data()) + "/images/0000" + std::to_string(i) + ".png");
+      lines +=
+          line(DirOf(data()) + "/images/0000" + std::to_string(i) + ".png");
     WriteText(dir + "/t.jsonl", lines);
     return BadData{
         "--data_path " + dir + "/t.jsonl",
@@ -265,7 +262,7 @@ ContractRow Ddpm() {
   row.bad_data = [data](const std::string& dir) {
     std::string rows = Head(data(), 9);
     // The synthetic rows name their volumes relative to the list.
-    std::filesystem::copy(Dir(data()), dir + "/data",
+    std::filesystem::copy(DirOf(data()), dir + "/data",
                           std::filesystem::copy_options::recursive);
     WriteText(dir + "/data/bad.csv",
               rows + "none.nii.gz,none.nii.gz,none.nii.gz,none.nii.gz\n");
@@ -344,7 +341,7 @@ ContractRow Cascade() {
   };
   // A patient folder without its lateral view.
   row.bad_data = [small](const std::string& dir) {
-    std::filesystem::copy(Dir(small()), dir + "/data",
+    std::filesystem::copy(DirOf(small()), dir + "/data",
                           std::filesystem::copy_options::recursive);
     std::filesystem::remove(dir +
                             "/data/patient_0001/patient_0001_lat_drr.png");
@@ -359,7 +356,7 @@ ContractRow Cascade() {
   row.fault = {"cascade",
                [config](const std::string& out) {
                  return Bin("cascade_trainer") + " --dataset_path " +
-                        Dir(config()) +
+                        DirOf(config()) +
                         " --epochs 3 --checkpoint_every 2 --voxel_dim 16 "
                         "--progress_interval 1 --output_dir " +
                         out;

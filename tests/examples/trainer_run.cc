@@ -67,6 +67,10 @@ std::string SyntheticData(const std::string& trainer, const std::string& args,
   return made[key] + "/" + file;
 }
 
+std::string DirOf(const std::string& path) {
+  return std::filesystem::path(path).parent_path().string();
+}
+
 void WriteText(const std::string& path, const std::string& text) {
   std::ofstream(path) << text;
 }

@@ -35,6 +35,10 @@ std::vector<nlohmann::json> ReadMetrics(const std::string& output_dir);
 std::string SyntheticData(const std::string& trainer, const std::string& args,
                           const std::string& file);
 
+// The folder holding `path` ("a/b/config.json" -> "a/b"): a data set's
+// folder from the file SyntheticData() returns.
+std::string DirOf(const std::string& path);
+
 // Writes `text` to `path`.
 void WriteText(const std::string& path, const std::string& text);
 
