@@ -45,9 +45,9 @@ int Train(int argc, char** argv) {
   std::vector<int64_t> train, val;
   std::tie(train, val) =
       session.Split(store.size(), opt.val_fraction, opt.dataset_path, 8, 4);
-  session.LogMain(DescribeCascadeRun(cli, train.size(), val.size(),
-                                     world.world_size(),
-                                     session.precision().description));
+  session.LogMain(DescribeCascadeRun(
+      cli, train.size(), val.size(), common.gradient_accumulation_steps,
+      world.world_size(), session.precision().description));
 
   RecomputeAutocast recompute;
   recompute.enabled = session.precision().autocast;

@@ -149,19 +149,18 @@ LoadOptions CascadeLoadOptions(const CascadeCli& cli) {
   return load;
 }
 
-std::string DescribeCascadeRun(CascadeCli& cli, size_t train_patients,
-                               size_t val_patients, int world_size,
-                               const std::string& precision) {
+std::string DescribeCascadeRun(const CascadeCli& cli, size_t train_patients,
+                               size_t val_patients, int64_t accumulation,
+                               int world_size, const std::string& precision) {
   const CascadeOptions& opt = cli.options();
-  const int64_t accum = cli.common().gradient_accumulation_steps;
   return "cascade: " + std::to_string(train_patients) + " train / " +
          std::to_string(val_patients) + " val patients, " +
          std::to_string(opt.xray.num_views) + " views of " +
          std::to_string(opt.xray.img_size) + "^2, stages " + cli.StagesText() +
          "; batch " + std::to_string(opt.batch_size) + " per rank x " +
-         std::to_string(world_size) + " ranks x " + std::to_string(accum) +
-         " accumulation = " +
-         std::to_string(opt.batch_size * world_size * accum) + ", " +
+         std::to_string(world_size) + " ranks x " +
+         std::to_string(accumulation) + " accumulation = " +
+         std::to_string(opt.batch_size * world_size * accumulation) + ", " +
          std::to_string(opt.num_timesteps) + " timesteps (" +
          std::to_string(opt.sampling_steps) + "-step DDIM sampling), " +
          (opt.v_parameterization ? "v" : "eps") + "-prediction, " + precision +

@@ -23,9 +23,9 @@ LoadOptions CascadeLoadOptions(const CascadeCli& cli);
 
 // The run's line in rank 0's log: patients, views, stages, the effective
 // batch, timesteps and sampling, prediction, precision.
-std::string DescribeCascadeRun(CascadeCli& cli, size_t train_patients,
-                               size_t val_patients, int world_size,
-                               const std::string& precision);
+std::string DescribeCascadeRun(const CascadeCli& cli, size_t train_patients,
+                               size_t val_patients, int64_t accumulation,
+                               int world_size, const std::string& precision);
 
 // cascade_trainer's stages, trained one after the other (coarse to fine):
 // per stage, only that stage's parameters train (the others are frozen and
