@@ -1,6 +1,11 @@
 // Torch-free unit tests of the worker runtime: env contract, error file,
 // hardware table.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -21,6 +26,35 @@ namespace {
 ddprun::StatusOr<w::WorkerEnv> Parse(
     const std::map<std::string, std::string>& vars) {
   return w::ParseWorkerEnv(w::testing::MapGetenv(vars));
+}
+
+// What `fn` writes to fd 2 (where LogMain writes), read back from a
+// temporary file that stands in for it while `fn` runs.
+std::string CapturedStderr(const std::function<void()>& fn) {
+  char path[] = "/tmp/ddprun_stderr_XXXXXX";
+  const int fd = ::mkstemp(path);
+  REQUIRE(fd >= 0);
+  ::unlink(path);
+  std::fflush(stderr);
+  const int saved = ::dup(2);
+  ::dup2(fd, 2);
+  fn();
+  std::fflush(stderr);
+  ::dup2(saved, 2);
+  ::close(saved);
+  std::string out;
+  ::lseek(fd, 0, SEEK_SET);
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
+  ::close(fd);
+  return out;
+}
+
+size_t CountLines(const std::string& text) {
+  size_t lines = 0;
+  for (char c : text) lines += c == '\n';
+  return lines;
 }
 
 }  // namespace
@@ -224,6 +258,43 @@ TEST_CASE("ProgressMeter: epoch, step, loss, throughput and ETA",
   REQUIRE(line.find("eta 00:00:") != std::string::npos);
   REQUIRE(w::AllReduceMean(world, 2.5) == 2.5);
   REQUIRE(w::AllReduceWeightedMean(world, 2.5, 0) == 0);
+}
+
+TEST_CASE("ProgressMeter: the end of each epoch prints once, the last too",
+          "[worker][metrics]") {
+  w::World world;
+  // Two epochs of two steps; an hour between timed lines, so only the ends
+  // of epochs and the run's last step print.
+  w::ProgressMeter meter(world, 2, 4, std::chrono::hours(1));
+  const std::string epoch1 = CapturedStderr([&] {
+    meter.Update(0, 1, 0.5, 8);
+    meter.Update(0, 2, 0.4, 8);
+    meter.Flush();  // end of epoch 1
+  });
+  INFO(epoch1);
+  CHECK(CountLines(epoch1) == 1);
+  CHECK(epoch1.rfind("epoch 1/2 step 2/4 loss 0.4000 ", 0) == 0);
+  const std::string epoch2 = CapturedStderr([&] {
+    meter.Update(1, 3, 0.3, 8);
+    meter.Update(1, 4, 0.2, 8);  // the last step prints at once
+    meter.Flush();  // end of epoch 2: the same step, not a second line
+    meter.Flush();
+  });
+  INFO(epoch2);
+  CHECK(CountLines(epoch2) == 1);
+  CHECK(epoch2.rfind("epoch 2/2 step 4/4 loss 0.2000 ", 0) == 0);
+}
+
+TEST_CASE("ProgressMeter: a loss that rounds to zero prints unsigned",
+          "[worker][metrics]") {
+  w::World world;
+  w::ProgressMeter meter(world, 1, 10, std::chrono::hours(1));
+  meter.Update(0, 1, -0.0, 8);  // a survival batch without events
+  CHECK(meter.Line().find(" loss 0.0000 ") != std::string::npos);
+  meter.Update(0, 2, -0.00001, 8);
+  CHECK(meter.Line().find(" loss 0.0000 ") != std::string::npos);
+  meter.Update(0, 3, -0.25, 8);  // a real negative value keeps its sign
+  CHECK(meter.Line().find(" loss -0.2500 ") != std::string::npos);
 }
 
 TEST_CASE("ProgressMeter: after only the first step there is no rate, not 0",

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 
 #include <ATen/ATen.h>
@@ -75,10 +76,17 @@ void ProgressMeter::Update(int64_t epoch, int64_t step, double loss,
   epoch_ = epoch;
   step_ = step;
   loss_ = loss;
-  if (now - last_print_ >= min_interval_ || step == total_steps_) Flush();
+  if (now - last_print_ >= min_interval_ || step == total_steps_) {
+    last_print_ = now;
+    LogMain(world_, Line());
+  }
 }
 
 void ProgressMeter::Flush() {
+  // Update() always prints the run's last step and the end of its epoch
+  // flushes right after: one line for it, not a second with the same step
+  // and a lower rate.
+  if (step_ > 0 && step_ == total_steps_) return;
   last_print_ = std::chrono::steady_clock::now();
   LogMain(world_, Line());
 }
@@ -108,6 +116,9 @@ std::string ProgressMeter::Line() const {
   if (rate_measured()) {
     std::snprintf(rate, sizeof(rate), "%.1f", samples_per_second());
   }
+  // A loss that rounds to zero (a batch without events gives -0.0) prints
+  // as 0.0000, not -0.0000.
+  const double shown_loss = std::fabs(loss_) < 5e-5 ? 0.0 : loss_;
   char buf[256];
   std::snprintf(
       buf, sizeof(buf),
@@ -115,7 +126,7 @@ std::string ProgressMeter::Line() const {
       "eta %s",
       static_cast<long long>(epoch_ + 1), static_cast<long long>(total_epochs_),
       static_cast<long long>(step_), static_cast<long long>(total_steps_),
-      loss_, rate, FormatDuration(eta).c_str());
+      shown_loss, rate, FormatDuration(eta).c_str());
   return buf;
 }
 

@@ -32,7 +32,7 @@ class ProgressMeter {
   // Records that `step` (global, 1-based) finished with `loss` after
   // processing `global_samples` samples in this step. Prints when due.
   void Update(int64_t epoch, int64_t step, double loss, int64_t global_samples);
-  // Forces a line now (end of epoch).
+  // A line now (end of epoch); none if Update() printed the last step's.
   void Flush();
   // The line that would be printed now (tests).
   std::string Line() const;
