@@ -82,8 +82,18 @@ TorchVersion WorkerTorch(const LaunchOptions& launch, const EnvMap& env) {
   }
   TorchProbeOptions probe;
   probe.cache_dir = DefaultCacheDir(env);
-  std::string why;
-  TorchVersion found = DetectWorkerTorchVersion(launch, env, probe, &why);
+  std::string why, torchless;
+  TorchVersion found =
+      DetectWorkerTorchVersion(launch, env, probe, &why, &torchless);
+  if (!torchless.empty()) {
+    // torchrun cannot meet this (it runs in torch's own interpreter); a
+    // ddprun installed apart from torch can, and the workers' tracebacks
+    // would say only "No module named 'torch'".
+    DDP_LOG(WARNING) << "the workers' Python " << torchless
+                     << " has no torch on its sys.path: a script that "
+                        "imports torch will fail; activate the environment "
+                        "that has torch, or set PYTHON_EXEC to its python";
+  }
   if (found.known()) {
     DDP_LOG(DEBUG) << "workers run torch " << found.text << " (" << found.source
                    << ")";

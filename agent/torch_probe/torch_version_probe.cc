@@ -169,7 +169,8 @@ TorchVersion TorchVersionOfProgram(
 
 TorchVersion DetectWorkerTorchVersion(
     const LaunchOptions& options, const std::map<std::string, std::string>& env,
-    const TorchProbeOptions& probe, std::string* why) {
+    const TorchProbeOptions& probe, std::string* why, std::string* torchless) {
+  if (torchless != nullptr) torchless->clear();
   const std::string path_var = Get(env, "PATH", "/usr/local/bin:/usr/bin:/bin");
   const bool python =
       options.run_path || (!options.no_python &&
@@ -219,7 +220,10 @@ TorchVersion DetectWorkerTorchVersion(
   entries.insert(entries.end(), sys_path->entries.begin(),
                  sys_path->entries.end());
   TorchVersion v = TorchVersionInPaths(entries);
-  if (!v.known()) *why = "no torch on the sys.path of '" + interpreter + "'";
+  if (!v.known()) {
+    *why = "no torch on the sys.path of '" + interpreter + "'";
+    if (torchless != nullptr) *torchless = interpreter;
+  }
   return v;
 }
 

@@ -40,11 +40,15 @@ struct TorchProbeOptions {
 //   run (it may not be Python at all): unknown.
 // - a compiled entrypoint (--no_python, or an ELF file): its LibTorch, per
 //   TorchVersionOfProgram(); a script run with --no_python: unknown.
-// Unknown (known() false) comes with *why saying why, for a debug log.
+// Unknown (known() false) comes with *why saying why, for a debug log, and,
+// when the interpreter ran and no entry of its sys.path holds torch (a
+// script that imports torch will fail), with its path in *torchless
+// (optional; "" in every other case).
 // Never fails; blocks at most options.timeout (one interpreter start when
 // the cache misses). Not thread-safe only in that it reads the filesystem.
 TorchVersion DetectWorkerTorchVersion(
     const LaunchOptions& options, const std::map<std::string, std::string>& env,
-    const TorchProbeOptions& probe, std::string* why);
+    const TorchProbeOptions& probe, std::string* why,
+    std::string* torchless = nullptr);
 
 }  // namespace ddprun::agent

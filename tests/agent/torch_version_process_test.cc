@@ -5,7 +5,10 @@
 
 #include "ddprun_catch.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <fstream>
 
 #include "tests/agent/process_harness.h"
 
@@ -70,6 +73,7 @@ TEST_CASE("ddprun: workers get what torchrun of their torch version sets",
       Ddprun run(job.dir, {"--standalone", "--nproc_per_node=2", job.script},
                  job.Env());
       REQUIRE(run.Wait(30s) == 0);
+      CHECK(run.Stderr().find("has no torch") == std::string::npos);
       for (int r = 0; r < 2; ++r) {
         auto e =
             ParseEnv(ReadFile(job.dir.path() + "/env_" + std::to_string(r)));
@@ -81,6 +85,31 @@ TEST_CASE("ddprun: workers get what torchrun of their torch version sets",
     }
     CHECK(Exists(job.cache));
   }
+}
+
+TEST_CASE("ddprun: a workers' Python without torch is named before they fail",
+          "[agent][process][torch_version]") {
+  TempDir dir;
+  // Debian's python3 without its site-packages (-S): no torch to import.
+  const std::string bare = dir.path() + "/bin/python3";
+  const std::string script = dir.path() + "/job/train.py";
+  REQUIRE(system(("mkdir -p " + dir.path() + "/bin " + dir.path() + "/job")
+                     .c_str()) == 0);
+  std::ofstream(bare) << "#!/bin/sh\nexec /usr/bin/python3 -S \"$@\"\n";
+  REQUIRE(chmod(bare.c_str(), 0755) == 0);
+  std::ofstream(script) << "import torch\n";
+  Ddprun run(dir, {"--standalone", "--nproc_per_node=1", script},
+             {{"PYTHON_EXEC", bare}, {"DDPRUN_CACHE_DIR", dir.path() + "/c"}});
+  REQUIRE(run.Wait(30s) == 1);
+  const std::string err = run.Stderr();
+  INFO(err);
+  const std::string warning =
+      "the workers' Python " + bare + " has no torch on its sys.path";
+  const size_t at = err.find(warning);
+  REQUIRE(at != std::string::npos);
+  CHECK(err.find(warning, at + 1) == std::string::npos);  // once
+  // Before the workers' own error, which does not say where to look.
+  CHECK(err.find("No module named 'torch'") > at);
 }
 
 TEST_CASE("ddprun-launch: --local-rank from torch 2.0, --local_rank before",

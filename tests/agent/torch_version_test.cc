@@ -318,6 +318,22 @@ TEST_CASE("DetectWorkerTorchVersion: script, module and compiled workers",
   EnvMap sh = EnvWith({{"PYTHON_EXEC", "/bin/sh"}});
   CHECK_FALSE(DetectWorkerTorchVersion(o, sh, probe, &why).known());
   CHECK(why == "'/bin/sh' is not a Python interpreter");
+  // A Python without torch (-S: no site-packages) is named, for the agent's
+  // warning; one with torch, or one never run, is not.
+  const std::string bare =
+      job.Write("bare/python3", "#!/bin/sh\nexec /usr/bin/python3 -S \"$@\"\n");
+  chmod(bare.c_str(), 0755);
+  std::string torchless = "stale";
+  EnvMap bare_env = EnvWith({{"PYTHON_EXEC", bare}});
+  CHECK_FALSE(
+      DetectWorkerTorchVersion(o, bare_env, probe, &why, &torchless).known());
+  CHECK(torchless == bare);
+  CHECK(DetectWorkerTorchVersion(o, debian, probe, &why, &torchless).major ==
+        1);
+  CHECK(torchless.empty());
+  torchless = "stale";
+  CHECK_FALSE(DetectWorkerTorchVersion(o, sh, probe, &why, &torchless).known());
+  CHECK(torchless.empty());
   // A compiled worker: its LibTorch; a script with --no_python: unknown.
   o.no_python = true;
   o.entrypoint = "true";
