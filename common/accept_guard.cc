@@ -67,8 +67,10 @@ void NoteShed(Guard& g, const char* why) REQUIRES(g.mu) {
   DDP_LOG(WARNING) << g.what << ": refused " << g.shed_unreported
                    << " connection(s): " << why << " (open file limit "
                    << g.limit << ", " << (g.limit - g.cap.load())
-                   << " kept for the server itself); idle connections are "
-                      "closed after 10 s, or raise the limit (ulimit -n)";
+                   << " kept for the server itself); a connection that has "
+                      "not finished its handshake (HTTP/2's, or a store "
+                      "client's first query) within 10 s is closed; raise "
+                      "the limit (ulimit -n) for more clients";
   g.shed_unreported = 0;
 }
 

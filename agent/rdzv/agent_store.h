@@ -1,17 +1,20 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <thread>
-#include <vector>
 
+#include "agent/rdzv/connection_quota.h"
+#include "agent/rdzv/key_store.h"
+#include "agent/rdzv/store_connection.h"
+#include "agent/rdzv/store_session.h"
 #include "common/mutex.h"
-#include "ddprun/common/status_or.h"
 #include "common/thread_annotations.h"
+#include "ddprun/common/status_or.h"
 
 namespace ddprun::agent {
 
@@ -23,35 +26,44 @@ namespace ddprun::agent {
 //
 // One listening socket, two protocols: a connection whose first bytes are
 // HTTP/2's client preface ("PRI ") is handed to `on_http2` (the rendezvous
-// server adopts it); any other connection is a TCPStore client. Both wire
-// dialects of torch's TCPStore are served, told apart by the first query:
-// - torch >= 2.2: the connection opens with VALIDATE (type 0) and the
-//   magic 0x3C85F7CE; types VALIDATE, SET, COMPARE_SET, GET, ADD, CHECK,
-//   WAIT, GETNUMKEYS, DELETE_KEY, APPEND, MULTI_GET, MULTI_SET,
-//   CANCEL_WAIT, PING = 0..13;
-// - torch 1.13 / 2.0: no handshake; SET, COMPARE_SET, GET, ADD, CHECK,
-//   WAIT, GETNUMKEYS, WATCH_KEY, DELETE_KEY, APPEND, MULTI_GET, MULTI_SET,
-//   CANCEL_WAIT = 0..12.
-// Framing (both): one type byte, then its arguments; strings and byte
-// vectors are a little-endian uint64 length and the bytes; counts are
-// uint64, ADD's delta and integer replies int64, PING's nonce uint32;
-// CHECK answers one byte (0 ready, 1 not ready), WAIT one byte when every
-// key exists (0), CANCEL_WAIT one byte (1).
+// server adopts it); any other is a TCPStore client of either wire dialect
+// (store_protocol.h: torch 1.13 through 2.x). The pieces: the wire format
+// (store_protocol.h), one client's queries and replies (store_session.h),
+// the keys (key_store.h), which connections are kept (connection_quota.h);
+// this class is the sockets and the loop.
+//
 // Not served (the connection is closed with a logged reason): torch 2.1's
 // per-query magic prefix, WATCH_KEY, the QUEUE_* and LIST_KEYS queries of
-// torch >= 2.8, TLS, a key over 1 MiB, a value over `max_value_bytes`, a
-// count over 1M, an ADD to a non-integer value, GET of a missing key (torch
-// waits for a key before it gets it). A bad message never stops the server.
+// torch >= 2.8, TLS, GET of a missing key (torch waits for a key before it
+// gets it), anything over the limits below. A bad message or a bad client
+// never stops the server and never affects another connection.
 //
-// Restarts: Reset() drops every key and closes every store connection (their
-// pending waits fail) when a new rendezvous round forms, before any worker
-// of that round starts: the previous round's keys (its Gloo addresses, its
-// barrier counters) cannot mislead the next round, even when the restart
-// count, and so the workers' key prefix, stays the same (a membership
-// change), and bytes a dying worker sent late cannot land in the new round.
+// Hostile clients (no authentication, as torch's TCPStore; the README says
+// how to keep the port on a trusted network). Bounded, whatever a client
+// sends: the store's size (KeyStore::Limits), each connection's buffers
+// (StoreSession: one query plus a read, replies up to a high-water mark plus
+// one reply; a connection over it is not read until its client reads),
+// the number of connections (ConnectionQuota: a connection must send a
+// whole first query within `first_message_timeout`, except torch 1.13's
+// silent watch socket; per host and in total), the work done per poll
+// round (for one connection StoreSession's per-run budget and 256 KiB
+// read, others being served in between; 256 accepts). Nothing a client
+// sends throws out of the store thread: an allocation failure closes that
+// client's connection; a failing poll(2) is logged and retried, the thread
+// serves on until Stop().
 //
-// Threading: thread-safe; one thread of its own serves every connection
-// (poll(2)); `on_http2` runs on it.
+// Restarts: Reset() drops every key and closes every store connection
+// (their pending waits fail) when a new rendezvous round forms, before any
+// worker of that round starts: the previous round's keys (its Gloo
+// addresses, its barrier counters) cannot mislead the next round, even when
+// the restart count, and so the workers' key prefix, stays the same (a
+// membership change), and bytes a dying worker sent late cannot land in the
+// new round.
+//
+// Threading: thread-safe. One thread of its own serves every connection
+// (poll(2)); `on_http2` runs on it. The keys are behind one mutex, which
+// the thread holds for one connection's bounded run at a time, never
+// across socket I/O.
 class AgentStore {
  public:
   struct Options {
@@ -60,10 +72,17 @@ class AgentStore {
     // A WAIT still pending after this long closes its connection (clients
     // normally time out first and cancel).
     std::chrono::milliseconds max_wait = std::chrono::hours(6);
-    // A connection that sent "P" but not yet the rest of "PRI " after this
-    // long is closed.
-    std::chrono::milliseconds sniff_timeout = std::chrono::seconds(10);
+    // A connection that has not sent a whole first message (or, starting
+    // like HTTP/2, all of "PRI ") this long after it connected is closed.
+    std::chrono::milliseconds first_message_timeout = std::chrono::seconds(10);
     size_t max_value_bytes = size_t{256} << 20;
+    // Keys and values together (KeyStore::Limits::max_total_bytes).
+    size_t max_store_bytes = size_t{1} << 30;
+    // Connections kept (ConnectionQuota::Limits); 0 for max_connections:
+    // half of the process's open-file limit, at least 64.
+    size_t max_connections = 0;
+    size_t max_connections_per_host = 256;
+    size_t max_unidentified = 64;
   };
 
   explicit AgentStore(Options options);
@@ -74,61 +93,78 @@ class AgentStore {
   // Listens on host:port (port 0: any free port) and starts serving; returns
   // the bound port. UNAVAILABLE when the port is taken; FAILED_PRECONDITION
   // when started before.
-  StatusOr<int> Start(const std::string& host, int port) EXCLUDES(mu_);
+  StatusOr<int> Start(const std::string& host, int port) EXCLUDES(start_mu_);
 
   // Drops every key and closes every TCPStore connection (`why` goes into
   // one log line). Connections not yet identified are closed if they turn
-  // out to be TCPStore clients. Returns at once; nothing of the dropped
-  // state is served after it returns.
+  // out to be TCPStore clients. Returns quickly: it waits at most for the
+  // one bounded run in progress, never for another connection's backlog;
+  // nothing of the dropped state is served after it returns. Safe after
+  // Stop().
   void Reset(const std::string& why) EXCLUDES(mu_);
 
   // Stops listening and closes every connection. Idempotent.
-  void Stop() EXCLUDES(mu_);
+  void Stop() EXCLUDES(start_mu_, mu_);
 
-  int port() const EXCLUDES(mu_);
+  int port() const { return port_.load(); }
   size_t num_keys() const EXCLUDES(mu_);
 
  private:
-  enum class Kind { kUnknown, kStore };
-  enum class Dialect { kUnknown, kLegacy, kModern };
-  struct Conn {
-    int fd = -1;
-    std::string peer;
-    Kind kind = Kind::kUnknown;
-    Dialect dialect = Dialect::kUnknown;
-    std::string in;
-    std::string out;
-    bool dead = false;   // closed by Reset/Stop or an error; reaped by Loop
-    bool stale = false;  // accepted before the last Reset, kind unknown then
-    std::chrono::steady_clock::time_point since;  // accepted
-    // A pending WAIT: keys still missing and its deadline.
-    std::set<std::string> waiting;
-    std::chrono::steady_clock::time_point wait_deadline;
+  // Warnings a flood of connections causes: at most 20 lines per 10 s; the
+  // next line after a window says how many were not shown.
+  struct LogThrottle {
+    bool Allow() EXCLUDES(mu);
+    Mutex mu;
+    std::chrono::steady_clock::time_point window GUARDED_BY(mu){};
+    int lines GUARDED_BY(mu) = 0;
+    int64_t suppressed GUARDED_BY(mu) = 0;
   };
-  enum class Parsed { kNeedMore, kDone, kBad };
 
-  void Loop() EXCLUDES(mu_);
-  void AcceptAll() REQUIRES(mu_);
-  // Reads what `c` has; true to keep it.
-  bool Serve(Conn* c, std::vector<int>* handoff) REQUIRES(mu_);
-  bool Sniff(Conn* c, std::vector<int>* handoff) REQUIRES(mu_);
-  Parsed ParseOne(Conn* c, std::string* error) REQUIRES(mu_);
-  bool Flush(Conn* c) REQUIRES(mu_);
-  void Set(const std::string& key, std::string value) REQUIRES(mu_);
-  void Wake(const std::string& key) REQUIRES(mu_);
-  void Close(Conn* c, const std::string& reason) REQUIRES(mu_);
-  void Notify();
+  void Loop();
+  // One poll round: deadlines, poll(2), accepting, serving each connection.
+  void Turn();
+  void AcceptAll();
+  void Serve(StoreConnection* c, short revents,
+             std::chrono::steady_clock::time_point now);
+  // Runs its queries under mu_ (one bounded run).
+  void RunSession(StoreConnection* c, std::chrono::steady_clock::time_point now)
+      EXCLUDES(mu_);
+  // Marks it for Reap(); logs `reason` unless empty (the peer went away).
+  void Close(StoreConnection* c, const std::string& reason);
+  // Forgets closed connections (their waits, their descriptors) and hands
+  // HTTP/2 ones to on_http2.
+  void Reap() EXCLUDES(mu_);
+  void Notify() EXCLUDES(wake_mu_);
 
   const Options options_;
+  StoreSession::Options session_options_;
+  LogThrottle throttle_;
+
+  // Start/Stop.
+  Mutex start_mu_;
+  std::thread thread_ GUARDED_BY(start_mu_);
+  bool started_ GUARDED_BY(start_mu_) = false;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> port_{0};
+
+  // The wake pipe: Notify() may run after Stop() closed it.
+  Mutex wake_mu_;
+  int wake_[2] GUARDED_BY(wake_mu_) = {-1, -1};
+  int wake_read_ = -1;  // the loop thread's copy of wake_[0]
+
+  // The keys, and what Reset() needs to close every store connection from
+  // another thread.
   mutable Mutex mu_;
-  int listen_fd_ GUARDED_BY(mu_) = -1;
-  int port_ GUARDED_BY(mu_) = 0;
-  int wake_[2] = {-1, -1};
-  bool stop_ GUARDED_BY(mu_) = false;
-  uint64_t next_id_ GUARDED_BY(mu_) = 0;
-  std::map<uint64_t, std::unique_ptr<Conn>> conns_ GUARDED_BY(mu_);
-  std::map<std::string, std::string> keys_ GUARDED_BY(mu_);
-  std::thread thread_;
+  KeyStore store_ GUARDED_BY(mu_);
+  uint64_t generation_ GUARDED_BY(mu_) = 0;  // Resets so far
+  // Descriptors of identified TCPStore connections, by connection id.
+  std::map<uint64_t, int> store_fds_ GUARDED_BY(mu_);
+
+  // The loop thread's own (Stop() reads them after joining it).
+  int listen_fd_ = -1;
+  uint64_t next_id_ = 0;
+  std::map<uint64_t, std::unique_ptr<StoreConnection>> conns_;
+  std::unique_ptr<ConnectionQuota> quota_;
 };
 
 }  // namespace ddprun::agent

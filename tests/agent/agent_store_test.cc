@@ -5,9 +5,6 @@
 
 #include "agent/rdzv/agent_store.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -19,127 +16,12 @@
 #include <vector>
 
 #include "ddprun_catch.h"
+#include "store_test_client.h"
 
 namespace ddprun::agent {
 namespace {
 
-using namespace std::chrono_literals;
-
-// Modern (torch >= 2.2) and legacy (1.13) query numbers.
-enum Modern : uint8_t {
-  kValidate = 0,
-  kSet = 1,
-  kCompareSet = 2,
-  kGet = 3,
-  kAdd = 4,
-  kCheck = 5,
-  kWait = 6,
-  kNumKeys = 7,
-  kDelete = 8,
-  kAppend = 9,
-  kMultiGet = 10,
-  kMultiSet = 11,
-  kCancelWait = 12,
-  kPing = 13,
-};
-enum Legacy : uint8_t {
-  kLSet = 0,
-  kLGet = 2,
-  kLAdd = 3,
-  kLWait = 5,
-  kLWatchKey = 7,
-};
-
-class Client {
- public:
-  explicit Client(int port) {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
-  }
-  ~Client() { close(fd_); }
-  int fd() const { return fd_; }
-
-  Client& Type(uint8_t t) {
-    buf_.push_back(static_cast<char>(t));
-    return *this;
-  }
-  template <typename T>
-  Client& Int(T v) {
-    for (size_t i = 0; i < sizeof(T); ++i) {
-      buf_.push_back(static_cast<char>((static_cast<uint64_t>(v) >> (8 * i))));
-    }
-    return *this;
-  }
-  Client& Str(const std::string& s) {
-    Int<uint64_t>(s.size());
-    buf_ += s;
-    return *this;
-  }
-  Client& Raw(const std::string& s) {
-    buf_ += s;
-    return *this;
-  }
-  void Send() {
-    REQUIRE(send(fd_, buf_.data(), buf_.size(), MSG_NOSIGNAL) ==
-            static_cast<ssize_t>(buf_.size()));
-    buf_.clear();
-  }
-  void Validate() { Type(kValidate).Int<uint32_t>(0x3C85F7CE).Send(); }
-
-  // Exactly n bytes, or "" when the connection closes or 5 s pass.
-  std::string Read(size_t n, std::chrono::milliseconds timeout = 5s) {
-    std::string out;
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (out.size() < n) {
-      pollfd p{fd_, POLLIN, 0};
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0)
-        return "";
-      char b[4096];
-      const ssize_t r = recv(fd_, b, std::min(sizeof(b), n - out.size()), 0);
-      if (r <= 0) return "";
-      out.append(b, r);
-    }
-    return out;
-  }
-  template <typename T>
-  T ReadInt() {
-    std::string b = Read(sizeof(T));
-    REQUIRE(b.size() == sizeof(T));
-    uint64_t v = 0;
-    for (size_t i = 0; i < sizeof(T); ++i) {
-      v |= uint64_t(static_cast<unsigned char>(b[i])) << (8 * i);
-    }
-    return static_cast<T>(v);
-  }
-  std::string ReadBytes() { return Read(ReadInt<uint64_t>()); }
-  // True when the server closed the connection within `timeout`.
-  bool Closed(std::chrono::milliseconds timeout = 5s) {
-    pollfd p{fd_, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return false;
-    char b;
-    return recv(fd_, &b, 1, 0) <= 0;
-  }
-
- private:
-  int fd_ = -1;
-  std::string buf_;
-};
-
-struct Served {
-  explicit Served(AgentStore::Options o = {}) : store(std::move(o)) {
-    StatusOr<int> p = store.Start("127.0.0.1", 0);
-    REQUIRE(p.ok());
-    port = *p;
-  }
-  AgentStore store;
-  int port = 0;
-};
+using namespace store_test;
 
 TEST_CASE("AgentStore: every query of torch >= 2.2's dialect",
           "[agent][agent_store]") {
@@ -364,6 +246,29 @@ TEST_CASE("AgentStore: HTTP/2 connections go to the rendezvous",
   c.Validate();
   c.Type(kPing).Int<uint32_t>(1).Send();
   CHECK(c.ReadInt<uint32_t>() == 1);
+}
+
+TEST_CASE(
+    "AgentStore: a connection that says nothing is closed after the "
+    "first-message timeout, torch 1.13's watch socket is kept",
+    "[agent][agent_store]") {
+  AgentStore::Options o;
+  o.first_message_timeout = 300ms;
+  Served s(o);
+  Client silent(s.port);
+  Client half(s.port);
+  half.Type(kLSet).Int<uint64_t>(100).Raw("abc").Send();  // never whole
+  // torch 1.13: the client's first query, answered; then its second
+  // socket (watch_key's), which it never writes to.
+  Client worker(s.port);
+  worker.Type(kLAdd).Str("init/").Int<int64_t>(1).Send();
+  CHECK(worker.ReadInt<int64_t>() == 1);
+  Client watch(s.port);
+  CHECK(silent.Closed(3s));
+  CHECK(half.Closed(3s));
+  CHECK_FALSE(watch.Closed(700ms));
+  worker.Type(kLGet).Str("init/").Send();
+  CHECK(worker.ReadBytes() == "1");
 }
 
 }  // namespace
