@@ -33,12 +33,6 @@ bool IsNumericIp(const std::string& host) {
          inet_pton(AF_INET6, host.c_str(), buf) == 1;
 }
 
-// Where a hosted server listens: the endpoint's own address when it is one,
-// else every interface.
-std::string BindHost(const std::string& host) {
-  return IsNumericIp(host) && rendezvous::IsThisHost(host) ? host : "0.0.0.0";
-}
-
 // True when something already listens on host:port.
 bool PortTaken(const std::string& host, int port) {
   return PortInUse(host, port).value_or(false);
@@ -157,7 +151,7 @@ StatusOr<RendezvousSetup> MakeGrpc(const LaunchOptions& options,
     if (!standby.ok()) return Connect(nullptr, client, loop);
     return Connect(with_standby(std::move(standby).value()), client, loop);
   }
-  const std::string bind_host = BindHost(ep.host);
+  const std::string bind_host = HostedBindAddress(ep.host);
   std::vector<std::string> own = {ep.host};
   if (bind_host != "0.0.0.0") own.push_back(bind_host);
   if (!me.empty()) own.push_back(me);
@@ -219,7 +213,7 @@ StatusOr<RendezvousSetup> MakeStatic(const LaunchOptions& options,
   if (agent_store) client.master_port = ep.port;
   std::unique_ptr<RendezvousHost> server;
   if (options.node_rank == 0) {
-    const std::string bind_host = BindHost(ep.host);
+    const std::string bind_host = HostedBindAddress(ep.host);
     StatusOr<std::unique_ptr<RendezvousHost>> hosted =
         MakeHost(bind_host, ep.port, client);
     if (hosted.ok()) {
@@ -283,6 +277,18 @@ std::unique_ptr<rendezvous::RendezvousClient> MakeLocal(
 }
 
 }  // namespace
+
+std::string HostedBindAddress(const std::string& endpoint_host) {
+  if (IsNumericIp(endpoint_host) &&
+      (rendezvous::IsLoopbackHost(endpoint_host) ||
+       rendezvous::IsThisHost(endpoint_host))) {
+    return endpoint_host;
+  }
+  // "localhost" names this host on every node: nobody elsewhere can mean
+  // this agent by it, so nobody elsewhere needs to reach it.
+  if (rendezvous::IsLoopbackHost(endpoint_host)) return "127.0.0.1";
+  return "0.0.0.0";
+}
 
 RendezvousSetup::RendezvousSetup() = default;
 RendezvousSetup::RendezvousSetup(RendezvousSetup&&) noexcept = default;

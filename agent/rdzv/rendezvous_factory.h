@@ -69,4 +69,13 @@ struct RendezvousSetup {
 StatusOr<RendezvousSetup> MakeRendezvous(const LaunchOptions& options,
                                          EventLoop* loop);
 
+// Where a server this agent hosts for an endpoint (or --master_addr) host
+// listens, and with it the agent store: the address itself when it is a
+// numeric address of this host (127.0.0.1 included); the loopback
+// 127.0.0.1 for a loopback name ("localhost": every node means itself by
+// it, so no other host needs to reach it); every interface (0.0.0.0) for
+// any other name, which other nodes may resolve to an address this host
+// does not list (Debian maps its own hostname to 127.0.1.1).
+std::string HostedBindAddress(const std::string& endpoint_host);
+
 }  // namespace ddprun::agent

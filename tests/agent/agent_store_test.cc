@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/rdzv/rendezvous_factory.h"
 #include "ddprun_catch.h"
 #include "store_test_client.h"
 
@@ -269,6 +270,17 @@ TEST_CASE(
   CHECK_FALSE(watch.Closed(700ms));
   worker.Type(kLGet).Str("init/").Send();
   CHECK(worker.ReadBytes() == "1");
+}
+
+TEST_CASE("HostedBindAddress: a loopback endpoint is served on the loopback",
+          "[agent][agent_store]") {
+  CHECK(HostedBindAddress("localhost") == "127.0.0.1");
+  CHECK(HostedBindAddress("127.0.0.1") == "127.0.0.1");
+  CHECK(HostedBindAddress("127.0.0.2") == "127.0.0.2");
+  CHECK(HostedBindAddress("::1") == "::1");
+  // A name other nodes resolve for themselves: every interface.
+  CHECK(HostedBindAddress("node0.invalid") == "0.0.0.0");
+  CHECK(HostedBindAddress("192.0.2.1") == "0.0.0.0");  // not this host's
 }
 
 }  // namespace
