@@ -13,25 +13,29 @@
 #include <iostream>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "agent/frontends/accelerate/accelerate_main.h"
+#include "agent/cli/cli_parser.h"
+#include "agent/diagnosis/stack_collector.h"
 #include "agent/elastic/agent_options.h"
+#include "agent/elastic/elastic_agent.h"
+#include "agent/elastic/health_check.h"
+#include "agent/elastic/log_dir.h"
+#include "agent/elastic/worker_env.h"
+#include "agent/frontends/accelerate/accelerate_main.h"
+#include "agent/frontends/deepspeed/deepspeed_main.h"
 #include "agent/process/asio_event_loop.h"
 #include "agent/process/boost_process_launcher.h"
-#include "agent/cli/cli_parser.h"
 #include "agent/process/console.h"
-#include "agent/frontends/deepspeed/deepspeed_main.h"
-#include "agent/elastic/elastic_agent.h"
-#include "agent/elastic/log_dir.h"
-#include "agent/torch_probe/python_sys_path.h"
-#include "agent/rdzv/rendezvous_factory.h"
+#include "agent/process/numa_binding.h"
 #include "agent/process/signal_watcher.h"
-#include "agent/diagnosis/stack_collector.h"
+#include "agent/rdzv/rendezvous_factory.h"
+#include "agent/torch_probe/accelerator_count.h"
+#include "agent/torch_probe/python_sys_path.h"
 #include "agent/torch_probe/torch_version_probe.h"
-#include "agent/elastic/worker_env.h"
 #include "common/file_util.h"
 #include "common/logging.h"
 #include "common/process_group_guard.h"
@@ -226,6 +230,22 @@ int RunAgent(CommandLine cl, EnvMap env, const std::string& prog) {
     DisposeTempLogDir(*run_dir, false, 0, nullptr);  // nothing in it yet
     return 128 + sig;
   }
+  std::vector<std::vector<int>> worker_cpus;
+  if (!launch.numa_binding.empty()) {
+    // torchrun fails when it cannot compute the binding; so does ddprun.
+    StatusOr<NumaPlan> numa =
+        PlanNumaBindingForHost(launch.numa_binding, launch.nproc_per_node, env);
+    if (!numa.ok()) {
+      std::cerr << prog << ": error: --numa_binding=" << launch.numa_binding
+                << ": " << numa.status().message() << "\n";
+      DisposeTempLogDir(*run_dir, false, 0, nullptr);  // nothing in it yet
+      return 1;
+    }
+    for (const std::string& line : numa->Describe()) DDP_LOG(INFO) << line;
+    for (const std::set<int>& cpus : numa->rank_cpus) {
+      worker_cpus.emplace_back(cpus.begin(), cpus.end());
+    }
+  }
   StatusOr<RendezvousSetup> setup = MakeRendezvous(launch, &loop);
   if (!setup.ok()) {
     // Flags that contradict each other are bad input (2); a rendezvous that
@@ -239,6 +259,22 @@ int RunAgent(CommandLine cl, EnvMap env, const std::string& prog) {
   }
   AgentOptions options = MakeAgentOptions(launch, std::move(env), worker_torch,
                                           *setup, run_dir->path);
+  options.worker_cpus = std::move(worker_cpus);
+  std::unique_ptr<ThreadHealthChecker> health;
+  if (launch.health_check || !launch.health_check_cmd.empty()) {
+    HealthCheckOptions checks;
+    checks.builtins = launch.health_check;
+    checks.command = launch.health_check_cmd;
+    checks.paths = launch.health_check_paths;
+    checks.max_gpu_used_mb = launch.health_check_gpu_mem_mb;
+    checks.min_shm_mb = launch.health_check_shm_mb;
+    checks.timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(launch.health_check_timeout_s * 1000));
+    checks.log_dir = options.run_log_dir;
+    checks.env = options.parent_env;
+    health = std::make_unique<ThreadHealthChecker>(&loop, std::move(checks));
+    options.health = health.get();
+  }
   DDP_LOG(DEBUG) << "log directory set to: " << options.run_log_dir;
 
   // Writing to a closed console must not kill the agent (and its workers).
@@ -275,7 +311,13 @@ int RunAgent(CommandLine cl, EnvMap env, const std::string& prog) {
 
 int RunTorchrun(const std::vector<std::string>& args, EnvMap env, bool legacy) {
   const std::string prog = legacy ? "ddprun-launch" : "ddprun";
-  StatusOr<CommandLine> cl = ParseCommandLine(args, env, legacy);
+  // xpu and privateuse1 names: only the workers' torch can count them.
+  auto count_accelerators = [&env](const std::string& source,
+                                   const std::string& name) {
+    return CountAccelerators(source, name, env, std::chrono::seconds(60));
+  };
+  StatusOr<CommandLine> cl =
+      ParseCommandLine(args, env, legacy, count_accelerators);
   if (!cl.ok()) {
     std::cerr << prog << ": error: " << cl.status().message() << "\n";
     return 2;

@@ -21,7 +21,8 @@ std::vector<FlagSpec> MakeFlags() {
        false, false},
       {"nproc_per_node", 0, kV, "NPROC_PER_NODE", "1",
        "Workers per node: an int >= 1, cpu (online CPUs), gpu (NVIDIA GPUs, "
-       "limited by CUDA_VISIBLE_DEVICES) or auto (gpu if any, else cpu).",
+       "limited by CUDA_VISIBLE_DEVICES), auto (gpu if any, else cpu), xpu or "
+       "the privateuse1 backend's name (counted by the workers' torch).",
        false, false},
       {"rdzv_backend", 0, kV, "RDZV_BACKEND", "static",
        "Rendezvous backend: static, c10d or grpc (c10d is served by ddprun's "
@@ -134,6 +135,40 @@ std::vector<FlagSpec> MakeFlags() {
        "configuration error) on the first attempt like any failure, as "
        "torchrun does; by default the job fails at once.",
        false, false},
+      {"max_restarts_without_progress", 0, kV, "N", "0 = off",
+       "ddprun addition: stop restarting after N restarts in a row in which "
+       "no rank advanced its step counter (ddprun_steps.step() or "
+       "ddprun::worker::Heartbeat()); counted once a rank has counted a "
+       "step.",
+       false, false},
+      {"health_check", 0, kB, nullptr, "off",
+       "ddprun addition: before each rendezvous round check this node (the "
+       "log dir is writable, /dev/shm is big enough, --health_check_paths "
+       "exist, every visible GPU is listed by nvidia-smi and has little "
+       "memory in use; GPUs are skipped without nvidia-smi); a node that "
+       "fails says why, is counted by the rendezvous' bad-host policy and "
+       "exits 1. Before a restart it waits for the previous workers' GPU "
+       "memory.",
+       false, false},
+      {"health_check_cmd", 0, kV, "CMD", "none",
+       "ddprun addition: a shell command that must exit 0 before each round "
+       "(also without --health_check).",
+       false, false},
+      {"health_check_paths", 0, kV, "PATHS", "none",
+       "ddprun addition: comma-separated paths that must exist (data, "
+       "checkpoints).",
+       false, false},
+      {"health_check_gpu_mem_mb", 0, kV, "MIB", "1024",
+       "ddprun addition: most GPU memory in use (MiB) a visible GPU may have "
+       "before the workers start.",
+       false, false},
+      {"health_check_shm_mb", 0, kV, "MIB", "256",
+       "ddprun addition: least size of /dev/shm in MiB.", false, false},
+      {"health_check_timeout", 0, kV, "SECONDS", "30",
+       "ddprun addition: bound on each check command (nvidia-smi, "
+       "--health_check_cmd) and on the wait for GPU memory before a "
+       "restart.",
+       false, false},
       {"virtual_local_rank", 0, kB, nullptr, "off",
        "Give every worker LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES=<its GPU>.",
        false, false},
@@ -146,17 +181,20 @@ std::vector<FlagSpec> MakeFlags() {
        "Accepted; no effect in ddprun.",
        false, true},
       {"numa_binding", 0, kV, "NUMA_BINDING", "none",
-       "node, socket, exclusive or core-complex. Accepted; no effect in "
-       "ddprun.",
-       false, true},
+       "Bind each worker (between fork and exec) to the CPUs near the GPU "
+       "of its local rank, as torch >= 2.8: node (the GPU's NUMA node), "
+       "socket (every NUMA node of its socket), exclusive (an equal share "
+       "of its node's physical cores), core-complex (one L3 cache's CPUs). "
+       "Without GPUs ddprun spreads local ranks over the NUMA nodes.",
+       false, false},
       {"duplicate_stdout_filters", 0, kV, "FILTERS", "none",
-       "Comma-separated substrings (,, escapes a comma). Accepted; no effect "
-       "in ddprun.",
-       false, true},
+       "Copy lines of tee'd (-t) stdout that contain any of these "
+       "comma-separated substrings (,, escapes a comma) to "
+       "attempt_<k>/filtered_stdout.log.",
+       false, false},
       {"duplicate_stderr_filters", 0, kV, "FILTERS", "none",
-       "Comma-separated substrings (,, escapes a comma). Accepted; no effect "
-       "in ddprun.",
-       false, true},
+       "The same for tee'd stderr: attempt_<k>/filtered_stderr.log.", false,
+       false},
       {"legacy_launch", 0, kB, nullptr, "off",
        "Behave as torch.distributed.launch (same as running ddprun-launch).",
        false, false},

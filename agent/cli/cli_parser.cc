@@ -210,16 +210,8 @@ Status CheckChoice(const Values& v, const std::string& dest,
 
 // Flags that ddprun accepts for compatibility but does not act on.
 Status CheckNoEffectFlags(const Values& v, std::vector<std::string>* warnings) {
-  DDP_RETURN_IF_ERROR(CheckChoice(
-      v, "numa_binding", {"node", "socket", "exclusive", "core-complex"}));
   DDP_RETURN_IF_ERROR(CheckChoice(v, "event_log_handler",
                                   {"null", "console", "dynamic_rendezvous"}));
-  for (const char* dest :
-       {"duplicate_stdout_filters", "duplicate_stderr_filters"}) {
-    if (const RawValue* raw = v.Find(dest)) {
-      DDP_RETURN_IF_ERROR(ParseFilterList(raw->source, raw->text).status());
-    }
-  }
   // torchrun loads the name from the `torchrun.logs_specs` entry points,
   // where only `default` (DefaultLogsSpecs) is registered; any other name
   // is a ValueError there.
@@ -360,7 +352,7 @@ Status FillLogs(const Values& v, const std::map<std::string, std::string>& env,
   if (prefix != env.end() && !prefix->second.empty()) {
     o->log_line_prefix_template = prefix->second;
     DDP_RETURN_IF_ERROR(
-        LogLinePrefix(o->log_line_prefix_template, "default", 0, 0).status());
+        LogLinePrefix(o->log_line_prefix_template, PrefixValues{}).status());
   }
   if (const RawValue* r = v.Find("redirects")) {
     DDP_ASSIGN_OR_RETURN(o->redirects, ParseStdSpec(r->source, r->text));
@@ -368,6 +360,17 @@ Status FillLogs(const Values& v, const std::map<std::string, std::string>& env,
   if (const RawValue* t = v.Find("tee")) {
     DDP_ASSIGN_OR_RETURN(o->tee, ParseStdSpec(t->source, t->text));
   }
+  // torch: "An empty filters list won't duplicate any lines".
+  for (auto [dest, out] :
+       {std::pair{"duplicate_stdout_filters", &o->duplicate_stdout_filters},
+        std::pair{"duplicate_stderr_filters", &o->duplicate_stderr_filters}}) {
+    const RawValue* raw = v.Find(dest);
+    if (raw == nullptr || raw->text.empty()) continue;
+    DDP_ASSIGN_OR_RETURN(*out, ParseFilterList(raw->source, raw->text));
+  }
+  DDP_RETURN_IF_ERROR(CheckChoice(
+      v, "numa_binding", {"node", "socket", "exclusive", "core-complex"}));
+  o->numa_binding = v.Text("numa_binding", "");
   if (const RawValue* f = v.Find("local_ranks_filter")) {
     if (!f->text.empty()) {
       DDP_ASSIGN_OR_RETURN(o->local_ranks_filter,
@@ -416,6 +419,34 @@ Status FillShutdown(const Values& v,
   return Status::Ok();
 }
 
+// --health_check*, --max_restarts_without_progress (ddprun additions).
+Status FillHealth(const Values& v, LaunchOptions* o) {
+  DDP_ASSIGN_OR_RETURN(o->health_check, v.Bool("health_check"));
+  o->health_check_cmd = v.Text("health_check_cmd", "");
+  if (const RawValue* raw = v.Find("health_check_paths")) {
+    if (!raw->text.empty()) {
+      std::stringstream ss(raw->text);
+      for (std::string path; std::getline(ss, path, ',');) {
+        if (path.empty()) {
+          return InvalidArgumentError(raw->source + ": invalid value '" +
+                                      raw->text + "' (an empty path)");
+        }
+        o->health_check_paths.push_back(path);
+      }
+    }
+  }
+  DDP_ASSIGN_OR_RETURN(o->health_check_gpu_mem_mb,
+                       v.Double("health_check_gpu_mem_mb", 1024, 0, false));
+  DDP_ASSIGN_OR_RETURN(o->health_check_shm_mb,
+                       v.Double("health_check_shm_mb", 256, 0, false));
+  DDP_ASSIGN_OR_RETURN(o->health_check_timeout_s,
+                       v.Double("health_check_timeout", 30, 0, true));
+  DDP_ASSIGN_OR_RETURN(long progress,
+                       v.Int("max_restarts_without_progress", 0, 0));
+  o->max_restarts_without_progress = static_cast<int>(progress);
+  return Status::Ok();
+}
+
 Status FillEntrypoint(const Values& v, const Tokens& tokens,
                       const std::map<std::string, std::string>& env,
                       LaunchOptions* o) {
@@ -440,7 +471,8 @@ Status FillEntrypoint(const Values& v, const Tokens& tokens,
 
 StatusOr<CommandLine> ParseCommandLine(
     const std::vector<std::string>& args,
-    const std::map<std::string, std::string>& env, bool legacy) {
+    const std::map<std::string, std::string>& env, bool legacy,
+    const AcceleratorCounter& count_accelerators) {
   CommandLine cl;
   DDP_ASSIGN_OR_RETURN(Tokens tokens, Tokenize(args));
   if (tokens.help) {
@@ -479,7 +511,8 @@ StatusOr<CommandLine> ParseCommandLine(
   DDP_ASSIGN_OR_RETURN(
       o.nproc_per_node,
       ResolveNprocPerNode(v.Source("nproc_per_node"), o.nproc_per_node_spec,
-                          symbolic ? ProbeHostDevices() : HostDevices{}, env));
+                          symbolic ? ProbeHostDevices() : HostDevices{}, env,
+                          count_accelerators));
 
   DDP_RETURN_IF_ERROR(FillRendezvous(v, env, &o, &cl.warnings));
 
@@ -502,6 +535,7 @@ StatusOr<CommandLine> ParseCommandLine(
                          ParseTorchVersion(tv->source, tv->text));
   }
   DDP_ASSIGN_OR_RETURN(o.retry_usage_errors, v.Bool("retry_usage_errors"));
+  DDP_RETURN_IF_ERROR(FillHealth(v, &o));
   DDP_RETURN_IF_ERROR(CheckNoEffectFlags(v, &cl.warnings));
   DDP_RETURN_IF_ERROR(FillEntrypoint(v, tokens, env, &o));
   // torch.distributed.launch's launch(): the program would get

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "agent/cli/launch_options.h"
+#include "agent/cli/nproc_resolver.h"
 #include "ddprun/common/status_or.h"
 
 namespace ddprun::agent {
@@ -69,16 +70,21 @@ struct CommandLine {
 // the key table on every backend (unknown key, bad value, unreadable file),
 // the files it names are read, and where a rendezvous server is used an
 // empty DDPRUN_RDZV_TOKEN (or token file) is an error. The environment's
-// TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE is checked (agent/cli/log_line_prefix.h).
+// TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE is checked
+// (agent/cli/log_line_prefix.h).
 //
 // Warnings (explicit --rdzv_* ignored under --standalone, flags and rdzv_conf
 // keys that have no effect in ddprun) are returned in CommandLine::warnings,
 // never printed: a failed parse yields only its error.
 // Errors: kInvalidArgument with one line naming the flag or env var and the
 // bad value. Not thread-safe only in that it reads the filesystem.
+// `count_accelerators` answers --nproc_per_node=xpu or a privateuse1
+// backend's name (agent/cli/nproc_resolver.h); null = such names are
+// errors.
 StatusOr<CommandLine> ParseCommandLine(
     const std::vector<std::string>& args,
-    const std::map<std::string, std::string>& env, bool legacy);
+    const std::map<std::string, std::string>& env, bool legacy,
+    const AcceleratorCounter& count_accelerators = nullptr);
 
 // --help text: usage, then every flag (both spellings accepted, shown with
 // underscores) with its default and PET_* variable. Legacy mode adds

@@ -79,6 +79,16 @@ struct LaunchOptions {
   // $TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, checked at parse time; "" =
   // torchrun's `[<role><local_rank>]:` (agent/cli/log_line_prefix.h).
   std::string log_line_prefix_template;
+  // --duplicate_stdout_filters / --duplicate_stderr_filters (",," escapes
+  // a comma): the lines of tee'd streams that contain one of these
+  // substrings are also copied to attempt_<k>/filtered_stdout.log /
+  // filtered_stderr.log (agent/process/filtered_log.h). Empty = no file.
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
+
+  // --numa_binding: "" = none, else node, socket, exclusive or core-complex
+  // (agent/process/numa_binding.h).
+  std::string numa_binding;
 
   // Static rendezvous / addressing.
   int node_rank = 0;  // -1 would mean "no hint" for grpc
@@ -105,6 +115,21 @@ struct LaunchOptions {
   // exit code 2 (a usage error) like any failure, as torchrun does. By
   // default such a job fails at once.
   bool retry_usage_errors = false;
+  // ddprun addition: check this node before each rendezvous round; a node
+  // that fails does not join (agent/elastic/health_check.h).
+  // --health_check: the built-in checks (log dir, /dev/shm, the paths,
+  // GPUs through nvidia-smi). --health_check_cmd: a command that must
+  // exit 0 (also without --health_check).
+  bool health_check = false;
+  std::string health_check_cmd;
+  std::vector<std::string> health_check_paths;
+  double health_check_gpu_mem_mb = 1024;  // most MiB in use per GPU
+  double health_check_shm_mb = 256;       // least /dev/shm size
+  double health_check_timeout_s = 30;     // per command, and GPU memory wait
+  // ddprun addition: stop restarting once this many restarts in a row
+  // advanced no rank's step counter (agent/elastic/progress_budget.h).
+  // 0 = off.
+  int max_restarts_without_progress = 0;
 
   // --torch_version; unknown = not given (main() then detects it:
   // AgentOptions::worker_torch).

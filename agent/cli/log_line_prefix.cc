@@ -23,9 +23,10 @@ Status Invalid(const std::string& templ, const std::string& why) {
 }  // namespace
 
 StatusOr<std::string> LogLinePrefix(const std::string& templ,
-                                    const std::string& role, int rank,
-                                    int local_rank) {
-  if (templ.empty()) return "[" + role + std::to_string(local_rank) + "]:";
+                                    const PrefixValues& values) {
+  if (templ.empty()) {
+    return "[" + values.role + std::to_string(values.local_rank) + "]:";
+  }
   std::string out;
   std::string::size_type i = 0;
   while (i < templ.size()) {
@@ -63,15 +64,22 @@ StatusOr<std::string> LogLinePrefix(const std::string& templ,
       continue;
     }
     if (name == "role_name") {
-      out += role;
+      out += values.role;
     } else if (name == "rank") {
-      out += std::to_string(rank);
+      out += std::to_string(values.rank);
     } else if (name == "local_rank") {
-      out += std::to_string(local_rank);
+      out += std::to_string(values.local_rank);
+    } else if (name == "hostname") {
+      out += values.hostname;
+    } else if (name == "node_rank") {
+      out += std::to_string(values.node_rank);
+    } else if (name == "local_world_size") {
+      out += std::to_string(values.local_world_size);
     } else {
       return Invalid(templ, "unknown placeholder '" + name +
                                 "' (known: ${role_name}, ${rank}, "
-                                "${local_rank})");
+                                "${local_rank}, ${hostname}, ${node_rank}, "
+                                "${local_world_size})");
     }
   }
   return out;

@@ -46,6 +46,17 @@ bool IsValidCudaDeviceEntry(const std::string& entry) {
   return true;
 }
 
+// A Python identifier: the only names torch's device modules can have.
+bool IsIdentifier(const std::string& s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) {
+    return false;
+  }
+  for (char c : s) {
+    if (c != '_' && !std::isalnum(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 HostDevices ProbeHostDevices(const std::string& root) {
@@ -95,7 +106,8 @@ int VisibleGpus(const HostDevices& host,
 
 StatusOr<int> ResolveNprocPerNode(
     const std::string& source, const std::string& spec, const HostDevices& host,
-    const std::map<std::string, std::string>& env) {
+    const std::map<std::string, std::string>& env,
+    const AcceleratorCounter& count_accelerators) {
   if (spec == "cpu") return host.online_cpus;
   if (spec == "gpu" || spec == "auto") {
     const int gpus = VisibleGpus(host, env);
@@ -111,10 +123,15 @@ StatusOr<int> ResolveNprocPerNode(
   }
   long n = 0;
   auto parsed = ParseIntValue(source, spec);
+  if (!parsed.ok() && IsIdentifier(spec) && count_accelerators) {
+    // xpu or a privateuse1 backend: only the workers' torch knows.
+    return count_accelerators(source, spec);
+  }
   if (!parsed.ok()) {
     return InvalidArgumentError(source + ": invalid value '" + spec +
-                                "' (expected an integer >= 1, cpu, gpu or "
-                                "auto)");
+                                "' (expected an integer >= 1, cpu, gpu, "
+                                "auto, xpu or a privateuse1 backend's "
+                                "name)");
   }
   n = *parsed;
   if (n < 1 || n > 65536) {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -27,12 +28,22 @@ HostDevices ProbeHostDevices(const std::string& root = "");
 int VisibleGpus(const HostDevices& host,
                 const std::map<std::string, std::string>& env);
 
+// Counts the devices of a named accelerator (xpu, the privateuse1
+// backend) as the workers' torch counts them (main() passes
+// CountAccelerators, agent/torch_probe/accelerator_count.h). Errors name
+// `source`.
+using AcceleratorCounter = std::function<StatusOr<int>(
+    const std::string& source, const std::string& name)>;
+
 // Resolves a --nproc_per_node value: an int >= 1, "cpu" (online CPUs),
 // "gpu" (visible GPUs; error when none) or "auto" (visible GPUs if any, else
-// CPUs). `source` names the flag or env var for error messages.
-// Errors: kInvalidArgument, one line.
+// CPUs), or any other name (a Python identifier: xpu, a privateuse1
+// backend such as npu), which only `count_accelerators` can answer (null:
+// such names are errors). `source` names the flag or env var for error
+// messages. Errors: kInvalidArgument, one line.
 StatusOr<int> ResolveNprocPerNode(
     const std::string& source, const std::string& spec, const HostDevices& host,
-    const std::map<std::string, std::string>& env);
+    const std::map<std::string, std::string>& env,
+    const AcceleratorCounter& count_accelerators = nullptr);
 
 }  // namespace ddprun::agent

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "agent/cli/launch_options.h"
 #include "agent/cli/torch_version.h"
@@ -10,6 +11,7 @@
 
 namespace ddprun::agent {
 
+class HealthChecker;
 class WorkerProbe;
 
 // Everything one elastic agent runs on: the command line as parsed, and
@@ -55,6 +57,16 @@ struct AgentOptions {
   // appended to Python workers' PYTHONPATH so that they answer stack
   // requests; "" = not found (workers run without it).
   std::string python_stack_helper_dir;
+
+  // --numa_binding: the CPUs of each local rank (agent/process/
+  // numa_binding.h), set in each worker between fork and exec; empty = no
+  // binding.
+  std::vector<std::vector<int>> worker_cpus;
+
+  // --health_check / --health_check_cmd: checks this node before each
+  // rendezvous round (agent/elastic/health_check.h); null = no checks.
+  // Must outlive the agent.
+  HealthChecker* health = nullptr;
 
   // What the hang watchdog (launch.watchdog_timeout_s > 0) reads about
   // workers; null = the real one (/proc and stat(2)). Must outlive the agent.

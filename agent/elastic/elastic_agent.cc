@@ -1,8 +1,12 @@
 #include "agent/elastic/elastic_agent.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <tuple>
 
 #include "agent/cli/log_line_prefix.h"
@@ -76,6 +80,13 @@ std::string Seconds(double s) {
   return buf;
 }
 
+// Python's socket.gethostname(): the ${hostname} of a line prefix.
+std::string ShortHostname() {
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
 std::string Number(double v) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%g", v);
@@ -93,7 +104,8 @@ ElasticAgent::ElasticAgent(AgentOptions options, EventLoop* loop,
       launcher_(launcher),
       rendezvous_(rendezvous),
       console_(console),
-      hostname_(options_.hostname) {
+      hostname_(options_.hostname),
+      progress_(options_.launch.max_restarts_without_progress) {
   const double timeout_s = options_.launch.watchdog_timeout_s;
   if (timeout_s > 0) {
     WorkerProbe* probe = options_.watchdog_probe;
@@ -133,7 +145,74 @@ void ElasticAgent::Start(DoneCallback on_done) {
       [this](uint64_t id, const std::string& reason) {
         OnStacksRequested(id, reason);
       });
+  Status timer = StartFileTimer();
+  if (!timer.ok()) {
+    // torch's agent fails the same way when mkfifo fails.
+    DDP_LOG(ERROR) << "TORCHELASTIC_ENABLE_FILE_TIMER=1: " << timer.message();
+    loop_->Post([this] { Finish(WorkerState::kFailed, 1); });
+    return;
+  }
   loop_->Post([this] { StartRendezvous(); });
+}
+
+Status ElasticAgent::StartFileTimer() {
+  const std::string path = FileTimerPath(options_.parent_env);
+  if (path.empty()) return Status::Ok();
+  DDP_ASSIGN_OR_RETURN(
+      file_timer_,
+      FileTimerPipe::Create(
+          loop_, path, [this](const ExpiredTimer& t) { OnTimerExpired(t); },
+          [this](int pid) {
+            for (const auto& w : workers_) {
+              if (w->running && w->pid == pid) return true;
+            }
+            return ::kill(pid, 0) == 0 || errno == EPERM;
+          }));
+  DDP_LOG(INFO) << "FileTimer server on " << path
+                << " (TORCHELASTIC_TIMER_FILE of the workers)";
+  return Status::Ok();
+}
+
+void ElasticAgent::OnTimerExpired(const ExpiredTimer& t) {
+  if (finished_ || phase_ != Phase::kRunning) return;
+  const std::string what = DescribeExpired(t, loop_->clock()->WallSeconds());
+  Worker* worker = nullptr;
+  Worker* group = nullptr;  // whose process group holds t.pid
+  const pid_t pgid = ::getpgid(t.pid);
+  for (auto& w : workers_) {
+    if (!w->running) continue;
+    if (w->pid == t.pid) worker = w.get();
+    if (w->pid == pgid) group = w.get();
+  }
+  if (worker != nullptr && t.signal == SIGKILL &&
+      stop_reason_ == StopReason::kNone) {
+    // As torch reaps it (SIGKILL, a failed worker), after ddprun's hang
+    // diagnosis: where this rank is and where the others wait.
+    worker->watchdog_kill = "killed by the FileTimer server: " + what;
+    const std::string who =
+        "FileTimer: local_rank " + std::to_string(worker->local_rank);
+    KillAfterStacks(*worker,
+                    who + " (pid " + std::to_string(t.pid) + "): " + what,
+                    who + " expired");
+    return;
+  }
+  if (group == nullptr) {
+    // torch kills any pid the pipe names; ddprun only its workers'.
+    DDP_LOG(WARNING) << "FileTimer: pid " << t.pid << " is not a process of "
+                     << "this agent's workers; not sending "
+                     << SignalName(t.signal) << " (" << what << ")";
+    return;
+  }
+  DDP_LOG(ERROR) << "FileTimer: pid " << t.pid << " (local_rank "
+                 << group->local_rank << "'s process group): " << what
+                 << ": sending " << SignalName(t.signal);
+  if (worker != nullptr && worker->watchdog_kill.empty()) {
+    worker->watchdog_kill = "killed by the FileTimer server: " + what;
+  }
+  if (::kill(t.pid, t.signal) != 0 && errno != ESRCH) {
+    DDP_LOG(WARNING) << "FileTimer: kill(" << t.pid
+                     << "): " << std::strerror(errno);
+  }
 }
 
 std::vector<int> ElasticAgent::worker_pids() const {
@@ -159,6 +238,26 @@ void ElasticAgent::StartRendezvous() {
   }
   state_ = WorkerState::kInit;
   phase_ = Phase::kJoining;
+  if (options_.health != nullptr) {
+    // The node proves it is healthy before it joins (a signal meanwhile
+    // leaves, as during a Join).
+    const int check = ++health_checks_;
+    options_.health->Check(starts_ > 0, [this, check](Status healthy) {
+      if (finished_ || phase_ != Phase::kJoining || check != health_checks_) {
+        return;
+      }
+      if (!healthy.ok()) {
+        DDP_LOG(ERROR) << "health check failed, this node does not join: "
+                       << healthy.message();
+      }
+      JoinRound(healthy.message());
+    });
+    return;
+  }
+  JoinRound("");
+}
+
+void ElasticAgent::JoinRound(const std::string& unhealthy) {
   const LaunchOptions& o = options_.launch;
   rendezvous::JoinRequest request;
   request.run_id = options_.run_id;
@@ -170,7 +269,21 @@ void ElasticAgent::StartRendezvous() {
   request.min_nodes = o.min_nodes;
   request.max_nodes = o.max_nodes;
   request.max_restarts = o.max_restarts;
-  rendezvous_->Join(request, loop_->clock()->Now() + options_.join_timeout,
+  request.unhealthy = unhealthy;
+  const Clock::TimePoint deadline =
+      loop_->clock()->Now() + options_.join_timeout;
+  if (!unhealthy.empty()) {
+    // Told to the rendezvous' bad-host policy; the node does not join.
+    rendezvous_->Join(request, deadline,
+                      [this](StatusOr<rendezvous::RendezvousResult> answer) {
+                        if (finished_ || phase_ != Phase::kJoining) return;
+                        DDP_LOG(DEBUG) << "unhealthy node reported: "
+                                       << answer.status().message();
+                        LeaveAndFinish(WorkerState::kFailed, 1);
+                      });
+    return;
+  }
+  rendezvous_->Join(request, deadline,
                     [this](StatusOr<rendezvous::RendezvousResult> round) {
                       OnJoined(std::move(round));
                     });
@@ -235,6 +348,7 @@ Status ElasticAgent::StartWorkers() {
   std::string attempt_dir =
       options_.run_log_dir + "/attempt_" + std::to_string(round_.restart_count);
   if (files) DDP_RETURN_IF_ERROR(RecreateDir(attempt_dir));
+  DDP_RETURN_IF_ERROR(OpenFilteredLogs(files ? attempt_dir : ""));
   for (int lr = 0; lr < o.nproc_per_node; ++lr) {
     auto w = std::make_unique<Worker>();
     w->local_rank = lr;
@@ -247,9 +361,15 @@ Status ElasticAgent::StartWorkers() {
       if (stacks_) w->stacks_file = dir + "/stacks.txt";
       w->steps_file = dir + "/steps";
     }
-    DDP_ASSIGN_OR_RETURN(
-        std::string prefix,
-        LogLinePrefix(o.log_line_prefix_template, o.role, w->global_rank, lr));
+    PrefixValues values;
+    values.role = o.role;
+    values.rank = w->global_rank;
+    values.local_rank = lr;
+    values.hostname = ShortHostname();
+    values.node_rank = round_.group_rank;
+    values.local_world_size = o.nproc_per_node;
+    DDP_ASSIGN_OR_RETURN(std::string prefix,
+                         LogLinePrefix(o.log_line_prefix_template, values));
     bool shown = !o.local_ranks_filter.has_value() ||
                  o.local_ranks_filter->count(lr) > 0;
     StdStreams redirect = files ? o.redirects.ForRank(lr) : StdStreams::kNone;
@@ -263,6 +383,10 @@ Status ElasticAgent::StartWorkers() {
       wo.prefix = prefix;
       wo.stream = stream;
       wo.live = console_->IsTerminal(stream);
+      // torchrun copies the tee'd streams of the ranks it shows.
+      FilteredLog* filtered =
+          bit == StdStreams::kOut ? filtered_out_.get() : filtered_err_.get();
+      if (shown && Has(tee, bit)) wo.filtered = filtered;
       return std::make_unique<WorkerOutput>(wo, console_);
     };
     w->out = make_output(StdStreams::kOut, "stdout.log", Console::Stream::kOut);
@@ -271,6 +395,7 @@ Status ElasticAgent::StartWorkers() {
     DDP_RETURN_IF_ERROR(w->err->Open());
     workers_.push_back(std::move(w));
   }
+  if (file_timer_) file_timer_->Reset();  // torch: a server per group
   for (auto& w : workers_) {
     ProcessSpec spec;
     spec.argv = BuildWorkerArgv(o, options_.worker_torch, w->local_rank,
@@ -280,6 +405,10 @@ Status ElasticAgent::StartWorkers() {
                        w->local_rank, w->error_file, options_.parent_env);
     if (!w->heartbeat_file.empty()) {
       spec.env["DDPRUN_WATCHDOG_FILE"] = w->heartbeat_file;
+    }
+    if (file_timer_) spec.env["TORCHELASTIC_TIMER_FILE"] = file_timer_->path();
+    if (w->local_rank < static_cast<int>(options_.worker_cpus.size())) {
+      spec.cpu_affinity = options_.worker_cpus[w->local_rank];
     }
     // As torchrun's workers write to the terminal: a stream shown live on
     // a terminal console (and kept in no file) is a terminal for the worker.
@@ -328,6 +457,23 @@ Status ElasticAgent::StartWorkers() {
   stragglers_->Start(std::move(counted));
   DDP_LOG(DEBUG) << "started " << workers_.size() << " workers, attempt "
                  << round_.restart_count;
+  return Status::Ok();
+}
+
+Status ElasticAgent::OpenFilteredLogs(const std::string& attempt_dir) {
+  filtered_out_.reset();
+  filtered_err_.reset();
+  if (attempt_dir.empty()) return Status::Ok();  // --log_dir /dev/null
+  const LaunchOptions& o = options_.launch;
+  for (auto [needles, log, name] :
+       {std::tuple{&o.duplicate_stdout_filters, &filtered_out_,
+                   "/filtered_stdout.log"},
+        std::tuple{&o.duplicate_stderr_filters, &filtered_err_,
+                   "/filtered_stderr.log"}}) {
+    if (needles->empty()) continue;
+    *log = std::make_unique<FilteredLog>(attempt_dir + name, *needles);
+    DDP_RETURN_IF_ERROR((*log)->Open());
+  }
   return Status::Ok();
 }
 
@@ -400,15 +546,20 @@ void ElasticAgent::OnWorkerStuck(const WorkerWatchdog::Stuck& stuck) {
       Seconds(std::chrono::duration<double>(stuck.stuck_for).count()) +
       " (--watchdog_timeout=" + Number(timeout_s) + ")";
   w.watchdog_kill = "killed by the ddprun watchdog: " + what;
+  const std::string who =
+      "watchdog: local_rank " + std::to_string(w.local_rank);
+  KillAfterStacks(w, who + " (pid " + std::to_string(w.pid) + ") hung, " + what,
+                  who + " hung");
+}
+
+void ElasticAgent::KillAfterStacks(Worker& w, const std::string& headline,
+                                   const std::string& reason) {
   if (stacks_ == nullptr || w.stacks_file.empty()) {
-    DDP_LOG(ERROR) << "watchdog: local_rank " << w.local_rank << " (pid "
-                   << w.pid << ") hung, " << what
-                   << ": sending SIGKILL to its process group";
+    DDP_LOG(ERROR) << headline << ": sending SIGKILL to its process group";
     KillHung(w.local_rank);
     return;
   }
-  DDP_LOG(ERROR) << "watchdog: local_rank " << w.local_rank << " (pid " << w.pid
-                 << ") hung, " << what
+  DDP_LOG(ERROR) << headline
                  << ": collecting every worker's stacks, then SIGKILL to its "
                     "process group";
   if (diagnosis_generation_ == generation_) {
@@ -420,10 +571,7 @@ void ElasticAgent::OnWorkerStuck(const WorkerWatchdog::Stuck& stuck) {
   // Killed when the collection (and the gathering across nodes) ends.
   if (stacks_->busy() || gathering_) return;
   const int generation = generation_;
-  stacks_->Collect(StackTargets(),
-                   "watchdog: local_rank " + std::to_string(w.local_rank) +
-                       " hung",
-                   kStacksLimit,
+  stacks_->Collect(StackTargets(), reason, kStacksLimit,
                    [this, generation](std::vector<StackResult> results) {
                      OnStacksCollected(generation, /*watchdog=*/true,
                                        /*here=*/true, std::move(results));
@@ -794,11 +942,25 @@ void ElasticAgent::AfterStop() {
       const bool usage_error = root.exitcode == kUsageErrorExitCode &&
                                starts_ == 1 &&
                                !options_.launch.retry_usage_errors;
+      std::string not_retried;
+      if (usage_error) {
+        not_retried = "not retried: local_rank " +
+                      std::to_string(root.local_rank) +
+                      " exited with code 2 on the first attempt, a usage or "
+                      "configuration error that a restart cannot fix "
+                      "(--retry_usage_errors retries it)";
+      } else if (NoProgress()) {
+        not_retried =
+            "not restarted: " + std::to_string(progress_.streak()) +
+            " restarts in a row made no progress (no rank advanced its step "
+            "counter; --max_restarts_without_progress=" +
+            std::to_string(progress_.limit()) + ")";
+      }
       phase_ = Phase::kReporting;
       rendezvous_->ReportFailure(round_.round, root.traceback,
-                                 /*retry=*/!usage_error,
-                                 [this, usage_error](StatusOr<bool> again) {
-                                   OnFailureReported(again, usage_error);
+                                 /*retry=*/not_retried.empty(),
+                                 [this, not_retried](StatusOr<bool> again) {
+                                   OnFailureReported(again, not_retried);
                                  });
       return;
     }
@@ -824,7 +986,16 @@ void ElasticAgent::AfterStop() {
   }
 }
 
-void ElasticAgent::OnFailureReported(StatusOr<bool> again, bool usage_error) {
+bool ElasticAgent::NoProgress() {
+  std::vector<std::string> step_files;
+  for (const auto& w : workers_) {
+    if (!w->steps_file.empty()) step_files.push_back(w->steps_file);
+  }
+  return progress_.OnFailedAttempt(starts_ > 1, MaxStepCount(step_files));
+}
+
+void ElasticAgent::OnFailureReported(StatusOr<bool> again,
+                                     const std::string& not_retried) {
   if (finished_ || phase_ != Phase::kReporting) return;
   phase_ = Phase::kIdle;
   if (!again.ok()) {
@@ -837,13 +1008,7 @@ void ElasticAgent::OnFailureReported(StatusOr<bool> again, bool usage_error) {
     return;
   }
   ReportFailedJob();
-  if (usage_error) {
-    const ProcessFailure& root = failures_[RootCauseIndex(failures_)];
-    DDP_LOG(ERROR) << "not retried: local_rank " << root.local_rank
-                   << " exited with code 2 on the first attempt, a "
-                      "usage or configuration error that a restart "
-                      "cannot fix (--retry_usage_errors retries it)";
-  }
+  if (!not_retried.empty()) DDP_LOG(ERROR) << not_retried;
   Finish(WorkerState::kFailed, 1);
 }
 

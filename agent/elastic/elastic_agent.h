@@ -11,8 +11,12 @@
 #include "agent/diagnosis/worker_watchdog.h"
 #include "agent/elastic/agent_options.h"
 #include "agent/elastic/failure_report.h"
+#include "agent/elastic/file_timer_pipe.h"
+#include "agent/elastic/health_check.h"
+#include "agent/elastic/progress_budget.h"
 #include "agent/elastic/worker_env.h"
 #include "agent/process/console.h"
+#include "agent/process/filtered_log.h"
 #include "agent/process/process_launcher.h"
 #include "agent/process/worker_output.h"
 #include "common/event_loop.h"
@@ -137,10 +141,26 @@ class ElasticAgent {
 
   // Starts a Join (or, with a signal pending, leaves instead).
   void StartRendezvous();
+  // Joins the next round; `unhealthy` non-empty (the health check failed)
+  // reports the node to the bad-host policy instead and finishes with 1.
+  void JoinRound(const std::string& unhealthy);
   void OnJoined(StatusOr<rendezvous::RendezvousResult> round);
   Status StartWorkers();
+  // The filtered logs of a new attempt in `attempt_dir` ("" = no files).
+  Status OpenFilteredLogs(const std::string& attempt_dir);
   void OnWorkerExit(int generation, int local_rank, ExitStatus status);
   void OnWorkerStuck(const WorkerWatchdog::Stuck& stuck);
+  // Collects every worker's stacks (the hang diagnosis), then SIGKILLs
+  // `w`'s process group; `headline` starts the log line, `reason` names
+  // the dump.
+  void KillAfterStacks(Worker& w, const std::string& headline,
+                       const std::string& reason);
+  // TORCHELASTIC_ENABLE_FILE_TIMER=1: torch's FileTimer server
+  // (file_timer_pipe.h). Errors: the pipe cannot be made.
+  Status StartFileTimer();
+  // A FileTimer scope expired: its worker is killed as torch kills it
+  // (SIGKILL, a worker failure), after the hang diagnosis.
+  void OnTimerExpired(const ExpiredTimer& t);
   // Stack collection: the targets (running workers that have a stacks
   // file), and what happens once the dumps are in.
   std::vector<StackTarget> StackTargets() const;
@@ -164,7 +184,12 @@ class ElasticAgent {
   // SIGKILL to a hung worker's process group (the watchdog's verdict).
   void KillHung(int local_rank);
   void OnRendezvousEvent(const rendezvous::RendezvousEvent& event);
-  void OnFailureReported(StatusOr<bool> again, bool usage_error);
+  // `not_retried`: why the failure was reported as final ("" = retried),
+  // logged after the failure table.
+  void OnFailureReported(StatusOr<bool> again, const std::string& not_retried);
+  // The failed attempt advanced no rank, and that made
+  // --max_restarts_without_progress restarts in a row.
+  bool NoProgress();
   void OnBarrierPassed(const Status& status);
   // Leaves the job (cancelling a call in flight), then finishes.
   void LeaveAndFinish(WorkerState state, int exit_code);
@@ -192,6 +217,10 @@ class ElasticAgent {
   rendezvous::RendezvousResult round_;
   int generation_ = 0;
   int starts_ = 0;
+  // The attempt's filtered_std{out,err}.log (--duplicate_std*_filters);
+  // null = none. Declared before workers_, whose outputs write to them.
+  std::unique_ptr<FilteredLog> filtered_out_;
+  std::unique_ptr<FilteredLog> filtered_err_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<ProcessFailure> failures_;
   bool stop_pending_ = false;  // a failure was seen, BeginStop is posted
@@ -207,6 +236,9 @@ class ElasticAgent {
   std::unique_ptr<WorkerWatchdog> watchdog_;  // null: --watchdog_timeout=0
   std::unique_ptr<StackCollector> stacks_;    // null: DDPRUN_STACKS=0
   std::unique_ptr<StragglerWatch> stragglers_;  // step rates, warnings
+  std::unique_ptr<FileTimerPipe> file_timer_;   // null: FileTimer off
+  ProgressBudget progress_;  // --max_restarts_without_progress
+  int health_checks_ = 0;    // the health check in flight (by number)
   // Hung workers (local ranks) to kill once their stacks are in.
   std::vector<int> hung_;
   // The diagnosis of the current generation's hang, once made.

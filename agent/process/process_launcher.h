@@ -34,6 +34,10 @@ struct ProcessSpec {
   bool tty_stderr = false;
   unsigned short tty_rows = 0;
   unsigned short tty_cols = 0;
+  // --numa_binding: the CPUs the child may run on, set between fork and
+  // exec (sched_setaffinity); empty = the agent's own affinity. A child
+  // whose binding fails writes why to its stderr and exits 126.
+  std::vector<int> cpu_affinity;
 };
 
 // Callbacks of one process. All are invoked on the launcher's event-loop

@@ -41,9 +41,22 @@ std::size_t IncompleteUtf8Tail(const std::string& s) {
 
 }  // namespace
 
+void WorkerOutput::OfferLines(const std::string& lines) {
+  std::string::size_type start = 0;
+  while (start < lines.size()) {
+    const auto end = lines.find('\n', start);
+    const auto stop = end == std::string::npos ? lines.size() : end + 1;
+    options_.filtered->Offer(
+        options_.prefix, std::string_view(lines).substr(start, stop - start));
+    start = stop;
+  }
+}
+
 void WorkerOutput::OnChunk(std::string_view chunk) {
   // A full disk must not stop the agent: the console still gets the line.
   if (fd_ >= 0) (void)WriteFully(fd_, chunk);
+  if (options_.filtered != nullptr)
+    OfferLines(filter_splitter_.Feed(chunk, ""));
   if (!options_.to_console) return;
   if (options_.live) {
     std::string bytes = std::move(pending_);
@@ -81,6 +94,7 @@ void WorkerOutput::WriteLive(std::string_view bytes) {
 }
 
 void WorkerOutput::OnEof() {
+  if (options_.filtered != nullptr) OfferLines(filter_splitter_.Flush(""));
   if (options_.to_console && options_.live) {
     WriteLive(pending_);
     pending_.clear();

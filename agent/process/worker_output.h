@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "agent/process/console.h"
+#include "agent/process/filtered_log.h"
 #include "agent/process/line_splitter.h"
 #include "ddprun/common/status.h"
 
@@ -29,6 +30,9 @@ class WorkerOutput {
     std::string prefix;  // e.g. "[default0]:"
     Console::Stream stream = Console::Stream::kOut;
     bool live = false;
+    // --duplicate_std*_filters: every whole line is also offered to this
+    // log (with `prefix`); null = none. Must outlive this object.
+    FilteredLog* filtered = nullptr;
   };
 
   WorkerOutput(Options options, Console* console);
@@ -52,9 +56,12 @@ class WorkerOutput {
   Console* console_;  // not owned
   // Live mode: prefixes `bytes` and writes them.
   void WriteLive(std::string_view bytes);
+  // Offers each whole line of `lines` ('\n'-terminated) to the filtered log.
+  void OfferLines(const std::string& lines);
 
   int fd_ = -1;
   LineSplitter splitter_;
+  LineSplitter filter_splitter_;  // lines for options_.filtered
   bool at_line_start_ = true;  // live: the next text needs the prefix
   std::string pending_;        // live: bytes not yet shown
 };

@@ -472,6 +472,7 @@ void GrpcRendezvousClient::Join(const JoinRequest& request,
   }
   n->set_master_port(*port);
   n->set_standby_endpoint(options_.standby_endpoint);
+  req.set_unhealthy(request.unhealthy.substr(0, 4096));
   {
     MutexLock lock(&mu_);
     if (stop_) {

@@ -9,6 +9,13 @@ LocalRendezvousClient::LocalRendezvousClient(Options options, EventLoop* loop)
 
 void LocalRendezvousClient::Join(const JoinRequest& request,
                                  Clock::TimePoint deadline, JoinDone done) {
+  if (!request.unhealthy.empty()) {
+    // One node, no server: no bad-host policy to tell.
+    loop_->Post([done = std::move(done), why = request.unhealthy] {
+      done(FailedPreconditionError("this node's health check failed: " + why));
+    });
+    return;
+  }
   max_restarts_ = request.max_restarts;
   RendezvousResult result;
   result.round = next_round_++;

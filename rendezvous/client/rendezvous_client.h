@@ -23,6 +23,10 @@ struct JoinRequest {
   int min_nodes = 1;
   int max_nodes = 1;
   int max_restarts = 0;
+  // Non-empty: this node failed its health check (one line) and does not
+  // join; the server counts it in the bad-host policy and Join answers
+  // kFailedPrecondition.
+  std::string unhealthy;
 };
 
 // A completed round, as the agent needs it to start workers.

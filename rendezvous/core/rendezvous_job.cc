@@ -141,10 +141,25 @@ void RendezvousJob::ReplaceJoinWaiter(Node* node, WaiterId waiter,
 
 Status RendezvousJob::Join(const v1::JoinRequest& request, WaiterId waiter,
                            std::vector<Outcome>* out) {
+  if (!request.unhealthy().empty()) return ReportUnhealthy(request);
   Status joined = JoinNode(request, waiter, out);
   if (joined.ok())
     MarkHeard(request.node().node_id(), request.node().instance());
   return joined;
+}
+
+Status RendezvousJob::ReportUnhealthy(const v1::JoinRequest& request) {
+  const v1::NodeInfo& info = request.node();
+  DDP_LOG(WARNING) << "rendezvous '" << id_ << "': node '" << info.node_id()
+                   << "' (" << info.addr()
+                   << ") failed its health check and does not join: "
+                   << request.unhealthy();
+  if (!finished() && bad_hosts_.RecordFailure(info.addr(), clock_->Now())) {
+    deadline_moved_ = true;
+  }
+  return FailedPreconditionError(
+      "node '" + info.node_id() + "' did not join rendezvous '" + id_ +
+      "': its health check failed: " + request.unhealthy());
 }
 
 Status RendezvousJob::JoinNode(const v1::JoinRequest& request, WaiterId waiter,

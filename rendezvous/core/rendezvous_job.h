@@ -187,6 +187,9 @@ class RendezvousJob {
   // do that once the answer is decided).
   Status JoinNode(const v1::JoinRequest& request, WaiterId waiter,
                   std::vector<Outcome>* out);
+  // A Join with `unhealthy` set: one failure of the node's host in the
+  // bad-host policy, and kFailedPrecondition; no node joins.
+  Status ReportUnhealthy(const v1::JoinRequest& request);
   StatusOr<v1::HeartbeatResponse> HeartbeatNode(const v1::HeartbeatRequest& req,
                                                 std::vector<Outcome>* out);
   Status ReportNodeFailure(const v1::ReportFailureRequest& request,

@@ -208,6 +208,7 @@ Status RendezvousState::Join(const v1::JoinRequest& request, WaiterId waiter) {
   DDP_RETURN_IF_ERROR(CheckNode(request.node()));
   // The previous round moves a fresh job's round number (server restart).
   DDP_RETURN_IF_ERROR(CheckRound(request.previous().round()));
+  DDP_RETURN_IF_ERROR(CheckReason(request.unhealthy()));
   DDP_RETURN_IF_ERROR(
       CheckRate(&join_limiter_, "Join", request.rdzv_id(), request.node()));
   // A fresh agent (no previous round, not a node of the job) that reuses the
@@ -229,6 +230,11 @@ Status RendezvousState::Join(const v1::JoinRequest& request, WaiterId waiter) {
   Status s =
       found.ok() ? (*found)->Join(request, waiter, &outcomes_) : found.status();
   if (!s.ok()) {
+    if (found.ok() && !request.unhealthy().empty()) {
+      // An unhealthy node's report stays counted, in a job it created too.
+      deadline_changed_ |= (*found)->TakeDeadlineMoved();
+      return s;
+    }
     if (created) jobs_.erase(request.rdzv_id());
     if (finished) jobs_[request.rdzv_id()] = std::move(finished);
     return s;

@@ -648,12 +648,18 @@ TEST_CASE("CliParser: no-effect flags are validated and accepted", "[cli]") {
       {}, false);
   REQUIRE(cl.ok());
   CHECK(cl->options.entrypoint == Script());
-  // One warning per flag, returned for the caller to print.
+  // Only --event_log_handler is left without effect (one warning);
   // --logs_specs=default is torchrun's own default: no warning.
-  REQUIRE(cl->warnings.size() == 4);
+  REQUIRE(cl->warnings.size() == 1);
   CHECK(cl->warnings[0] ==
         "--event_log_handler=console is accepted for torchrun compatibility "
         "but has no effect in ddprun");
+  // --numa_binding and the filters act now: parsed, not warned about.
+  CHECK(cl->options.numa_binding == "socket");
+  CHECK(cl->options.duplicate_stdout_filters ==
+        std::vector<std::string>{"loss,x", "acc"});
+  CHECK(cl->options.duplicate_stderr_filters ==
+        std::vector<std::string>{"Error"});
   // torchrun's _get_logs_specs_class: a name that is not a registered
   // torchrun.logs_specs entry point is a ValueError.
   CHECK(ParseErr(With({"--logs_specs", "my_plugin"})) ==
@@ -670,6 +676,12 @@ TEST_CASE("CliParser: no-effect flags are validated and accepted", "[cli]") {
                  "--event_log_handler"));
   CHECK(Contains(ParseErr(With({"--duplicate_stdout_filters", "a,"})),
                  "empty filter"));
+  // torch: "An empty filters list won't duplicate any lines".
+  CHECK(ParseOk(With({"--duplicate_stdout_filters="}))
+            .duplicate_stdout_filters.empty());
+  CHECK(ParseOk({Script()}, {{"PET_NUMA_BINDING", "core-complex"}})
+            .numa_binding == "core-complex");
+  CHECK(ParseOk({Script()}).numa_binding.empty());
 }
 
 TEST_CASE("CliParser: flag syntax errors name the flag", "[cli]") {
@@ -908,6 +920,12 @@ TEST_CASE("CliParser: --rdzv_conf keys are checked on every backend", "[cli]") {
 TEST_CASE("CliParser: TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE is checked",
           "[cli]") {
   const char* kVar = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE";
+  // ddprun's extensions pass (pytorch#75087: the host in the prefix).
+  CHECK(ParseOk({Script()}, {{kVar,
+                              "[${hostname}:${node_rank}/"
+                              "${local_world_size}:${rank}]:"}})
+            .log_line_prefix_template ==
+        "[${hostname}:${node_rank}/${local_world_size}:${rank}]:");
   CHECK(ParseOk({Script()}).log_line_prefix_template.empty());
   CHECK(ParseOk({Script()}, {{kVar, "[${rank}]: "}}).log_line_prefix_template ==
         "[${rank}]: ");
@@ -941,6 +959,83 @@ TEST_CASE("CliParser: --straggler_factor and --straggler_time (defaults, "
   const std::string help = HelpText(false);
   CHECK(Contains(help, "--straggler_factor FACTOR"));
   CHECK(Contains(help, "ddprun_steps.step()"));
+}
+
+}  // namespace
+}  // namespace ddprun::agent
+
+namespace ddprun::agent {
+namespace {
+
+TEST_CASE("CliParser: --health_check* and --max_restarts_without_progress",
+          "[cli][health]") {
+  const LaunchOptions def = ParseOk({Script()});
+  CHECK_FALSE(def.health_check);
+  CHECK(def.health_check_cmd.empty());
+  CHECK(def.health_check_gpu_mem_mb == 1024);
+  CHECK(def.health_check_shm_mb == 256);
+  CHECK(def.health_check_timeout_s == 30);
+  CHECK(def.max_restarts_without_progress == 0);
+  const LaunchOptions o = ParseOk(
+      With({"--health-check", "--health_check_cmd", "nvidia-smi -q",
+            "--health-check-paths=/data,/ckpt", "--health_check_gpu_mem_mb=512",
+            "--health_check_shm_mb", "1024", "--health-check-timeout=5",
+            "--max_restarts_without_progress=3"}));
+  CHECK(o.health_check);
+  CHECK(o.health_check_cmd == "nvidia-smi -q");
+  CHECK(o.health_check_paths == std::vector<std::string>{"/data", "/ckpt"});
+  CHECK(o.health_check_gpu_mem_mb == 512);
+  CHECK(o.health_check_shm_mb == 1024);
+  CHECK(o.health_check_timeout_s == 5);
+  CHECK(o.max_restarts_without_progress == 3);
+  // PET_* forms.
+  const LaunchOptions env = ParseOk(
+      {Script()},
+      {{"PET_HEALTH_CHECK", "1"}, {"PET_MAX_RESTARTS_WITHOUT_PROGRESS", "2"}});
+  CHECK(env.health_check);
+  CHECK(env.max_restarts_without_progress == 2);
+  // Bad values name the flag.
+  CHECK(Contains(ParseErr(With({"--max_restarts_without_progress=-1"})),
+                 "--max_restarts_without_progress: invalid value '-1'"));
+  CHECK(Contains(ParseErr(With({"--health_check_timeout=0"})),
+                 "--health_check_timeout: invalid value '0'"));
+  CHECK(Contains(ParseErr(With({"--health_check_paths=/a,,/b"})),
+                 "an empty path"));
+}
+
+TEST_CASE("NprocResolver: xpu and privateuse1 names ask the workers' torch",
+          "[cli]") {
+  std::vector<std::string> asked;
+  AcceleratorCounter count = [&](const std::string& source,
+                                 const std::string& name) -> StatusOr<int> {
+    asked.push_back(source + "=" + name);
+    if (name == "npu") return 4;
+    return InvalidArgumentError(source + "=" + name + ": no such device");
+  };
+  HostDevices host{6, 0};
+  CHECK(*ResolveNprocPerNode("--nproc_per_node", "npu", host, {}, count) == 4);
+  CHECK_FALSE(
+      ResolveNprocPerNode("--nproc_per_node", "xpu", host, {}, count).ok());
+  // Ints, cpu, gpu, auto and what no device module can be named are
+  // answered here, without the interpreter.
+  CHECK(*ResolveNprocPerNode("--nproc_per_node", "3", host, {}, count) == 3);
+  CHECK(*ResolveNprocPerNode("--nproc_per_node", "cpu", host, {}, count) == 6);
+  CHECK_FALSE(
+      ResolveNprocPerNode("--nproc_per_node", "2.5", host, {}, count).ok());
+  CHECK_FALSE(
+      ResolveNprocPerNode("--nproc_per_node", "-1", host, {}, count).ok());
+  CHECK(asked == std::vector<std::string>{"--nproc_per_node=npu",
+                                          "--nproc_per_node=xpu"});
+  // Without a counter (a front end that has none), names are errors.
+  auto none = ResolveNprocPerNode("--nproc_per_node", "xpu", host, {});
+  REQUIRE_FALSE(none.ok());
+  CHECK(Contains(none.status().message(), "xpu or a privateuse1 backend"));
+  // Through the parser: PET_NPROC_PER_NODE too.
+  auto cl = ParseCommandLine({Script()}, {{"PET_NPROC_PER_NODE", "npu"}}, false,
+                             count);
+  REQUIRE(cl.ok());
+  CHECK(cl->options.nproc_per_node == 4);
+  CHECK(asked.back() == "PET_NPROC_PER_NODE=npu");
 }
 
 }  // namespace

@@ -477,21 +477,21 @@ int RunBad(const std::vector<std::string>& args, std::string* err,
 TEST_CASE("ddprun: warnings wait until the whole command line parsed",
           "[agent][process]") {
   std::string err;
-  // --standalone ignoring --rdzv_id and --numa_binding are warnings, but the
-  // bad --nproc_per_node after them makes it one error line only.
-  CHECK(RunBad({"--standalone", "--rdzv_id=job7", "--numa_binding=node",
+  // --standalone ignoring --rdzv_id and --event_log_handler are warnings,
+  // but the bad --nproc_per_node after them makes it one error line only.
+  CHECK(RunBad({"--standalone", "--rdzv_id=job7", "--event_log_handler=console",
                 "--nproc_per_node=0", "--no_python", "true"},
                &err) == 2);
   CHECK(err.find("--nproc_per_node") != std::string::npos);
   CHECK(err.find("ignores") == std::string::npos);
   // Without the error the warnings are printed.
   TempDir dir;
-  Ddprun ok(dir, {"--standalone", "--rdzv_id=job7", "--numa_binding=node",
-                  "--no_python", "true"});
+  Ddprun ok(dir, {"--standalone", "--rdzv_id=job7",
+                  "--event_log_handler=console", "--no_python", "true"});
   REQUIRE(ok.Wait() == 0);
   CHECK(ok.Stderr().find("--standalone ignores --rdzv_id=job7") !=
         std::string::npos);
-  CHECK(ok.Stderr().find("--numa_binding=node is accepted") !=
+  CHECK(ok.Stderr().find("--event_log_handler=console is accepted") !=
         std::string::npos);
 }
 

@@ -316,7 +316,7 @@ TEST_CASE("PlanDeepSpeedLaunch: runner.py's choice of hosts and slots",
         std::vector<std::string>{
             "Detected VISIBLE_DEVICES=2,3: setting --include=localhost:2,3"});
   // ... unless a resource flag was given.
-  auto g = PlanDeepSpeedLaunch(Args({"--num_gpus=1"}), env, 2);
+  auto g = PlanDeepSpeedLaunch(Args({"--num_gpus=1"}), env, 4);
   CHECK(g->resources == Active{{"localhost", {0}}});
   CHECK(g->drop_visible_devices);
   env.clear();
@@ -360,17 +360,23 @@ TEST_CASE("PlanDeepSpeedLaunch: runner.py's choice of hosts and slots",
         std::string::npos);
   CHECK(err({"-H", hostfile.path(), "-i", "w2:1"}) ==
         "--include w2:1: host 'w2' has no slot 1 (its slots: 0)");
-  // Slots masked out by CUDA_VISIBLE_DEVICES are not this host's.
+  // -i/-e/--num_gpus: CUDA_VISIBLE_DEVICES is ignored and deleted, and the
+  // slots are the host's devices without the mask (runner.py counts after
+  // deleting it): -i localhost:2 with the mask 0,1 runs on GPU 2.
   env["CUDA_VISIBLE_DEVICES"] = "0,1";
+  auto past_mask = PlanDeepSpeedLaunch(Args({"-i", "localhost:2"}), env, 4);
+  REQUIRE(past_mask.ok());
+  CHECK(past_mask->resources == Active{{"localhost", {2}}});
+  CHECK(past_mask->drop_visible_devices);
+  CHECK(past_mask->warnings.size() == 1);  // "... but ignoring it ..."
+  CHECK(past_mask->warnings[0].find("but ignoring it") != std::string::npos);
+  auto excluded = PlanDeepSpeedLaunch(Args({"-e", "localhost:0"}), env, 4);
+  REQUIRE(excluded.ok());
+  CHECK(excluded->resources == Active{{"localhost", {1, 2, 3}}});
+  // A slot beyond the host's devices is still an error.
   CHECK(err({"-i", "localhost:3"}) ==
         "--include localhost:3: host 'localhost' has no slot 3 (its "
         "slots: 0,1)");
-  env["CUDA_VISIBLE_DEVICES"] = "2,3";
-  auto masked = PlanDeepSpeedLaunch(Args({"-i", "localhost:3"}), env, 2);
-  REQUIRE(masked.ok());
-  CHECK(masked->resources == Active{{"localhost", {3}}});
-  CHECK(err({"-i", "localhost:0"}).find("has no slot 0 (its slots: 2,3)") !=
-        std::string::npos);
   env.clear();
   CHECK(err({"--num_nodes=2"}).find("--num_nodes is greater than 1") == 0);
   CHECK(err({"-H", hostfile.path(), "--no_ssh", "--node_rank=3"}) ==

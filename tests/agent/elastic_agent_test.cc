@@ -3,7 +3,9 @@
 
 #include "ddprun_catch.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
@@ -17,8 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "agent/process/console.h"
 #include "agent/elastic/elastic_agent.h"
+#include "agent/elastic/health_check.h"
+#include "agent/process/console.h"
 #include "agent/process/process_launcher.h"
 #include "common/event_loop.h"
 #include "rendezvous/client/rendezvous_client.h"
@@ -750,6 +753,162 @@ TEST_CASE("ElasticAgent: DDPRUN_STACKS=0 and a missing hook change nothing",
   CHECK(missing.launcher.workers[0]->spec.env.count("DDPRUN_STACKS_FILE") ==
         1);
   CHECK(missing.launcher.workers[0]->spec.env.count("PYTHONPATH") == 0);
+}
+
+// --health_check: a checker that answers on the loop, as the real one
+// does from its thread.
+class FakeHealth : public HealthChecker {
+ public:
+  explicit FakeHealth(EventLoop* loop) : loop_(loop) {}
+  void Check(bool restart, std::function<void(Status)> done) override {
+    restarts.push_back(restart);
+    Status s = answers.empty() ? Status::Ok() : answers.front();
+    if (!answers.empty()) answers.erase(answers.begin());
+    loop_->Post([done, s] { done(s); });
+  }
+  std::vector<Status> answers;  // in order; OK once they run out
+  std::vector<bool> restarts;
+
+ private:
+  EventLoop* loop_;
+};
+
+TEST_CASE("ElasticAgent: an unhealthy node does not join, and says why",
+          "[agent][health]") {
+  Harness h(2);
+  FakeHealth health(&h.loop);
+  health.answers = {FailedPreconditionError(
+      "GPU 1 has 40000 MiB of 81559 MiB in use, more than "
+      "--health_check_gpu_mem_mb=1024")};
+  h.options.health = &health;
+  h.Start();
+  REQUIRE(h.exit_code == 1);
+  CHECK(h.launcher.workers.empty());
+  // The rendezvous was told (its bad-host policy counts the host), and the
+  // node left.
+  CHECK(h.rendezvous.joins == 1);
+  CHECK(h.rendezvous.last_request.unhealthy ==
+        "GPU 1 has 40000 MiB of 81559 MiB in use, more than "
+        "--health_check_gpu_mem_mb=1024");
+  CHECK(h.rendezvous.leaves == 1);
+  CHECK(health.restarts == std::vector<bool>{false});
+}
+
+TEST_CASE("ElasticAgent: the health check runs before every round",
+          "[agent][health]") {
+  Harness h(1, /*max_restarts=*/2);
+  FakeHealth health(&h.loop);
+  health.answers = {Status::Ok(), FailedPreconditionError("no /dev/shm")};
+  h.options.health = &health;
+  h.Start();
+  REQUIRE(h.launcher.workers.size() == 1);
+  CHECK(h.rendezvous.last_request.unhealthy.empty());
+  h.launcher.Exit(0, 1);
+  h.loop.RunUntilIdle();
+  // Before the restart: checked again (told it is a restart), failed.
+  CHECK(health.restarts == std::vector<bool>{false, true});
+  REQUIRE(h.exit_code == 1);
+  CHECK(h.launcher.workers.size() == 1);
+  CHECK(h.rendezvous.last_request.unhealthy == "no /dev/shm");
+}
+
+TEST_CASE("ElasticAgent: a signal during the health check leaves at once",
+          "[agent][health]") {
+  Harness h(1);
+  // A checker that never answers (a slow nvidia-smi).
+  struct Silent : HealthChecker {
+    void Check(bool, std::function<void(Status)>) override {}
+  } silent;
+  h.options.health = &silent;
+  h.Start();
+  CHECK_FALSE(h.exit_code.has_value());
+  h.agent->OnSignal(SIGTERM);
+  h.loop.RunUntilIdle();
+  CHECK(h.exit_code == 128 + SIGTERM);
+  CHECK(h.rendezvous.joins == 0);
+}
+
+// Writes `count` as the worker's step counter does.
+void WriteSteps(const FakeWorker& w, int count) {
+  std::ofstream(w.env("DDPRUN_STEP_FILE")) << count << "\n";
+}
+
+TEST_CASE("ElasticAgent: restarts that make no progress stop the job",
+          "[agent][progress]") {
+  Harness h(2, /*max_restarts=*/10);
+  h.options.launch.max_restarts_without_progress = 2;
+  h.Start();
+  // Attempt 0 trains 50 steps, then a worker fails: restart.
+  WriteSteps(*h.launcher.workers[0], 50);
+  h.launcher.Exit(1, 1);
+  h.loop.RunUntilIdle();
+  REQUIRE(h.launcher.workers.size() == 4);
+  // Restarts 1 and 2 fail before any rank steps.
+  h.launcher.Exit(2, 1);
+  h.loop.RunUntilIdle();
+  REQUIRE(h.launcher.workers.size() == 6);
+  CHECK_FALSE(h.exit_code.has_value());
+  h.launcher.Exit(5, 1);
+  h.loop.RunUntilIdle();
+  REQUIRE(h.exit_code == 1);
+  CHECK(h.launcher.workers.size() == 6);
+  CHECK(h.rendezvous.no_retry_reports == 1);
+  CHECK(h.rendezvous.restarts_used == 2);  // 8 of the 10 left unspent
+  CHECK(h.console.err.find("FAILED") != std::string::npos);
+}
+
+TEST_CASE("ElasticAgent: without step counts the restart budget decides",
+          "[agent][progress]") {
+  Harness h(1, /*max_restarts=*/3);
+  h.options.launch.max_restarts_without_progress = 1;
+  h.Start();
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    h.launcher.Exit(attempt, 1);
+    h.loop.RunUntilIdle();
+  }
+  REQUIRE(h.exit_code == 1);
+  CHECK(h.launcher.workers.size() == 4);  // every restart was made
+  CHECK(h.rendezvous.no_retry_reports == 0);
+}
+
+TEST_CASE("ElasticAgent: an expired FileTimer scope kills its worker",
+          "[agent][filetimer]") {
+  Harness h(2, /*max_restarts=*/1);
+  const std::string fifo = h.log_dir + "/timer_pipe";
+  h.options.parent_env["TORCHELASTIC_ENABLE_FILE_TIMER"] = "1";
+  h.options.parent_env["TORCHELASTIC_TIMER_FILE"] = fifo;
+  h.options.parent_env["DDPRUN_STACKS"] = "0";  // fake pids: no dumps
+  h.Start();
+  REQUIRE(h.launcher.workers.size() == 2);
+  for (const auto& w : h.launcher.workers) {
+    CHECK(w->env("TORCHELASTIC_TIMER_FILE") == fifo);
+  }
+  // Worker 1 (pid 1001) enters `with expires(after=1)`.
+  const double expires = h.loop.clock()->WallSeconds() + 1.0;
+  {
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    REQUIRE(fd >= 0);
+    const std::string line =
+        "{\"version\": 1, \"pid\": 1001, \"scope_id\": \"train.py#7\", "
+        "\"expiration_time\": " +
+        std::to_string(expires) + ", \"signal\": 9}\n";
+    REQUIRE(::write(fd, line.data(), line.size()) ==
+            static_cast<ssize_t>(line.size()));
+    ::close(fd);
+  }
+  h.loop.Advance(500ms);
+  CHECK(h.launcher.workers[1]->signals.empty());
+  h.loop.Advance(600ms);
+  // SIGKILL, as torch reaps it: a failed worker, the group restarts.
+  REQUIRE_FALSE(h.launcher.workers[1]->signals.empty());
+  CHECK(h.launcher.workers[1]->signals.front() == SIGKILL);
+  REQUIRE(h.launcher.workers.size() == 4);
+  REQUIRE(h.rendezvous.failure_reasons.size() == 1);
+  CHECK_THAT(h.rendezvous.failure_reasons[0],
+             Catch::Contains("killed by the FileTimer server: its FileTimer "
+                             "scope 'train.py#7' expired"));
+  h.agent.reset();
+  CHECK(::access(fifo.c_str(), F_OK) != 0);  // removed with the agent
 }
 
 }  // namespace ddprun::agent

@@ -22,6 +22,8 @@ Cases:
                    variables and --local_rank=N (from its source)
   ddp_deepspeed    ddp_check.py (argparse --local_rank, as DeepSpeed scripts)
                    under ddprun-deepspeed
+  file_timer       TORCHELASTIC_ENABLE_FILE_TIMER=1: a worker whose
+                   `with expires(after=1)` scope overruns is killed (-9)
 
 The interpreter (for torchrun and for the workers of both launchers) is
 $PYTHON_EXEC, default /usr/bin/python3 (Debian's torch 1.13). The
@@ -646,6 +648,59 @@ def signal_forward(args):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def file_timer(args):
+    """torch's FileTimer (TORCHELASTIC_ENABLE_FILE_TIMER=1): a worker whose
+    `with expires(after=1)` block sleeps 6 s (timer_worker.py, torch's own
+    FileTimerClient) is killed with SIGKILL under both launchers, well
+    before its sleep ends. ddprun exits 1 with the worker's exitcode -9 in
+    the failure table, as torchrun 1.13; newer torchruns may SIGKILL
+    themselves too after reaping (their FileTimerServer does), which only
+    changes torchrun's own exit status."""
+    tmp = tempfile.mkdtemp(prefix="ddprun_compat_timer_")
+    try:
+        for name in ("torchrun", "ddprun"):
+            out = os.path.join(tmp, name)
+            os.makedirs(out)
+            env = base_env(out)
+            env["TORCHELASTIC_ENABLE_FILE_TIMER"] = "1"
+            prefix = (torchrun_cmd(tmp, args.shared, env)
+                      if name == "torchrun" else [args.ddprun])
+            flags = ["--standalone", "--nproc_per_node=1"]
+            try:
+                with torchrun_port_lock(flags if name == "torchrun" else []):
+                    p = subprocess.run(
+                        prefix + flags + [os.path.join(HERE, "timer_worker.py")],
+                        env=env, stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, timeout=LAUNCH_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                raise Failure("%s did not end the job in %d s" %
+                              (name, LAUNCH_TIMEOUT_S))
+            ended = time.time()
+            output = p.stdout.decode(errors="replace")
+            started = os.path.join(out, "started_0")
+            check(os.path.exists(started),
+                  "%s: the worker did not start:\n%s" % (name, output[-3000:]))
+            with open(started) as f:
+                took = ended - float(f.read())
+            check(not os.path.exists(os.path.join(out, "survived_0")),
+                  "%s: the worker outlived its expired scope:\n%s" %
+                  (name, output[-3000:]))
+            check(took < 5.5, "%s ended %.1f s after the scope began (the "
+                  "sleep is 6 s)" % (name, took))
+            allowed = (1,) if name == "ddprun" else (1, -signal.SIGKILL)
+            check(p.returncode in allowed, "%s exited %d:\n%s" %
+                  (name, p.returncode, output[-3000:]))
+            if p.returncode == 1:
+                check("  exitcode  : -9 (pid: " in output,
+                      "%s: no SIGKILL in the failure table:\n%s" %
+                      (name, output[-3000:]))
+            print("%s: worker killed %.1f s after its scope began (exit %d)" %
+                  (name, took, p.returncode))
+        print("OK: the expired scope's worker is killed under both launchers")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("case", choices=["ddp_standalone", "ddp_static",
@@ -654,7 +709,7 @@ def main():
                                          "signal_forward", "failure_plain",
                                          "failure_record", "env_accelerate",
                                          "ddp_accelerate", "env_deepspeed",
-                                         "ddp_deepspeed"])
+                                         "ddp_deepspeed", "file_timer"])
     parser.add_argument("--ddprun", required=True)
     parser.add_argument("--shared", required=True)
     args = parser.parse_args()
@@ -677,6 +732,8 @@ def main():
                          restart=True)
         elif args.case == "signal_forward":
             signal_forward(args)
+        elif args.case == "file_timer":
+            file_timer(args)
         elif args.case == "env_legacy":
             side_by_side(args, ["--nproc_per_node=2"], legacy=True)
         elif args.case == "env_accelerate":

@@ -359,7 +359,9 @@ NOT_APPLICABLE = [
      "mocks torch.cuda/torch.accelerator to report 3 GPUs (GPU counts); "
      "nproc 'gpu' on a machine with GPUs: tests/agent nproc_resolver"),
     ("test_run.py::test_nproc_xpu_launch_configurations",
-     "mocks torch.xpu to report 3 XPUs; ddprun counts no XPUs"),
+     "mocks torch.xpu in the test's own process to report 3 XPUs; ddprun "
+     "asks the workers' interpreter, whose torch has none (the count: "
+     "agent/ddprun: --nproc_per_node=xpu is counted by the workers' torch)"),
     ("test_run.py::test_launch_elastic_agent_raise_exception",
      "in-process mock of LocalElasticAgent.run raising"),
     ("test_run.py::test_launch_shutdown",

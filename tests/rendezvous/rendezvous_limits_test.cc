@@ -298,4 +298,44 @@ TEST_CASE(
 }
 
 }  // namespace
+TEST_CASE(
+    "RendezvousState: a node that fails its health check counts for "
+    "the bad-host policy",
+    "[rendezvous][badhost]") {
+  Harness c(1, 3, 100);
+  UseBadHostPolicy(&c, 1);
+  // Host A's agent reports itself unhealthy before the job even exists.
+  v1::JoinRequest sick = c.Request("a");
+  sick.set_unhealthy("GPU 1 has 40000 MiB of 81559 MiB in use");
+  Status s = c.Join(sick);
+  CHECK(s.code() == StatusCode::kFailedPrecondition);
+  CHECK_THAT(s.message(), Catch::Contains("its health check failed: GPU 1"));
+  CHECK_FALSE(c.Answered("a"));  // not joined, nothing parked
+  // The job it created keeps the count: with K = 1 host A sits out the
+  // cool-down, a new agent of host A included, while B's round forms.
+  RejoinAll(c, {"b"});
+  CHECK(InRound(c, "b"));
+  REQUIRE(c.Join("a2").ok());
+  CHECK_FALSE(InRound(c, "a2"));
+  CHECK(c.Of("b").group_world_size() == 1);
+  // An over-long reason is refused like any other reason.
+  v1::JoinRequest loud = c.Request("a");
+  loud.set_unhealthy(std::string(5000, 'x'));
+  CHECK(c.Join(loud).code() == StatusCode::kInvalidArgument);
+}
+
+TEST_CASE(
+    "RendezvousState: with the policy off an unhealthy report only "
+    "refuses the join",
+    "[rendezvous][badhost]") {
+  Harness c(1, 3, 100);
+  UseBadHostPolicy(&c, 0);
+  v1::JoinRequest sick = c.Request("a");
+  sick.set_unhealthy("no /dev/shm");
+  CHECK(c.Join(sick).code() == StatusCode::kFailedPrecondition);
+  RejoinAll(c, {"a", "b"});  // healthy again: it joins
+  CHECK(InRound(c, "a"));
+  CHECK(c.Of("a").group_world_size() == 2);
+}
+
 }  // namespace ddprun::rendezvous

@@ -260,10 +260,12 @@ StatusOr<DeepSpeedPlan> PlanDeepSpeedLaunch(
   }
   std::string include = args.include;
   auto visible = env.find("CUDA_VISIBLE_DEVICES");
+  bool mask_ignored = false;
   if (pool.empty() && visible != env.end() && !visible->second.empty()) {
     const std::string detected = "Detected VISIBLE_DEVICES=" + visible->second;
     if (!args.include.empty() || !args.exclude.empty() || args.num_nodes > 1 ||
         args.num_gpus > 0) {
+      mask_ignored = true;
       plan.warnings.push_back(
           detected +
           " but ignoring it because one or several of "
@@ -290,9 +292,13 @@ StatusOr<DeepSpeedPlan> PlanDeepSpeedLaunch(
     host_info.emplace_back(host, std::move(ids));
   }
   if (pool.empty()) {
-    // This host alone: its devices, by the ids CUDA_VISIBLE_DEVICES lets
-    // through when it lists them (a slot it masks out is not this host's).
-    std::vector<int> ids = VisibleDeviceIds(env, device_count);
+    // This host alone: the ids CUDA_VISIBLE_DEVICES lists when it became
+    // --include (deepspeed's main() runs on them unchecked), else every
+    // device, numbered without the mask: runner.py deleted it before
+    // counting, so -i localhost:2 with CUDA_VISIBLE_DEVICES=0,1 is GPU 2.
+    std::vector<int> ids = VisibleDeviceIds(
+        mask_ignored ? std::map<std::string, std::string>{} : env,
+        device_count);
     master_addr = "127.0.0.1";
     multi_node = false;
     host_info.emplace_back("localhost", std::move(ids));

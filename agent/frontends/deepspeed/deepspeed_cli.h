@@ -79,10 +79,15 @@ struct DeepSpeedPlan {
 };
 
 // runner.py's main() up to the launch: reads the hostfile (absent: this
-// host alone, with `device_count` slots: GPUs, or what deepspeed's CPU
-// accelerator counts), applies CUDA_VISIBLE_DEVICES, --include/--exclude,
-// --num_nodes and --num_gpus, and checks --node_rank. Reads the hostfile
-// only. Errors: kInvalidArgument, one line.
+// host alone, with `device_count` devices: its GPUs counted without
+// CUDA_VISIBLE_DEVICES, which runner.py deletes before counting, or what
+// deepspeed's CPU accelerator counts), applies CUDA_VISIBLE_DEVICES (as
+// --include, its ids then being the host's slots, when no
+// -i/-e/--num_gpus/--num_nodes is given; else ignored, the slots being
+// 0..device_count-1, so `-i localhost:2` with CUDA_VISIBLE_DEVICES=0,1 runs
+// on GPU 2), --include/--exclude, --num_nodes and --num_gpus, and checks
+// --node_rank. Reads the hostfile only. Errors: kInvalidArgument, one
+// line.
 StatusOr<DeepSpeedPlan> PlanDeepSpeedLaunch(
     const DeepSpeedArgs& args, const std::map<std::string, std::string>& env,
     int device_count);

@@ -164,8 +164,13 @@ int RunDeepSpeed(const std::vector<std::string>& argv, EnvMap env,
     cl->stop_on_stdin_eof = args->stop_on_stdin_eof;
     return run_agent(std::move(cl).value(), std::move(env));
   }
+  // runner.py deletes CUDA_VISIBLE_DEVICES before it counts this host's
+  // devices (it becomes --include, or is ignored for -i/-e/--num_gpus):
+  // the slots are the physical devices.
+  EnvMap unmasked = env;
+  unmasked.erase("CUDA_VISIBLE_DEVICES");
   const int devices =
-      DeepSpeedDeviceCount(VisibleGpus(ProbeHostDevices(), env), env);
+      DeepSpeedDeviceCount(VisibleGpus(ProbeHostDevices(), unmasked), env);
   StatusOr<DeepSpeedPlan> plan = PlanDeepSpeedLaunch(*args, env, devices);
   if (!plan.ok()) return BadInput(plan.status());
   for (const std::string& w : plan->warnings) DDP_LOG(WARNING) << w;
