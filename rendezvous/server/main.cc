@@ -26,6 +26,7 @@
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "diagnosis/stack_diagnosis.h"
 #include "diagnosis/stack_summary.h"
+#include "rendezvous/options/rendezvous_options.h"
 #include "rendezvous/server/rendezvous_server.h"
 #include "rendezvous/server/status_format.h"
 
@@ -134,13 +135,7 @@ Status ResolveToken(Flags* f) {
     return Status::Ok();
   }
   if (!file.empty()) {
-    if (!ReadFile(file, &f->token)) {
-      return InvalidArgumentError("cannot read the token file " + file);
-    }
-    while (!f->token.empty() &&
-           (f->token.back() == '\n' || f->token.back() == '\r')) {
-      f->token.pop_back();
-    }
+    DDP_ASSIGN_OR_RETURN(f->token, ReadTokenFile(source, file));
   }
   if (f->token.empty()) {
     return InvalidArgumentError(

@@ -3,6 +3,7 @@
 // through SyncClient (tests/rendezvous/sync_client.h) from test threads.
 #include "ddprun_catch.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 #include <atomic>
 #include <condition_variable>
@@ -560,6 +561,14 @@ TEST_CASE("ParseRendezvousOptions: timeouts in seconds, token file, bad values",
     fputs("abc\n", f);
     fclose(f);
   }
+  // Readable by others: refused (issue 39), as ssh refuses such a key.
+  REQUIRE(chmod(path.c_str(), 0640) == 0);
+  Status open = Parse({{"token_file", path}}).status();
+  CHECK(open.code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(open.message(), Catch::Contains("token_file=" + path +
+                                             ": permissions 0640 are "
+                                             "too open"));
+  REQUIRE(chmod(path.c_str(), 0600) == 0);
   StatusOr<RendezvousOptions> with_file = Parse({{"token_file", path}});
   REQUIRE(with_file.ok());
   CHECK(with_file->token == "abc");

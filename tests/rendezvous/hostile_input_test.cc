@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -335,6 +336,11 @@ TEST_CASE(
       std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") +
       "/ddprun_empty_token_" + std::to_string(getpid());
   std::ofstream(empty_file) << "\n";
+  chmod(empty_file.c_str(), 0600);
+  // A token others may read (issue 39): refused as ssh refuses such a key.
+  const std::string open_file = empty_file + ".open";
+  std::ofstream(open_file) << "s3cret\n";
+  chmod(open_file.c_str(), 0644);
   struct Case {
     std::vector<std::string> args;
     std::vector<std::pair<std::string, std::string>> env;
@@ -355,6 +361,8 @@ TEST_CASE(
       {{"--token_file", empty_file}, {}, "empty token"},
       {{}, {{"DDPRUN_RDZV_TOKEN", ""}}, "empty token"},
       {{}, {{"DDPRUN_RDZV_TOKEN_FILE", empty_file}}, "empty token"},
+      {{"--token_file", open_file}, {}, "permissions 0644 are too open"},
+      {{}, {{"DDPRUN_RDZV_TOKEN_FILE", open_file}}, "chmod 600"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"--host", "127.0.0.1"};
@@ -368,6 +376,7 @@ TEST_CASE(
     CHECK_THAT(err, Catch::Contains(c.says));
   }
   std::remove(empty_file.c_str());
+  std::remove(open_file.c_str());
 }
 
 }  // namespace
