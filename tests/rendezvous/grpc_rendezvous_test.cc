@@ -33,15 +33,7 @@ using Steady = std::chrono::steady_clock;
 
 std::unique_ptr<SyncClient> MakeClient(int port,
                                        const std::string& token = "") {
-  GrpcClientOptions o;
-  o.endpoint = "127.0.0.1:" + std::to_string(port);
-  o.rendezvous.token = token;
-  o.rendezvous.heartbeat_interval = milliseconds(200);
-  // 2 s, not 1 s: a loaded 2-core CI box must not drop a healthy agent.
-  o.rendezvous.heartbeat_timeout = milliseconds(2000);
-  o.rendezvous.last_call_timeout = milliseconds(500);
-  o.rendezvous.join_timeout = seconds(20);
-  auto c = SyncClient::Grpc(o);
+  auto c = SyncClient::Grpc(testing::LoopbackClientOptions(port, token));
   REQUIRE(c.ok());
   return std::move(c).value();
 }
