@@ -82,6 +82,14 @@ void CloseAll(std::vector<int>* fds) {
   fds->clear();
 }
 
+// The port `server` logs that it listens on (on 127.0.0.1), within 10 s.
+std::string ListeningPort(ServerProcess& server) {
+  const std::string port =
+      server.WaitFor("listening on 127\\.0\\.0\\.1:([0-9]+)", seconds(10));
+  REQUIRE_FALSE(port.empty());
+  return port;
+}
+
 v1::JobConfig OneToTwo() {
   v1::JobConfig c;
   c.set_min_nodes(1);
@@ -152,9 +160,7 @@ TEST_CASE(
   }
   ServerProcess server({"--host", "127.0.0.1", "--port", "0"}, {},
                        {"prlimit", "--nofile=128"});
-  const std::string port =
-      server.WaitFor("listening on 127\\.0\\.0\\.1:([0-9]+)", seconds(10));
-  REQUIRE_FALSE(port.empty());
+  const std::string port = ListeningPort(server);
 
   // 200 idle connections against a limit of 128: the server keeps
   // descriptors for itself and sheds the rest (before the fix gRPC's
@@ -292,9 +298,7 @@ TEST_CASE(
     "terminal",
     "[rendezvous][process][hostile]") {
   ServerProcess server({"--host", "127.0.0.1", "--port", "0"});
-  const std::string port =
-      server.WaitFor("listening on 127\\.0\\.0\\.1:([0-9]+)", seconds(10));
-  REQUIRE_FALSE(port.empty());
+  const std::string port = ListeningPort(server);
   auto stub = Stub(port);
   const std::string forged = "\n[rdzv E 00:00:00.000 forged.cc:1] pwned";
   v1::JoinRequest join;
@@ -325,9 +329,7 @@ TEST_CASE(
   // Issue 39: --status escaped what came from the network, --stacks did
   // not.
   ServerProcess server({"--host", "127.0.0.1", "--port", "0"});
-  const std::string port =
-      server.WaitFor("listening on 127\\.0\\.0\\.1:([0-9]+)", seconds(10));
-  REQUIRE_FALSE(port.empty());
+  const std::string port = ListeningPort(server);
   auto stub = Stub(port);
   v1::JoinRequest join;
   join.set_rdzv_id("job");
