@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/logging.h"
+
 namespace ddprun::diagnosis {
 
 std::string NodeLabel(int group_rank, const std::string& host) {
@@ -42,7 +44,17 @@ StackSummary Summarize(const RankStacks& rank, int group_rank,
   } else if (s.missing.empty()) {
     s.missing = "no Python frames";
   }
+  s.stack = CutSummary(s.stack);
   return s;
+}
+
+std::string CutSummary(const std::string& stack) {
+  if (stack.size() <= kMaxSummaryBytes) return stack;
+  const std::string mark = std::string(kCutMark) + "\n";
+  const size_t room = kMaxSummaryBytes - mark.size();
+  // The last whole line that fits (none: the mark alone).
+  const size_t end = stack.rfind('\n', room - 1);
+  return (end == std::string::npos ? "" : stack.substr(0, end + 1)) + mark;
 }
 
 RankStacks FromSummary(const StackSummary& summary) {
@@ -77,7 +89,9 @@ std::string ConsoleLine(const RankStacks& r, size_t max_frames) {
     line += "no stack: " +
             (r.missing.empty() ? std::string("no Python frames") : r.missing);
   }
-  return line + "\n";
+  // Frames, hosts and reasons may come from other nodes: they cannot add
+  // lines or drive the terminal.
+  return EscapeControlChars(line) + "\n";
 }
 
 }  // namespace ddprun::diagnosis

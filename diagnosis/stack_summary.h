@@ -31,11 +31,20 @@ inline constexpr size_t kSummaryFrames = 32;
 inline constexpr size_t kSummaryFramesPast = 8;
 StackSummary Summarize(const RankStacks& rank, int group_rank,
                        const std::string& host);
+
+// A summary's stack text is at most this long (64 KiB requests carry a
+// dozen ranks; the rendezvous pages the rest). CutSummary() keeps whole
+// lines within it and ends with kCutMark's line when it cut anything; the
+// parsers skip that line.
+inline constexpr size_t kMaxSummaryBytes = 4096;
+inline constexpr const char* kCutMark = "  ... (cut by ddprun to 4096 bytes)";
+std::string CutSummary(const std::string& stack);
 RankStacks FromSummary(const StackSummary& summary);
 
 // One console line for a rank, "  rank 2 (pid 812): train.py:88 in load <-
 // ... (+2 more threads)" (the node before the pid when it has one), at
 // most `max_frames` frames; native workers and missing stacks say so.
+// Control characters are escaped (EscapeControlChars): one line, always.
 std::string ConsoleLine(const RankStacks& rank, size_t max_frames);
 
 }  // namespace ddprun::diagnosis

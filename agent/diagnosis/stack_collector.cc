@@ -14,6 +14,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/logging.h"
+
 namespace ddprun::agent {
 namespace {
 
@@ -54,7 +56,60 @@ std::string UtcNow() {
 
 bool Alive(int pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
 
+constexpr char kDumpHeader[] = "# ddprun stack dump: ";
+
 }  // namespace
+
+std::string StackDumpHeader(int rank, int pid, const std::string& why,
+                            const std::string& stamp) {
+  return kDumpHeader +
+         EscapeControlChars("rank " + std::to_string(rank) + " (pid " +
+                            std::to_string(pid) + "), " + why + ", " + stamp) +
+         "\n";
+}
+
+bool TrimStacksFile(const std::string& path, int64_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return false;
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return false;
+  }
+  if (st.st_size <= max_bytes) {
+    ::close(fd);
+    return true;
+  }
+  // The newest half: from its first dump header on.
+  const int64_t keep = max_bytes / 2;
+  const int64_t from = st.st_size - keep;
+  std::string tail(static_cast<size_t>(keep), '\0');
+  ssize_t got = ::pread(fd, tail.data(), tail.size(), from);
+  bool ok = got == static_cast<ssize_t>(tail.size());
+  size_t start = std::string::npos;
+  if (ok) {
+    // A header at the start of a line (the byte before `from` is checked).
+    char before = '\n';
+    if (from > 0 && ::pread(fd, &before, 1, from - 1) != 1) ok = false;
+    if (before == '\n' &&
+        tail.compare(0, sizeof(kDumpHeader) - 1, kDumpHeader) == 0) {
+      start = 0;
+    } else {
+      const size_t at = tail.find(std::string("\n") + kDumpHeader);
+      if (at != std::string::npos) start = at + 1;
+    }
+  }
+  if (ok) {
+    const std::string kept =
+        start == std::string::npos ? std::string() : tail.substr(start);
+    // pwrite on a descriptor without O_APPEND writes where it is told.
+    ok = ::pwrite(fd, kept.data(), kept.size(), 0) ==
+             static_cast<ssize_t>(kept.size()) &&
+         ::ftruncate(fd, static_cast<off_t>(kept.size())) == 0;
+  }
+  ::close(fd);
+  return ok;
+}
 
 int StackDumpSignal() { return SIGRTMAX - 2; }
 
@@ -116,11 +171,9 @@ bool StackCollector::Collect(std::vector<StackTarget> targets,
       p.result.missing =
           "no stack handler: not a Python worker, Python without its site "
           "hook (-S, -I), or DDPRUN_STACKS=0";
-    } else if (!AppendLine(target.path,
-                           "# ddprun stack dump: rank " +
-                               std::to_string(target.rank) + " (pid " +
-                               std::to_string(target.pid) + "), " + why +
-                               ", " + stamp + "\n")) {
+    } else if (!TrimStacksFile(target.path) ||
+               !AppendLine(target.path, StackDumpHeader(target.rank, target.pid,
+                                                        why, stamp))) {
       p.result.missing = "cannot write " + target.path;
     } else {
       p.start = FileSize(target.path);

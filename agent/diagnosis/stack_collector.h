@@ -33,6 +33,22 @@ std::string PythonStackHelperDir();
 // default action would kill it.
 bool CatchesSignal(int pid, int sig);
 
+// The line ddprun writes into a worker's stacks file before asking it for a
+// dump. `why` may come from another node (a Stacks request's reason): its
+// control characters are escaped, so it cannot forge lines in the file.
+std::string StackDumpHeader(int rank, int pid, const std::string& why,
+                            const std::string& stamp);
+
+// A stacks file keeps the newest dumps only: once it is larger than
+// kMaxStacksFileBytes, TrimStacksFile() keeps the newest whole dumps (each
+// starts at a "# ddprun stack dump" line) that fit in half of it, in place
+// (the worker's descriptor, opened O_APPEND, writes on at the new end). A
+// file without such a line in its newest half is emptied. False when the
+// file could not be trimmed (it stays as it was).
+inline constexpr int64_t kMaxStacksFileBytes = int64_t{1} << 20;
+bool TrimStacksFile(const std::string& path,
+                    int64_t max_bytes = kMaxStacksFileBytes);
+
 struct StackTarget {
   int rank = 0;  // global rank, for the diagnosis
   int pid = 0;
@@ -47,8 +63,9 @@ struct StackResult {
 // A collected dump as the diagnosis reads it (diagnosis/stack_diagnosis.h).
 diagnosis::RankStacks ToRankStacks(const StackResult& result);
 
-// Collects every target's stacks without blocking the loop: appends a
-// "# ddprun stack dump" header line to each target's file, sends
+// Collects every target's stacks without blocking the loop: trims each
+// target's file (TrimStacksFile), appends a "# ddprun stack dump" header
+// line (StackDumpHeader) to it, sends
 // StackDumpSignal() to the main thread of each target that catches it
 // (tgkill; the worker's file is opened O_APPEND, so the dump follows the
 // header), and polls the files. A dump is complete when its file grew and

@@ -1,5 +1,6 @@
 #include "agent/elastic/elastic_agent.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -69,6 +70,14 @@ constexpr auto kStacksLimit = std::chrono::seconds(2);
 constexpr auto kGatherLimit = std::chrono::seconds(5);
 // Frames per rank on the console (the files hold all of them).
 constexpr size_t kConsoleFrames = 6;
+
+void RemoveIfEmpty(const std::string& path) {
+  struct stat st;
+  if (!path.empty() && ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+      st.st_size == 0) {
+    ::unlink(path.c_str());
+  }
+}
 
 double Millis(Clock::Duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
@@ -486,6 +495,9 @@ void ElasticAgent::OnWorkerExit(int generation, int local_rank,
   if (watchdog_) watchdog_->Forget(local_rank);
   w.out->OnEof();
   w.err->OnEof();
+  // The worker's hook created its stacks file at start; one that no dump
+  // wrote to is not kept (torchrun's log layout has no such file).
+  RemoveIfEmpty(w.stacks_file);
   if (stop_reason_ != StopReason::kNone) {
     MaybeFinishStop();
     return;
@@ -756,7 +768,8 @@ void ElasticAgent::ReportStacks(int generation, bool watchdog,
     std::string lines;
     for (const diagnosis::RankStacks& r : ranks)
       lines += diagnosis::ConsoleLine(r, kConsoleFrames);
-    if (!note.empty()) lines += "  " + note + "\n";
+    // The note names other nodes (their ids and addresses): escaped.
+    if (!note.empty()) lines += "  " + EscapeControlChars(note) + "\n";
     std::string verdict = diagnosis::DiagnoseHang(ranks);
     if (!note.empty()) verdict += " (" + note + ")";
     const std::string where =

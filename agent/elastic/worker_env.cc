@@ -50,6 +50,10 @@ EnvMap BuildWorkerEnv(const LaunchOptions& options, const TorchVersion& torch,
                       const std::string& run_id, int local_rank,
                       const std::string& error_file, const EnvMap& parent_env) {
   EnvMap env = parent_env;
+  // The rendezvous token is the agents' secret: a worker (user code, its
+  // subprocesses, a crash dump of its environment) never sees it.
+  env.erase("DDPRUN_RDZV_TOKEN");
+  env.erase("DDPRUN_RDZV_TOKEN_FILE");
   if (options.contract == WorkerContract::kDeepSpeed) {
     const int rank = round.rank_offset + local_rank;
     env["RANK"] = std::to_string(rank);

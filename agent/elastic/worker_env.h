@@ -31,6 +31,8 @@ namespace ddprun::agent {
 // MASTER_ADDR, MASTER_PORT, CROSS_RANK (the node rank), CROSS_SIZE (nodes)
 // and LOCAL_SIZE (nproc_per_node); nothing else (the front end puts
 // CUDA_VISIBLE_DEVICES into `parent_env`).
+// Either way DDPRUN_RDZV_TOKEN and DDPRUN_RDZV_TOKEN_FILE (the agents'
+// rendezvous secret) are removed.
 EnvMap BuildWorkerEnv(const LaunchOptions& options, const TorchVersion& torch,
                       const rendezvous::RendezvousResult& round,
                       const std::string& run_id, int local_rank,

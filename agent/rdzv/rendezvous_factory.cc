@@ -52,14 +52,17 @@ GrpcClientOptions ClientOptions(const LaunchOptions& options,
 // server's, and tls_ca checks every client's: mutual TLS, as every node
 // holds a certificate anyway.
 // `own_hosts`: this agent's addresses (ServerOptions::own_hosts: the
-// successor is on none of them).
+// successor is on none of them). The server serves `rdzv_id` only: a
+// request for another job must neither create jobs in this agent nor
+// complete rounds (in static mode each round empties the workers' store).
 StatusOr<std::unique_ptr<RendezvousHost>> MakeHost(
     const std::string& bind_host, int port, const GrpcClientOptions& client,
-    std::vector<std::string> own_hosts = {}) {
+    const std::string& rdzv_id, std::vector<std::string> own_hosts = {}) {
   const rendezvous::RendezvousOptions& r = client.rendezvous;
   rendezvous::ServerOptions so;
   so.token = r.token;
   so.failover = true;
+  so.only_rdzv_id = rdzv_id;
   so.own_hosts = std::move(own_hosts);
   if (!r.tls_ca_pem.empty() || !r.tls_cert_pem.empty() ||
       !r.tls_key_pem.empty()) {
@@ -80,9 +83,11 @@ StatusOr<std::unique_ptr<RendezvousHost>> MakeHost(
 // Hosts the server now (see MakeHost).
 StatusOr<std::unique_ptr<RendezvousHost>> Host(
     const std::string& bind_host, int port, const GrpcClientOptions& client,
-    std::vector<std::string> own_hosts = {}, bool quiet = false) {
-  DDP_ASSIGN_OR_RETURN(std::unique_ptr<RendezvousHost> host,
-                       MakeHost(bind_host, port, client, std::move(own_hosts)));
+    const std::string& rdzv_id, std::vector<std::string> own_hosts = {},
+    bool quiet = false) {
+  DDP_ASSIGN_OR_RETURN(
+      std::unique_ptr<RendezvousHost> host,
+      MakeHost(bind_host, port, client, rdzv_id, std::move(own_hosts)));
   DDP_RETURN_IF_ERROR(host->Serve(quiet).status());
   return host;
 }
@@ -147,7 +152,8 @@ StatusOr<RendezvousSetup> MakeGrpc(const LaunchOptions& options,
     // Never serves the endpoint (port 0), only its standby; not even that
     // without a certificate of its own to serve TLS with (tls_ca alone
     // checks the server: an agent of an external server).
-    StatusOr<std::unique_ptr<RendezvousHost>> standby = MakeHost("", 0, client);
+    StatusOr<std::unique_ptr<RendezvousHost>> standby =
+        MakeHost("", 0, client, options.rdzv_id);
     if (!standby.ok()) return Connect(nullptr, client, loop);
     return Connect(with_standby(std::move(standby).value()), client, loop);
   }
@@ -162,13 +168,15 @@ StatusOr<RendezvousSetup> MakeGrpc(const LaunchOptions& options,
     // taken port is not a gRPC error line). They stand by to take over.
     DDP_LOG(INFO) << "rendezvous " << ep.ToString()
                   << " is already served on this host: joining it";
-    DDP_ASSIGN_OR_RETURN(std::unique_ptr<RendezvousHost> standby,
-                         MakeHost(bind_host, ep.port, client, own));
+    DDP_ASSIGN_OR_RETURN(
+        std::unique_ptr<RendezvousHost> standby,
+        MakeHost(bind_host, ep.port, client, options.rdzv_id, own));
     return Connect(with_standby(std::move(standby)), client, loop);
   }
   // Another agent on this host may bind between the probe and here.
   StatusOr<std::unique_ptr<RendezvousHost>> server =
-      Host(bind_host, ep.port, client, own, /*quiet=*/auto_host);
+      Host(bind_host, ep.port, client, options.rdzv_id, own,
+           /*quiet=*/auto_host);
   if (!server.ok()) {
     if (!auto_host || server.status().code() != StatusCode::kUnavailable) {
       return Status(server.status().code(), "hosting the rendezvous at " +
@@ -177,8 +185,9 @@ StatusOr<RendezvousSetup> MakeGrpc(const LaunchOptions& options,
     }
     DDP_LOG(INFO) << "rendezvous " << ep.ToString()
                   << " is already served on this host: joining it";
-    DDP_ASSIGN_OR_RETURN(std::unique_ptr<RendezvousHost> standby,
-                         MakeHost(bind_host, ep.port, client, own));
+    DDP_ASSIGN_OR_RETURN(
+        std::unique_ptr<RendezvousHost> standby,
+        MakeHost(bind_host, ep.port, client, options.rdzv_id, own));
     return Connect(with_standby(std::move(standby)), client, loop);
   }
   if (ep.port == 0) {
@@ -215,7 +224,7 @@ StatusOr<RendezvousSetup> MakeStatic(const LaunchOptions& options,
   if (options.node_rank == 0) {
     const std::string bind_host = HostedBindAddress(ep.host);
     StatusOr<std::unique_ptr<RendezvousHost>> hosted =
-        MakeHost(bind_host, ep.port, client);
+        MakeHost(bind_host, ep.port, client, options.rdzv_id);
     if (hosted.ok()) {
       if (agent_store) (*hosted)->EnableAgentStore();
       Status served = (*hosted)->Serve(/*quiet=*/false).status();
@@ -259,7 +268,7 @@ StatusOr<RendezvousSetup> MakeStandalone(const LaunchOptions& options,
   r.tls_cert_pem.clear();
   r.tls_key_pem.clear();
   DDP_ASSIGN_OR_RETURN(std::unique_ptr<RendezvousHost> server,
-                       Host(host, 0, client));
+                       Host(host, 0, client, options.rdzv_id));
   ep.port = *server->Serve(false);
   client.endpoint = ep.ToString();
   return Connect(std::move(server), client, loop);

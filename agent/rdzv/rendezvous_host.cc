@@ -54,8 +54,12 @@ StatusOr<int> RendezvousHost::ServeWithStore() {
   AgentStore* raw_store = store.get();
   rendezvous::ServerOptions options = options_;
   options.adopt_connections = true;
-  options.defaults.on_round_complete = [raw_store](const std::string& job,
-                                                   int64_t round) {
+  // Only this agent's job's rounds empty its workers' store (the server
+  // refuses other jobs too: only_rdzv_id).
+  options.defaults.on_round_complete = [raw_store, own = options.only_rdzv_id](
+                                           const std::string& job,
+                                           int64_t round) {
+    if (!own.empty() && job != own) return;
     raw_store->Reset("rendezvous '" + job + "' round " + std::to_string(round) +
                      " formed");
   };

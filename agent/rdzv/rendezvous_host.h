@@ -39,7 +39,8 @@ class RendezvousHost {
   // Static multi-node mode: Serve() also serves the workers' c10d store on
   // the same port (agent/rdzv/agent_store.h): the port's listener is an
   // AgentStore that hands gRPC connections to the rendezvous server, and
-  // every completed round empties the store before its Joins are answered.
+  // every completed round of the agent's job (ServerOptions::only_rdzv_id)
+  // empties the store before its Joins are answered.
   // No TLS (rdzv_conf tls_*) with it. Call before Serve().
   void EnableAgentStore() EXCLUDES(mu_);
 

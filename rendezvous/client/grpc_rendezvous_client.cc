@@ -217,10 +217,24 @@ class GrpcRendezvousClient final : public RendezvousClient {
   void OnStacksRequest(const v1::HeartbeatResponse& resp) EXCLUDES(mu_);
   // One Stacks call (no retries: dumps are bounded and best effort);
   // `done` gets the answer on the loop.
+  using StacksReply = std::function<void(StatusOr<v1::StacksResponse>)>;
   void CallStacks(const v1::StacksRequest& req, Clock::TimePoint deadline,
-                  std::function<void(StatusOr<StacksAnswer>)> done);
-  // Polls dump `id` until complete or `deadline` (loop thread).
+                  StacksReply done);
+  // Sends parts[next...] of this node's answer (head: the dump's id and
+  // this node), each after the one before was taken; `done` gets the last
+  // reply or the first error (loop thread).
+  void SendParts(v1::StacksRequest head,
+                 std::shared_ptr<std::vector<std::vector<v1::RankStack>>> parts,
+                 size_t next, Clock::TimePoint deadline, StacksReply done);
+  // Polls dump `id` (its state only) until complete or `deadline`, then
+  // reads its ranks (loop thread).
   void PollStacks(uint64_t id, Clock::TimePoint deadline, StacksDone done);
+  // Reads dump `id`'s ranks page by page from index `from` into *answer
+  // (which holds the dump's state), then `done` (loop thread). Ranks
+  // whose page fails are named in missing_nodes.
+  void FetchStacks(uint64_t id, uint32_t from,
+                   std::shared_ptr<StacksAnswer> answer,
+                   Clock::TimePoint deadline, StacksDone done);
 
   const GrpcClientOptions options_;
   const Endpoint endpoint_;
@@ -347,28 +361,48 @@ std::string WholeSeconds(Clock::Duration d) {
 }
 
 constexpr auto kPollInterval = std::chrono::milliseconds(100);
-// A node's stacks travel in one request (64 KiB at most): each rank's text
-// is cut to this.
-constexpr size_t kMaxStackBytes = 4096;
+// A node's answer travels in parts below the server's 64 KiB request
+// limit; each rank's text is cut to diagnosis::kMaxSummaryBytes already.
+constexpr size_t kPartBytes = 48 * 1024;
+// ranks_from past any dump: the reply carries the state only.
+constexpr uint32_t kStateOnly = UINT32_MAX;
+// Reading a large dump's pages may take this long past the deadline.
+constexpr auto kFetchGrace = std::chrono::seconds(1);
 
 void ToProto(const diagnosis::StackSummary& r, v1::RankStack* out) {
   out->set_rank(r.rank);
   out->set_pid(r.pid);
   out->set_group_rank(r.group_rank);
   out->set_host(r.host.substr(0, 256));
-  out->set_stack(r.stack.substr(0, kMaxStackBytes));
+  out->set_stack(diagnosis::CutSummary(r.stack));
   out->set_missing(r.missing.substr(0, 256));
 }
 
-StacksAnswer FromProto(const v1::StacksResponse& resp) {
+// `ranks` in parts of at most kPartBytes each (none: one empty part).
+std::vector<std::vector<v1::RankStack>> SplitParts(
+    const std::vector<diagnosis::StackSummary>& ranks) {
+  std::vector<std::vector<v1::RankStack>> parts(1);
+  size_t bytes = 0;
+  for (const diagnosis::StackSummary& r : ranks) {
+    v1::RankStack p;
+    ToProto(r, &p);
+    const size_t size = p.ByteSizeLong() + 8;  // + tag and length
+    if (!parts.back().empty() && bytes + size > kPartBytes) {
+      parts.emplace_back();
+      bytes = 0;
+    }
+    bytes += size;
+    parts.back().push_back(std::move(p));
+  }
+  return parts;
+}
+
+// The dump's state (no ranks: FetchStacks reads them).
+StacksAnswer StateOf(const v1::StacksResponse& resp) {
   StacksAnswer a;
   a.request_id = resp.request_id();
   a.reason = resp.reason();
   a.complete = resp.complete();
-  for (const v1::RankStack& r : resp.ranks()) {
-    a.ranks.push_back(
-        {r.rank(), r.pid(), r.group_rank(), r.host(), r.stack(), r.missing()});
-  }
   a.missing_nodes.assign(resp.missing_nodes().begin(),
                          resp.missing_nodes().end());
   return a;
@@ -1175,9 +1209,9 @@ void GrpcRendezvousClient::OnStacksRequest(const v1::HeartbeatResponse& resp) {
   });
 }
 
-void GrpcRendezvousClient::CallStacks(
-    const v1::StacksRequest& req, Clock::TimePoint deadline,
-    std::function<void(StatusOr<StacksAnswer>)> done) {
+void GrpcRendezvousClient::CallStacks(const v1::StacksRequest& req,
+                                      Clock::TimePoint deadline,
+                                      StacksReply done) {
   auto rpc = std::make_shared<Rpc<v1::StacksRequest, v1::StacksResponse>>();
   rpc->req = req;
   PrepareContext(&rpc->ctx);
@@ -1193,35 +1227,61 @@ void GrpcRendezvousClient::CallStacks(
           done(FromGrpc(s, Target()));
           return;
         }
-        done(FromProto(rpc->resp));
+        done(std::move(rpc->resp));
       });
+}
+
+void GrpcRendezvousClient::SendParts(
+    v1::StacksRequest head,
+    std::shared_ptr<std::vector<std::vector<v1::RankStack>>> parts, size_t next,
+    Clock::TimePoint deadline, StacksReply done) {
+  v1::StacksRequest req = head;
+  req.set_part(static_cast<uint32_t>(next));
+  req.set_more_parts(next + 1 < parts->size());
+  req.set_ranks_from(kStateOnly);
+  for (v1::RankStack& r : (*parts)[next]) *req.add_ranks() = std::move(r);
+  std::weak_ptr<char> alive = alive_;
+  CallStacks(req, deadline,
+             [this, alive, head = std::move(head), parts, next, deadline,
+              done](StatusOr<v1::StacksResponse> reply) mutable {
+               if (alive.expired()) return;
+               if (!reply.ok() || next + 1 >= parts->size()) {
+                 done(std::move(reply));
+                 return;
+               }
+               head.set_request_id(reply->request_id());
+               head.clear_reason();
+               SendParts(std::move(head), parts, next + 1, deadline, done);
+             });
 }
 
 void GrpcRendezvousClient::AnswerStacks(
     uint64_t request_id, std::vector<diagnosis::StackSummary> ranks) {
-  v1::StacksRequest req;
+  v1::StacksRequest head;
   {
     MutexLock lock(&mu_);
     if (stop_ || rdzv_id_.empty()) return;
-    req.set_rdzv_id(rdzv_id_);
-    req.set_node_id(node_.node_id());
+    head.set_rdzv_id(rdzv_id_);
+    head.set_node_id(node_.node_id());
   }
-  req.set_instance(instance_);
-  req.set_request_id(request_id);
-  for (const diagnosis::StackSummary& r : ranks) ToProto(r, req.add_ranks());
-  CallStacks(req, clock_->Now() + options_.rendezvous.rpc_timeout,
-             [request_id](StatusOr<StacksAnswer> answer) {
-               if (!answer.ok()) {
-                 DDP_LOG(WARNING) << "answering stack dump " << request_id
-                                  << ": " << answer.status().message();
-               }
-             });
+  head.set_instance(instance_);
+  head.set_request_id(request_id);
+  auto parts = std::make_shared<std::vector<std::vector<v1::RankStack>>>(
+      SplitParts(ranks));
+  SendParts(std::move(head), parts, 0,
+            clock_->Now() + options_.rendezvous.rpc_timeout,
+            [request_id](StatusOr<v1::StacksResponse> answer) {
+              if (!answer.ok()) {
+                DDP_LOG(WARNING) << "answering stack dump " << request_id
+                                 << ": " << answer.status().message();
+              }
+            });
 }
 
 void GrpcRendezvousClient::GatherStacks(
     const std::string& reason, std::vector<diagnosis::StackSummary> own,
     Clock::TimePoint deadline, StacksDone done) {
-  v1::StacksRequest req;
+  v1::StacksRequest head;
   {
     MutexLock lock(&mu_);
     if (stop_ || rdzv_id_.empty()) {
@@ -1231,27 +1291,34 @@ void GrpcRendezvousClient::GatherStacks(
       });
       return;
     }
-    req.set_rdzv_id(rdzv_id_);
-    req.set_node_id(node_.node_id());
+    head.set_rdzv_id(rdzv_id_);
+    head.set_node_id(node_.node_id());
   }
-  req.set_instance(instance_);
-  req.set_reason(reason.substr(0, 256));
-  for (const diagnosis::StackSummary& r : own) ToProto(r, req.add_ranks());
-  CallStacks(req, deadline,
-             [this, deadline, done](StatusOr<StacksAnswer> answer) {
-               if (!answer.ok() || answer->complete ||
-                   clock_->Now() + kPollInterval >= deadline) {
-                 done(std::move(answer));
-                 return;
-               }
-               {
-                 // This node answered with the request: its heartbeat
-                 // need not hand the same dump to the agent again.
-                 MutexLock lock(&mu_);
-                 stacks_seen_ = std::max(stacks_seen_, answer->request_id);
-               }
-               PollStacks(answer->request_id, deadline, done);
-             });
+  head.set_instance(instance_);
+  head.set_reason(reason.substr(0, 256));
+  auto parts = std::make_shared<std::vector<std::vector<v1::RankStack>>>(
+      SplitParts(own));
+  SendParts(
+      std::move(head), parts, 0, deadline,
+      [this, deadline, done](StatusOr<v1::StacksResponse> reply) {
+        if (!reply.ok()) {
+          done(reply.status());
+          return;
+        }
+        {
+          // This node answered with the request: its heartbeat
+          // need not hand the same dump to the agent again.
+          MutexLock lock(&mu_);
+          stacks_seen_ = std::max(stacks_seen_, reply->request_id());
+        }
+        if (reply->complete() || clock_->Now() + kPollInterval >= deadline) {
+          FetchStacks(reply->request_id(), 0,
+                      std::make_shared<StacksAnswer>(StateOf(*reply)),
+                      deadline + kFetchGrace, done);
+          return;
+        }
+        PollStacks(reply->request_id(), deadline, done);
+      });
 }
 
 void GrpcRendezvousClient::SetStepRates(std::vector<RankStepRate> rates) {
@@ -1276,16 +1343,60 @@ void GrpcRendezvousClient::PollStacks(uint64_t id, Clock::TimePoint deadline,
       req.set_rdzv_id(rdzv_id_);
     }
     req.set_request_id(id);
-    CallStacks(req, deadline,
-               [this, id, deadline, done](StatusOr<StacksAnswer> answer) {
-                 if (!answer.ok() || answer->complete ||
-                     clock_->Now() + kPollInterval >= deadline) {
-                   done(std::move(answer));
-                   return;
-                 }
-                 PollStacks(id, deadline, done);
-               });
+    req.set_ranks_from(kStateOnly);
+    CallStacks(
+        req, deadline,
+        [this, id, deadline, done](StatusOr<v1::StacksResponse> reply) {
+          if (!reply.ok()) {
+            done(reply.status());
+            return;
+          }
+          if (reply->complete() || clock_->Now() + kPollInterval >= deadline) {
+            FetchStacks(id, 0, std::make_shared<StacksAnswer>(StateOf(*reply)),
+                        deadline + kFetchGrace, done);
+            return;
+          }
+          PollStacks(id, deadline, done);
+        });
   });
+}
+
+void GrpcRendezvousClient::FetchStacks(uint64_t id, uint32_t from,
+                                       std::shared_ptr<StacksAnswer> answer,
+                                       Clock::TimePoint deadline,
+                                       StacksDone done) {
+  v1::StacksRequest req;
+  {
+    MutexLock lock(&mu_);
+    req.set_rdzv_id(rdzv_id_);
+  }
+  req.set_request_id(id);
+  req.set_ranks_from(from);
+  std::weak_ptr<char> alive = alive_;
+  CallStacks(req, deadline,
+             [this, alive, id, from, answer, deadline,
+              done](StatusOr<v1::StacksResponse> reply) {
+               if (alive.expired()) return;
+               if (!reply.ok()) {
+                 // What was read stays; the rest is named, not dropped.
+                 answer->complete = false;
+                 answer->missing_nodes.push_back(
+                     "ranks from index " + std::to_string(from) +
+                     " of the dump (not read: " + reply.status().message() +
+                     ")");
+                 done(std::move(*answer));
+                 return;
+               }
+               for (const v1::RankStack& r : reply->ranks()) {
+                 answer->ranks.push_back({r.rank(), r.pid(), r.group_rank(),
+                                          r.host(), r.stack(), r.missing()});
+               }
+               if (reply->ranks_next() > from) {
+                 FetchStacks(id, reply->ranks_next(), answer, deadline, done);
+                 return;
+               }
+               done(std::move(*answer));
+             });
 }
 
 }  // namespace ddprun::rendezvous::internal

@@ -146,15 +146,17 @@ class RendezvousClient {
   // stacks (a dump another node or an operator started); the agent
   // collects them and calls AnswerStacks(request_id, ...). Null: none.
   virtual void SetStacksRequestHandler(StacksRequestHandler handler) {}
-  // This node's answer to dump `request_id`: one call, bounded by the
-  // RPC timeout, best effort (a failure is logged).
+  // This node's answer to dump `request_id`: calls of at most 64 KiB each
+  // (parts), bounded by the RPC timeout, best effort (a failure is
+  // logged).
   virtual void AnswerStacks(uint64_t request_id,
                             std::vector<diagnosis::StackSummary> ranks) {}
   // Starts a dump across the job's nodes (or joins the one under way) with
   // this node's `own` ranks as its answer, then polls until every node of
-  // the running round has answered or `deadline` passes: `done` gets what
-  // was collected (complete false at the deadline), or the error of the
-  // first call.
+  // the running round has answered or `deadline` passes, then reads the
+  // dump's ranks page by page (at most 1 s more): `done` gets what was
+  // collected (complete false at the deadline; ranks whose page could not
+  // be read are named in missing_nodes), or the error of the first call.
   // Step rates: this node's ranks' rates go with every later heartbeat
   // (Status shows them); JobMedianStepRate() is the median over the job's
   // ranks from the last heartbeat's answer, <= 0 when none is known (and

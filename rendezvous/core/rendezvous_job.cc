@@ -86,6 +86,15 @@ Status RendezvousJob::CheckInstance(const std::string& node_id,
   return Status::Ok();
 }
 
+Status RendezvousJob::CheckMember(const std::string& node_id,
+                                  uint64_t instance) const {
+  if (!HasNode(node_id)) {
+    return NotFoundError("node '" + node_id + "' is not in rendezvous '" + id_ +
+                         "'");
+  }
+  return CheckInstance(node_id, instance);
+}
+
 RendezvousJob::Node* RendezvousJob::FindNode(const std::string& node_id,
                                              uint64_t instance) {
   auto it = nodes_.find(node_id);

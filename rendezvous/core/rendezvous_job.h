@@ -99,6 +99,10 @@ class RendezvousJob {
   bool HasNode(const std::string& node_id) const {
     return nodes_.count(node_id) != 0;
   }
+  // OK when `node_id` is a node of the job with `instance`; NOT_FOUND when
+  // it is none, ALREADY_EXISTS when another process holds it.
+  Status CheckMember(const std::string& node_id, uint64_t instance) const;
+  size_t node_count() const { return nodes_.size(); }
   // True when the job has no node at all and never finished: nobody waits
   // for it, so the server may forget it.
   bool abandoned() const { return !finished() && nodes_.empty(); }

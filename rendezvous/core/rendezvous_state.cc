@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <cstdio>
 #include <string_view>
 
@@ -127,6 +128,46 @@ Status CheckAssignment(const v1::Assignment& a, const v1::JobConfig& c) {
 constexpr size_t kMaxStacksReasonBytes = 256;
 constexpr int kMaxRanksPerAnswer = 65536;
 constexpr int kMaxRates = 65536;
+// A rank's summary is cut to 4096 bytes by its agent
+// (diagnosis::kMaxSummaryBytes); twice that leaves room for other agents'
+// versions without letting one rank fill a request.
+constexpr size_t kMaxRankStackBytes = 8192;
+constexpr size_t kMaxRankFieldBytes = 256;
+
+Status CheckRankStacks(const v1::StacksRequest& request) {
+  if (request.ranks_size() > kMaxRanksPerAnswer) {
+    return InvalidArgumentError("more than 65536 ranks in one answer");
+  }
+  for (const v1::RankStack& r : request.ranks()) {
+    if (r.stack().size() > kMaxRankStackBytes) {
+      return InvalidArgumentError("the stack of rank " +
+                                  std::to_string(r.rank()) +
+                                  " is longer than 8192 bytes");
+    }
+    if (r.host().size() > kMaxRankFieldBytes ||
+        r.missing().size() > kMaxRankFieldBytes) {
+      return InvalidArgumentError("the host or missing text of rank " +
+                                  std::to_string(r.rank()) +
+                                  " is longer than 256 bytes");
+    }
+  }
+  return Status::Ok();
+}
+
+// Each node's share of a round is at most this many ranks (WORLD_SIZE and
+// the rank offsets are 32-bit everywhere downstream: a round of max_nodes
+// such nodes stays below 2^31).
+Status CheckWorldSize(const v1::JobConfig& c, const v1::NodeInfo& n) {
+  const int64_t most = INT32_MAX / std::max<int64_t>(1, c.max_nodes());
+  if (static_cast<int64_t>(n.local_world_size()) > most) {
+    return InvalidArgumentError(
+        "local_world_size " + std::to_string(n.local_world_size()) +
+        " with max_nodes " + std::to_string(c.max_nodes()) +
+        " could make a round of more than 2^31-1 ranks (at most " +
+        std::to_string(most) + " per node)");
+  }
+  return Status::Ok();
+}
 
 std::vector<BoardNode> RunningNodes(const RendezvousJob& job) {
   std::vector<BoardNode> running;
@@ -206,6 +247,7 @@ Status RendezvousState::Join(const v1::JoinRequest& request, WaiterId waiter) {
   DDP_RETURN_IF_ERROR(CheckRdzvId(request.rdzv_id()));
   DDP_RETURN_IF_ERROR(CheckConfig(request.config()));
   DDP_RETURN_IF_ERROR(CheckNode(request.node()));
+  DDP_RETURN_IF_ERROR(CheckWorldSize(request.config(), request.node()));
   // The previous round moves a fresh job's round number (server restart).
   DDP_RETURN_IF_ERROR(CheckRound(request.previous().round()));
   DDP_RETURN_IF_ERROR(CheckReason(request.unhealthy()));
@@ -349,6 +391,24 @@ StatusOr<v1::StatusResponse> RendezvousState::GetStatus(
   return reply;
 }
 
+v1::StatusResponse RendezvousState::GetStatusPage(
+    const std::string& page_after) const {
+  v1::StatusResponse reply;
+  size_t cost = 0;
+  for (auto it = jobs_.upper_bound(page_after); it != jobs_.end(); ++it) {
+    if (reply.jobs_size() > 0 && cost >= kStatusPageCost) {
+      reply.set_next_page_after(reply.jobs(reply.jobs_size() - 1).rdzv_id());
+      break;
+    }
+    v1::JobStatus* job = reply.add_jobs();
+    *job = it->second->GetStatus();
+    AddRates(job);
+    cost += 1 + job->nodes_size();
+    for (const v1::NodeStatus& n : job->nodes()) cost += n.rank_rates_size();
+  }
+  return reply;
+}
+
 void RendezvousState::TrackWaiter(const std::string& rdzv_id, WaiterId waiter,
                                   size_t first_new_outcome) {
   bool answered = false;
@@ -431,36 +491,56 @@ StatusOr<v1::StacksResponse> RendezvousState::Stacks(
   if (request.reason().size() > kMaxStacksReasonBytes) {
     return InvalidArgumentError("stacks reason is longer than 256 bytes");
   }
-  if (request.ranks_size() > kMaxRanksPerAnswer) {
-    return InvalidArgumentError("more than 65536 ranks in one answer");
-  }
-  if (request.node_id().empty() && request.ranks_size() > 0) {
+  DDP_RETURN_IF_ERROR(CheckRankStacks(request));
+  const bool answers = !request.node_id().empty();
+  if (!answers && (request.ranks_size() > 0 || request.part() > 0 ||
+                   request.more_parts())) {
     return InvalidArgumentError("ranks without the node_id that sends them");
   }
+  if (request.request_id() == 0 && request.part() > 0) {
+    return InvalidArgumentError(
+        "a request that starts a stack dump carries part 0 of its answer");
+  }
   DDP_ASSIGN_OR_RETURN(RendezvousJob * job, FindJob(request.rdzv_id()));
-  if (!request.node_id().empty() &&
-      !job->HasNode(request.node_id())) {
-    return NotFoundError("node '" + request.node_id() +
-                         "' is not in rendezvous '" + request.rdzv_id() + "'");
+  if (answers) {
+    // Only the process that joined as the node answers for it: another
+    // caller cannot replace a node's stacks.
+    DDP_RETURN_IF_ERROR(CheckNodeId(request.node_id(), request.instance()));
+    DDP_RETURN_IF_ERROR(
+        job->CheckMember(request.node_id(), request.instance()));
   }
   const std::vector<BoardNode> running = RunningNodes(*job);
-  StackBoard& board = boards_[request.rdzv_id()];
+  auto board = boards_.find(request.rdzv_id());
   uint64_t id = request.request_id();
   if (id == 0) {
     if (running.empty()) {
       return FailedPreconditionError("no round of rendezvous '" +
                                      request.rdzv_id() + "' runs");
     }
-    id = board.Start(request.reason().empty() ? "requested"
-                                              : request.reason(),
-                     running, clock_->Now());
+    board = boards_.try_emplace(request.rdzv_id()).first;
+    id = board->second.Start(
+        request.reason().empty() ? "requested" : request.reason(), running,
+        clock_->Now());
+  } else if (board == boards_.end()) {
+    return NotFoundError("stack dump " + std::to_string(id) +
+                         " is not the job's latest (0)");
   }
-  if (!request.node_id().empty()) {
+  if (answers) {
     std::vector<v1::RankStack> ranks(request.ranks().begin(),
                                      request.ranks().end());
-    DDP_RETURN_IF_ERROR(board.Answer(id, request.node_id(), std::move(ranks)));
+    DDP_RETURN_IF_ERROR(
+        board->second.Answer(id, request.node_id(), request.part(),
+                             request.more_parts(), std::move(ranks)));
   }
-  return board.Get(id, running);
+  return board->second.Get(id, running, request.ranks_from());
+}
+
+StatusOr<v1::StacksResponse> RendezvousState::PeekStacks(
+    const std::string& rdzv_id) const {
+  auto board = boards_.find(rdzv_id);
+  DDP_ASSIGN_OR_RETURN(RendezvousJob * job, FindJob(rdzv_id));
+  if (board == boards_.end()) return NotFoundError("no stack dump");
+  return board->second.Get(board->second.latest(), RunningNodes(*job));
 }
 
 void RendezvousState::AddStacksRequest(const std::string& rdzv_id,

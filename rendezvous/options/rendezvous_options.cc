@@ -1,9 +1,56 @@
 #include "rendezvous/options/rendezvous_options.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
 namespace ddprun::rendezvous {
+
+StatusOr<std::string> ReadTokenFile(const std::string& what,
+                                    const std::string& path) {
+  // Opened once, checked on the descriptor: the file checked is the file
+  // read. O_NONBLOCK: a FIFO must not block the check.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    return InvalidArgumentError(
+        what + ": cannot read the token file: " + std::strerror(errno));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return InvalidArgumentError(what +
+                                ": the token file is not a regular file");
+  }
+  if ((st.st_mode & 077) != 0) {
+    ::close(fd);
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o",
+                  static_cast<unsigned>(st.st_mode & 07777));
+    return InvalidArgumentError(
+        what + ": permissions " + mode +
+        " are too open: other users could read the token (chmod 600 " + path +
+        ", or give the token in DDPRUN_RDZV_TOKEN)");
+  }
+  std::string token;
+  char buf[4096];
+  while (token.size() < (1 << 20)) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    token.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) {
+    token.pop_back();
+  }
+  return token;
+}
 
 StatusOr<RendezvousOptions> ParseRendezvousOptions(
     const std::string& source, const RdzvConf& conf,
@@ -36,8 +83,12 @@ StatusOr<RendezvousOptions> ParseRendezvousOptions(
   if (auto it = conf.find("token"); it != conf.end()) {
     options.token = it->second;
   }
+  if (auto it = conf.find("token_file"); it != conf.end()) {
+    DDP_ASSIGN_OR_RETURN(
+        options.token,
+        ReadTokenFile("rdzv_conf token_file=" + it->second, it->second));
+  }
   const std::pair<const char*, std::string*> files[] = {
-      {"token_file", &options.token},
       {"tls_ca", &options.tls_ca_pem},
       {"tls_cert", &options.tls_cert_pem},
       {"tls_key", &options.tls_key_pem},

@@ -65,9 +65,18 @@ struct RendezvousOptions {
 // tls_ca, tls_cert and tls_key are read. `env_token` is
 // $DDPRUN_RDZV_TOKEN (nullopt: unset), used when rdzv_conf gives no token.
 // Errors (INVALID_ARGUMENT, one line): an unknown key, a bad value, an
-// unreadable file, an empty token file or an empty DDPRUN_RDZV_TOKEN (either
-// would silently turn authentication off). NOT_FOUND: a file vanished
+// unreadable file, a token file others may read (ReadTokenFile), an empty
+// token file or an empty DDPRUN_RDZV_TOKEN (either would silently turn
+// authentication off). NOT_FOUND: a file vanished
 // between the check and the read.
+// The token in file `path` (`what` names it in errors: "--token_file F"),
+// without its trailing newline. Refused (INVALID_ARGUMENT, one line) when
+// the file is not a regular file or group or others may access it (mode &
+// 077, as ssh refuses such a private key: any local user could read the
+// token), or cannot be read. Emptiness is the caller's check.
+StatusOr<std::string> ReadTokenFile(const std::string& what,
+                                    const std::string& path);
+
 StatusOr<RendezvousOptions> ParseRendezvousOptions(
     const std::string& source, const RdzvConf& conf,
     const std::optional<std::string>& env_token,

@@ -11,6 +11,7 @@
 #include <signal.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -26,6 +27,7 @@
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "diagnosis/stack_diagnosis.h"
 #include "diagnosis/stack_summary.h"
+#include "rendezvous/options/rendezvous_options.h"
 #include "rendezvous/server/rendezvous_server.h"
 #include "rendezvous/server/status_format.h"
 
@@ -134,13 +136,7 @@ Status ResolveToken(Flags* f) {
     return Status::Ok();
   }
   if (!file.empty()) {
-    if (!ReadFile(file, &f->token)) {
-      return InvalidArgumentError("cannot read the token file " + file);
-    }
-    while (!f->token.empty() &&
-           (f->token.back() == '\n' || f->token.back() == '\r')) {
-      f->token.pop_back();
-    }
+    DDP_ASSIGN_OR_RETURN(f->token, ReadTokenFile(source, file));
   }
   if (f->token.empty()) {
     return InvalidArgumentError(
@@ -177,25 +173,61 @@ std::unique_ptr<v1::Rendezvous::Stub> MakeStub(const Flags& flags,
 int PrintStatus(const Flags& flags) {
   auto stub = MakeStub(flags, flags.status_endpoint);
   if (stub == nullptr) return 2;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  if (!flags.token.empty()) ctx.AddMetadata("x-ddprun-token", flags.token);
   v1::StatusRequest req;
   req.set_rdzv_id(flags.rdzv_id);
-  v1::StatusResponse resp;
-  grpc::Status s = stub->Status(&ctx, req, &resp);
-  if (!s.ok()) {
-    std::cerr << "ddprun-rendezvous: status from " << flags.status_endpoint
-              << " failed: " << s.error_message() << "\n";
-    return 1;
+  v1::StatusResponse all;
+  // Every job comes a page at a time (the server builds each under its
+  // lock); a named job in one answer.
+  while (true) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(5));
+    if (!flags.token.empty()) ctx.AddMetadata("x-ddprun-token", flags.token);
+    v1::StatusResponse resp;
+    grpc::Status s = stub->Status(&ctx, req, &resp);
+    if (!s.ok()) {
+      std::cerr << "ddprun-rendezvous: status from " << flags.status_endpoint
+                << " failed: " << EscapeControlChars(s.error_message()) << "\n";
+      return 1;
+    }
+    for (v1::JobStatus& job : *resp.mutable_jobs()) {
+      *all.add_jobs() = std::move(job);
+    }
+    if (resp.next_page_after().empty() ||
+        resp.next_page_after() <= req.page_after()) {
+      break;
+    }
+    req.set_page_after(resp.next_page_after());
   }
-  std::cout << (flags.json ? FormatStatusJson(resp) : FormatStatusTable(resp));
+  std::cout << (flags.json ? FormatStatusJson(all) : FormatStatusTable(all));
   return 0;
+}
+
+// One Stacks call of --stacks (deadline: the earlier of `until` and 5 s);
+// prints the error and returns false when it fails.
+bool CallStacks(v1::Rendezvous::Stub* stub, const Flags& flags,
+                const v1::StacksRequest& req,
+                std::chrono::system_clock::time_point until,
+                v1::StacksResponse* resp) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::min(
+      until, std::chrono::system_clock::now() + std::chrono::seconds(5)));
+  if (!flags.token.empty()) ctx.AddMetadata("x-ddprun-token", flags.token);
+  grpc::Status s = stub->Stacks(&ctx, req, resp);
+  if (!s.ok()) {
+    std::cerr << "ddprun-rendezvous: stacks of '"
+              << EscapeControlChars(flags.rdzv_id) << "' from "
+              << flags.stacks_endpoint
+              << " failed: " << EscapeControlChars(s.error_message()) << "\n";
+  }
+  return s.ok();
 }
 
 // --stacks: a dump of every rank's stacks of a running job, which goes on.
 // Every agent is told on its next heartbeat, collects its workers' stacks
-// and answers; polled until all answered or --stacks_timeout.
+// and answers; polled (its state only) until all answered or
+// --stacks_timeout, then its ranks are read page by page. Everything that
+// came from the agents is printed escaped (one line per rank).
 int PrintStacks(const Flags& flags) {
   if (flags.rdzv_id.empty()) {
     return UsageError("--stacks needs --rdzv_id (the job to dump)");
@@ -208,21 +240,12 @@ int PrintStacks(const Flags& flags) {
   v1::StacksRequest req;
   req.set_rdzv_id(flags.rdzv_id);
   req.set_reason("ddprun-rendezvous --stacks");
-  v1::StacksResponse resp;
+  req.set_ranks_from(UINT32_MAX);  // the state only, until the end
+  v1::StacksResponse state;
   while (true) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::min(until, std::chrono::system_clock::now() +
-                                         std::chrono::seconds(5)));
-    if (!flags.token.empty()) ctx.AddMetadata("x-ddprun-token", flags.token);
-    grpc::Status s = stub->Stacks(&ctx, req, &resp);
-    if (!s.ok()) {
-      std::cerr << "ddprun-rendezvous: stacks of '" << flags.rdzv_id
-                << "' from " << flags.stacks_endpoint
-                << " failed: " << s.error_message() << "\n";
-      return 1;
-    }
-    req.set_request_id(resp.request_id());
-    if (resp.complete() ||
+    if (!CallStacks(stub.get(), flags, req, until, &state)) return 1;
+    req.set_request_id(state.request_id());
+    if (state.complete() ||
         std::chrono::system_clock::now() + std::chrono::milliseconds(200) >=
             until) {
       break;
@@ -231,21 +254,37 @@ int PrintStacks(const Flags& flags) {
   }
   std::vector<diagnosis::RankStacks> ranks;
   std::string lines;
-  for (const v1::RankStack& r : resp.ranks()) {
-    ranks.push_back(diagnosis::FromSummary(
-        {r.rank(), r.pid(), r.group_rank(), r.host(), r.stack(), r.missing()}));
-    lines += diagnosis::ConsoleLine(ranks.back(), 8);
+  // Reading the pages gets 5 s of its own past --stacks_timeout.
+  const auto read_until =
+      std::chrono::system_clock::now() + std::chrono::seconds(5);
+  req.set_ranks_from(0);
+  while (true) {
+    v1::StacksResponse page;
+    if (!CallStacks(stub.get(), flags, req, read_until, &page)) {
+      lines += "  ranks from index " + std::to_string(req.ranks_from()) +
+               " of the dump: not read\n";
+      break;
+    }
+    for (const v1::RankStack& r : page.ranks()) {
+      ranks.push_back(
+          diagnosis::FromSummary({r.rank(), r.pid(), r.group_rank(), r.host(),
+                                  r.stack(), r.missing()}));
+      lines += diagnosis::ConsoleLine(ranks.back(), 8);
+    }
+    if (page.ranks_next() <= req.ranks_from()) break;
+    req.set_ranks_from(page.ranks_next());
   }
-  for (const std::string& node : resp.missing_nodes()) {
-    lines += "  " + node + ": no answer within " +
+  for (const std::string& node : state.missing_nodes()) {
+    lines += "  " + EscapeControlChars(node) + ": no answer within " +
              std::to_string(static_cast<int>(flags.stacks_timeout)) + " s\n";
   }
-  std::cout << "stacks of '" << flags.rdzv_id << "' (dump " << resp.request_id()
-            << "):\n"
-            << lines << "diagnosis: " << diagnosis::DiagnoseHang(ranks) << "\n"
+  std::cout << "stacks of '" << EscapeControlChars(flags.rdzv_id) << "' (dump "
+            << state.request_id() << "):\n"
+            << lines << "diagnosis: "
+            << EscapeControlChars(diagnosis::DiagnoseHang(ranks)) << "\n"
             << "every thread's stack: <log_dir of each node>/attempt_<k>/"
                "<local_rank>/stacks.txt\n";
-  return resp.complete() ? 0 : 1;
+  return state.complete() ? 0 : 1;
 }
 
 int Serve(const Flags& flags) {

@@ -1,7 +1,10 @@
 #include "rendezvous/server/rendezvous_server.h"
 
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/server_posix.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/accept_guard.h"
@@ -68,7 +71,7 @@ StatusOr<int> RendezvousServer::Start(const std::string& host, int port,
   EnableAcceptGuard("rendezvous server");
   auto service = std::make_unique<RendezvousService>(
       options.clock, options.defaults, options.token, options.limits,
-      options.failover, options.own_hosts);
+      options.failover, options.own_hosts, options.only_rdzv_id);
   const std::string address =
       (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
       std::to_string(port);
@@ -132,6 +135,21 @@ void RendezvousServer::AdoptConnection(int fd) {
     close(fd);
     return;
   }
+  // gRPC names such a peer "fd:<fd>": its calls are limited by the address
+  // it connected from instead.
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  char host[INET6_ADDRSTRLEN] = "";
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    if (addr.ss_family == AF_INET) {
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&addr)->sin_addr, host,
+                sizeof(host));
+    } else if (addr.ss_family == AF_INET6) {
+      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr,
+                host, sizeof(host));
+    }
+  }
+  if (host[0] != '\0') service_->NoteAdoptedPeer(fd, host);
   grpc::AddInsecureChannelFromFd(server_.get(), fd);
 }
 

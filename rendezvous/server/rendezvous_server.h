@@ -29,7 +29,8 @@ struct ServerOptions {
   // Timeouts for jobs whose JobConfig leaves them 0, and the per-job node
   // limit (defaults.max_nodes_per_job).
   JobDefaults defaults;
-  // Job count and per-node Join/Heartbeat rate limits.
+  // Job count, per-node Join/Heartbeat rate limits and per-address limits
+  // of every rpc.
   StateLimits limits;
   // Requests above this size are refused (RESOURCE_EXHAUSTED).
   int max_message_bytes = 64 * 1024;
@@ -48,6 +49,10 @@ struct ServerOptions {
   // (an agent that serves the c10d store on the same port sorts them).
   // Insecure only (gRPC adopts descriptors without TLS).
   bool adopt_connections = false;
+  // Non-empty: this server serves that job only (an agent hosts it for its
+  // own job): a call naming another rdzv_id is PERMISSION_DENIED and
+  // changes nothing.
+  std::string only_rdzv_id;
 };
 
 // True for addresses only this machine can reach: 127.0.0.0/8, ::1,

@@ -13,6 +13,7 @@
 #include "common/mutex.h"
 #include "common/thread_annotations.h"
 #include "ddprun/v1/rendezvous.grpc.pb.h"
+#include "rendezvous/core/rate_limiter.h"
 #include "rendezvous/core/rendezvous_state.h"
 
 namespace ddprun::rendezvous {
@@ -32,10 +33,14 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // `token`: required value of the x-ddprun-token metadata; empty = none.
   // `failover`: set HeartbeatResponse.failover (an agent hosts us) and
   // name a successor (ChooseSuccessor, never on one of `own_hosts`).
-  // `clock` must outlive the service.
+  // `only_rdzv_id`: non-empty = serve that job only (an agent hosts us for
+  // its job): a call naming another is PERMISSION_DENIED and changes
+  // nothing. `limits`' peer_* and per-rpc limits apply here, per caller
+  // address (PeerHost). `clock` must outlive the service.
   RendezvousService(Clock* clock, JobDefaults defaults, std::string token,
                     StateLimits limits = {}, bool failover = false,
-                    std::vector<std::string> own_hosts = {});
+                    std::vector<std::string> own_hosts = {},
+                    std::string only_rdzv_id = "");
   ~RendezvousService() override;
 
   // Answers every parked call with UNAVAILABLE and refuses new calls
@@ -48,6 +53,10 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // Returns whether they all were.
   bool WaitUntilAllHeard(std::chrono::steady_clock::time_point deadline)
       EXCLUDES(mu_);
+  // A connection handed over as descriptor `fd` (AddInsecureChannelFromFd,
+  // whose calls name their peer "fd:<fd>") comes from `host`: its calls are
+  // rate limited as that address's.
+  void NoteAdoptedPeer(int fd, std::string host) EXCLUDES(limits_mu_);
 
   // Where a parked call's answer goes (null: not that kind of call).
   struct Replies {
@@ -84,19 +93,33 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   friend class ParkedCall;
   using Delivery = std::pair<ParkedCall*, Outcome>;
 
-  // Ok, or UNAUTHENTICATED / UNAVAILABLE (shutting down).
-  grpc::Status Admit(grpc::CallbackServerContext* ctx) const EXCLUDES(mu_);
+  // What a call must pass before it reaches the state: its job (for
+  // only_rdzv_id; "" = none named) and the per-address limit of its rpc
+  // (null = only the limit on every rpc).
+  struct Gate {
+    const std::string& rdzv_id;
+    RateLimiter* limiter;
+    const char* rpc;
+  };
+  // Ok, or UNAUTHENTICATED, PERMISSION_DENIED (another job),
+  // RESOURCE_EXHAUSTED (rate limit) or UNAVAILABLE (shutting down).
+  grpc::Status Admit(grpc::CallbackServerContext* ctx, const Gate& gate)
+      EXCLUDES(mu_, limits_mu_);
+  // The caller's address, the key of its rate limits.
+  std::string PeerKey(grpc::CallbackServerContext* ctx) const
+      REQUIRES(limits_mu_);
   // A non-parking rpc: admits, runs `fn(state_)` (returns ddprun::Status)
   // under mu_, finishes.
   template <typename Fn>
-  grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, Fn&& fn)
-      EXCLUDES(mu_);
+  grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx,
+                                  const Gate& gate, Fn&& fn) EXCLUDES(mu_);
   // A parking rpc: runs `fn(state_, waiter_id)` under mu_; the reactor
   // finishes when the state delivers that waiter's Outcome (or at once on
   // error).
   template <typename Fn>
   grpc::ServerUnaryReactor* Park(grpc::CallbackServerContext* ctx,
-                                 Replies replies, Fn&& fn) EXCLUDES(mu_);
+                                 const Gate& gate, Replies replies, Fn&& fn)
+      EXCLUDES(mu_);
   // Under mu_: pairs the state's outcomes with their parked reactors and
   // wakes the timer if needed. Deliver() then finishes them outside mu_.
   std::vector<Delivery> CollectLocked() REQUIRES(mu_);
@@ -108,6 +131,20 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   const std::string token_;
   const bool failover_;
   const std::vector<std::string> own_hosts_;
+  const std::string only_rdzv_id_;
+
+  // The per-address limits: their own lock, so that a flood of refused
+  // calls never waits for (or holds up) the state's.
+  Mutex limits_mu_;
+  RateLimiter peer_limiter_ GUARDED_BY(limits_mu_);
+  RateLimiter status_limiter_ GUARDED_BY(limits_mu_);
+  RateLimiter close_limiter_ GUARDED_BY(limits_mu_);
+  RateLimiter leave_limiter_ GUARDED_BY(limits_mu_);
+  RateLimiter stacks_limiter_ GUARDED_BY(limits_mu_);
+  // Adopted descriptors' peers ("fd:12" -> "10.0.0.2"); a reused
+  // descriptor number is overwritten by its next adoption.
+  std::unordered_map<std::string, std::string> adopted_peers_
+      GUARDED_BY(limits_mu_);
 
   mutable Mutex mu_;
   CondVar cv_;        // wakes the timer thread
@@ -123,5 +160,10 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
 
 // grpc::Status for a ddprun::Status (same numeric codes).
 grpc::Status ToGrpcStatus(const ::ddprun::Status& status);
+
+// The address part of a gRPC peer string, the key of per-caller limits:
+// "ipv4:10.0.0.2:5123" -> "10.0.0.2", "ipv6:[::1]:5123" -> "::1"; any
+// other form is returned whole.
+std::string PeerHost(const std::string& peer);
 
 }  // namespace ddprun::rendezvous

@@ -31,9 +31,10 @@ class Scratch {
     Write("train.py", "print('hi')\n", 0644);
     Write("prog", "#!/bin/sh\nexit 0\n", 0755);
     Write("noexec", "#!/bin/sh\nexit 0\n", 0644);
+    Write("token", "t0ken\n", 0600);
   }
   ~Scratch() {
-    for (const char* f : {"train.py", "prog", "noexec"}) {
+    for (const char* f : {"train.py", "prog", "noexec", "token"}) {
       unlink(Path(f).c_str());
     }
     rmdir(dir_.c_str());
@@ -894,7 +895,7 @@ TEST_CASE("CliParser: --rdzv_conf keys are checked on every backend", "[cli]") {
             "heartbeat_timeout=3,connection_lost_timeout=9,"
             "bad_host_failures=0,bad_host_window=60,bad_host_cooldown=30,"
             "is_host=false,token=t,token_file=" +
-                Script() + ",close_timeout=30,read_timeout=60"}),
+                S().Path("token") + ",close_timeout=30,read_timeout=60"}),
       {}, false);
   INFO(cl.status().ToString());
   REQUIRE(cl.ok());
@@ -910,7 +911,7 @@ TEST_CASE("CliParser: --rdzv_conf keys are checked on every backend", "[cli]") {
   CHECK(r.bad_host_window == seconds(60));
   CHECK(r.bad_host_cooldown == seconds(30));
   CHECK(r.is_host == std::optional<bool>(false));
-  CHECK_FALSE(r.token.empty());  // token_file's content wins over token=
+  CHECK(r.token == "t0ken");  // token_file's content wins over token=
   REQUIRE(cl->warnings.size() == 2);
   CHECK(cl->warnings[0] ==
         "--rdzv_conf close_timeout=30 is accepted for torchrun compatibility "

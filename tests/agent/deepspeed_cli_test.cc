@@ -74,6 +74,21 @@ TEST_CASE("ParseHostfile: deepspeed's `host slots=N` lines", "[deepspeed]") {
         "hf: no 'HOST slots=N' line");
 }
 
+TEST_CASE("ParseHostfile: a host that ssh would read as an option is refused",
+          "[deepspeed]") {
+  // Issue 39: `-oProxyCommand=CMD` as a host ran CMD on the launching host.
+  auto pool = ParseHostfile(
+      "hf", "worker-0 slots=1\n-oProxyCommand=touch${IFS}/tmp/p slots=1\n");
+  CHECK(pool.status().code() == ddprun::StatusCode::kInvalidArgument);
+  CHECK(pool.status().message() ==
+        "hf:2: host '-oProxyCommand=touch${IFS}/tmp/p' starts with '-' in "
+        "'-oProxyCommand=touch${IFS}/tmp/p slots=1'");
+  DeepSpeedArgs args;
+  CHECK(SshArgv(args, "-oProxyCommand=x", "true").status().code() ==
+        ddprun::StatusCode::kInvalidArgument);
+  CHECK(SshArgv(args, "worker-0", "true").ok());
+}
+
 TEST_CASE("FilterResources: --include and --exclude as runner.py",
           "[deepspeed]") {
   const ResourcePool pool = {{"worker-0", 4}, {"worker-1", 4}, {"worker-2", 2}};

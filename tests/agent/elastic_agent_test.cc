@@ -740,6 +740,25 @@ TEST_CASE("ElasticAgent: workers get a stacks file and ddprun's Python hook",
   }
 }
 
+TEST_CASE("ElasticAgent: a stacks file no dump wrote to goes with its worker",
+          "[agent][stacks]") {
+  // Issue 43: every run left an empty attempt_0/<rank>/stacks.txt per rank.
+  Harness h(2);
+  h.Start();
+  REQUIRE(h.launcher.workers.size() == 2);
+  // What the workers' hooks create at start; rank 1 was dumped once.
+  const std::string empty = h.launcher.workers[0]->env("DDPRUN_STACKS_FILE");
+  const std::string dumped = h.launcher.workers[1]->env("DDPRUN_STACKS_FILE");
+  std::ofstream(empty).close();
+  std::ofstream(dumped) << "# ddprun stack dump: rank 1\nThread 0x1:\n";
+  h.launcher.Exit(0, 0);
+  h.launcher.Exit(1, 0);
+  h.loop.RunUntilIdle();
+  CHECK(h.exit_code == 0);
+  CHECK(access(empty.c_str(), F_OK) != 0);
+  CHECK(access(dumped.c_str(), F_OK) == 0);
+}
+
 TEST_CASE("ElasticAgent: DDPRUN_STACKS=0 and a missing hook change nothing",
           "[agent][stacks]") {
   Harness off(1);

@@ -270,6 +270,7 @@ TEST_CASE("ddprun: an empty rendezvous token is one error line, exit 2",
   TempDir dir;
   const std::string empty = dir.path() + "/token";
   std::ofstream(empty) << "\n";
+  chmod(empty.c_str(), 0600);
   const std::vector<std::string> grpc = {"--nnodes=2", "--rdzv_backend=grpc",
                                          "--rdzv_endpoint=127.0.0.1:1",
                                          "--no_python", "true"};

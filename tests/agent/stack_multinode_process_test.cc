@@ -122,11 +122,12 @@ TEST_CASE("ddprun-rendezvous --stacks dumps a running 2-node job, which "
   // Each agent wrote its workers' stacks; the job goes on and ends well.
   CHECK(Contains(ReadFile(OnlyEntry(b.path() + "/logs") + "/" + "attempt_0/1/stacks.txt"),
                  "# ddprun stack dump: rank 3 (pid "));
-  // An unknown job is a clear error (while node 0 still serves).
+  // Another job is a clear error (while node 0 still serves): the server
+  // an agent hosts serves its own job only.
   const std::string unknown =
       Capture(kRendezvous + " --stacks 127.0.0.1:" + std::to_string(port) +
               " --rdzv_id nosuchjob 2>&1; echo rc=$?");
-  CHECK(Contains(unknown, "unknown rendezvous 'nosuchjob'"));
+  CHECK(Contains(unknown, "serves only that job, not 'nosuchjob'"));
   CHECK(Contains(unknown, "rc=1"));
   std::ofstream(a.path() + "/go") << "1";
   CHECK(node0->Wait(20s) == 0);

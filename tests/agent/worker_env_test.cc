@@ -66,6 +66,24 @@ TEST_CASE("BuildWorkerEnv: static multi-node workers use the agent store",
   CHECK(env.at("TORCHELASTIC_USE_AGENT_STORE") == "False");
 }
 
+TEST_CASE("BuildWorkerEnv: workers never see the rendezvous token", "[agent]") {
+  // Issue 39: workers (user code and whatever it starts) inherited the
+  // agents' secret.
+  const EnvMap parent = {{"DDPRUN_RDZV_TOKEN", "s3cret"},
+                         {"DDPRUN_RDZV_TOKEN_FILE", "/etc/ddprun/token"},
+                         {"HOME", "/home/u"}};
+  LaunchOptions o = Options();
+  for (auto contract : {ddprun::agent::WorkerContract::kTorchrun,
+                        ddprun::agent::WorkerContract::kDeepSpeed}) {
+    o.contract = contract;
+    EnvMap env =
+        BuildWorkerEnv(o, TorchVersion(), Round(), "job7", 0, "", parent);
+    CHECK(env.count("DDPRUN_RDZV_TOKEN") == 0);
+    CHECK(env.count("DDPRUN_RDZV_TOKEN_FILE") == 0);
+    CHECK(env.at("HOME") == "/home/u");
+  }
+}
+
 TEST_CASE("BuildWorkerEnv: sets every torchrun variable", "[agent]") {
   EnvMap parent = {{"PATH", "/usr/bin"}, {"HOME", "/root"}};
   EnvMap env = BuildWorkerEnv(Options(), TorchVersion(), Round(), "job7", 2,

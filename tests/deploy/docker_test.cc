@@ -3,6 +3,7 @@
 // load (ldd + dpkg on this Debian machine), and its HEALTHCHECK succeeds
 // against its own CMD when the server requires a token.
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -131,6 +132,7 @@ TEST_CASE("Dockerfile: HEALTHCHECK passes when the server needs a token",
   TempDir tmp;
   const std::string token_file = tmp.path() + "/token";
   std::ofstream(token_file) << "h3alth\n";
+  chmod(token_file.c_str(), 0600);  // a token file others can read is refused
   // The image's CMD on loopback and a free port, the token file named in
   // the environment as the Dockerfile says.
   std::vector<std::string> server = df.cmd;

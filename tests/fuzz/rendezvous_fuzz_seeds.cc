@@ -1,7 +1,9 @@
 // The rendezvous target's seeds, built as requests (fuzz_seeds.h): a round
 // with a worker failure and a second round, an elastic round after the last
 // call, a server restart rebuilt from a heartbeat, a host failing repeatedly
-// (the bad-host policy). The record format is rendezvous_fuzz_target.cc's.
+// (the bad-host policy), a stack dump answered in parts and read in pages.
+// The record format is rendezvous_fuzz_target.cc's.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -93,5 +95,42 @@ std::vector<std::string> DdprunFuzzSeeds() {
            Record(0, Msg(Join("a", 2, 2, "10.0.0.1", round)));
   }
   seeds.push_back(bad + Tick(60) + Record(6, ""));
+  // A stack dump across the round's nodes: node a starts it with its
+  // answer in two parts, b answers, an operator polls the state and reads
+  // the ranks a page at a time; Status a page at a time.
+  auto stacks = [](const std::string& node, uint64_t id, uint32_t part,
+                   bool more, int first_rank) {
+    v1::StacksRequest r;
+    r.set_rdzv_id("job");
+    r.set_request_id(id);
+    r.set_node_id(node);
+    r.set_instance(7);
+    r.set_part(part);
+    r.set_more_parts(more);
+    r.set_reason("watchdog on node 0");
+    for (int k = 0; k < 2; ++k) {
+      v1::RankStack* rank = r.add_ranks();
+      rank->set_rank(first_rank + k);
+      rank->set_pid(100 + first_rank + k);
+      rank->set_host(node);
+      rank->set_stack(
+          "Current thread 0x1 (most recent call first):\n  File \"t.py\", "
+          "line 9 in f\n");
+    }
+    return Record(9, Msg(r));
+  };
+  v1::StacksRequest poll;
+  poll.set_rdzv_id("job");
+  poll.set_request_id(1);
+  poll.set_ranks_from(UINT32_MAX);
+  v1::StacksRequest page = poll;
+  page.set_ranks_from(1);
+  v1::StatusRequest paged;
+  paged.set_page_after("a");
+  seeds.push_back(Record(0, Msg(a)) + Record(0, Msg(b)) + Record(1, Msg(hb)) +
+                  stacks("a", 0, 0, true, 0) + stacks("a", 1, 1, false, 2) +
+                  Record(9, Msg(poll)) + stacks("b", 1, 0, false, 4) +
+                  Record(9, Msg(page)) + stacks("b", 1, 2, false, 6) +
+                  Tick(30) + Record(9, Msg(poll)) + Record(6, Msg(paged)));
   return seeds;
 }

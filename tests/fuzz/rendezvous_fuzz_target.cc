@@ -2,16 +2,22 @@
 // sequence of serialized requests applied to a fresh RendezvousState.
 //
 // Input format: records of [op byte][length: 2 bytes, little endian]
-// [payload]. op % 9 picks the handler: 0 Join, 1 Heartbeat, 2 ReportFailure,
-// 3 ReportSuccess, 4 Leave, 5 Close, 6 Status, 7 advance the FakeClock by
-// (first payload byte * 100 ms) and Tick, 8 cancel a parked waiter. A
-// payload that does not parse as the request is skipped (gRPC would refuse
-// it before the handler).
+// [payload]. op % 10 picks the handler: 0 Join, 1 Heartbeat, 2 ReportFailure,
+// 3 ReportSuccess, 4 Leave, 5 Close, 6 Status (of every job: a page from
+// page_after, as the rpc serves it), 7 advance the FakeClock by (first
+// payload byte * 100 ms) and Tick, 8 cancel a parked waiter, 9 Stacks (a
+// dump across the job's nodes: starts, answers in parts, polls, pages).
+// A payload that does not parse as the request is skipped (gRPC would
+// refuse it before the handler).
 //
 // Invariants checked (abort() on violation, which the fuzzer reports):
 // no crash / sanitizer error; a handler that returns an error leaves the
-// whole server state (Status of every job) byte-identical and answers no
-// parked call; every answered waiter was issued and is answered once.
+// whole server state (Status of every job and every job's stack board)
+// byte-identical and answers no parked call; every answered waiter was
+// issued and is answered once; a Status page holds the jobs after
+// page_after in order and names its last when more follow; a Stacks answer
+// is a bounded page of its dump (ranks_next past ranks_from, at most
+// ranks_total ranks, about 1 MiB).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -38,7 +44,7 @@ class Session {
   Session() : state_(&clock_, JobDefaults{}, Limits()) {}
 
   void Apply(uint8_t op, const std::string& payload) {
-    switch (op % 9) {
+    switch (op % 10) {
       case 0:
         Call<v1::JoinRequest>(payload, true, [&](auto& r, WaiterId w) {
           return state_.Join(r, w);
@@ -69,7 +75,18 @@ class Session {
         break;
       case 6:
         Call<v1::StatusRequest>(payload, false, [&](auto& r, auto) {
+          if (r.rdzv_id().empty()) {
+            CheckPage(r.page_after(), state_.GetStatusPage(r.page_after()));
+            return Status::Ok();
+          }
           return state_.GetStatus(r.rdzv_id()).status();
+        });
+        break;
+      case 9:
+        Call<v1::StacksRequest>(payload, false, [&](auto& r, auto) {
+          StatusOr<v1::StacksResponse> resp = state_.Stacks(r);
+          if (resp.ok()) CheckStacks(r, *resp);
+          return resp.status();
         });
         break;
       case 7:
@@ -106,7 +123,48 @@ class Session {
     Check(s.ok(), "Status of all jobs failed");
     std::string out;
     s->SerializeToString(&out);
+    for (const v1::JobStatus& job : s->jobs()) {
+      auto board = state_.PeekStacks(job.rdzv_id());
+      if (board.ok()) out += "|" + board->SerializeAsString();
+    }
     return out + "#" + std::to_string(state_.job_count());
+  }
+
+  void CheckPage(const std::string& after, const v1::StatusResponse& page) {
+    std::string last = after;
+    for (const v1::JobStatus& job : page.jobs()) {
+      Check(job.rdzv_id() > last, "a Status page out of order");
+      last = job.rdzv_id();
+    }
+    Check(page.next_page_after().empty() || page.next_page_after() == last,
+          "a Status page's next_page_after is not its last job");
+    if (page.next_page_after().empty()) {
+      Check(page.jobs_size() == JobsAfter(after),
+            "a last Status page left out jobs");
+    }
+  }
+
+  // How many jobs come after `after` (Status of every job).
+  int JobsAfter(const std::string& after) {
+    auto s = state_.GetStatus("");
+    int n = 0;
+    for (const v1::JobStatus& job : s->jobs()) n += job.rdzv_id() > after;
+    return n;
+  }
+
+  void CheckStacks(const v1::StacksRequest& r, const v1::StacksResponse& resp) {
+    Check(static_cast<uint32_t>(resp.ranks_size()) <= resp.ranks_total(),
+          "a Stacks answer has more ranks than its dump");
+    Check(resp.ranks_next() == 0 || resp.ranks_next() > r.ranks_from(),
+          "a Stacks page does not move on");
+    Check(resp.ranks_next() == 0 ||
+              resp.ranks_next() ==
+                  r.ranks_from() + static_cast<uint32_t>(resp.ranks_size()),
+          "a Stacks page skips or repeats ranks");
+    Check(resp.ByteSizeLong() <= 3 * StackBoard::kPageBytes,
+          "a Stacks answer beyond its page bound");
+    Check(resp.complete() == (resp.missing_nodes_size() == 0),
+          "a complete dump with missing nodes");
   }
 
   template <typename Request, typename Fn>

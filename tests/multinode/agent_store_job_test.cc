@@ -18,16 +18,6 @@
 namespace ddprun::multinode {
 namespace {
 
-bool HaveTorch() {
-  // find_spec locates torch without importing it (an import costs seconds
-  // on a loaded machine; the job's workers import it anyway).
-  return access("/usr/bin/python3", X_OK) == 0 &&
-         std::system(
-             "/usr/bin/python3 -c 'import importlib.util as u, sys; "
-             "sys.exit(u.find_spec(\"torch\") is None)' "
-             ">/dev/null 2>&1") == 0;
-}
-
 std::vector<std::string> Node(int rank, int port, int nproc,
                               std::vector<std::string> extra = {}) {
   std::vector<std::string> a = {

@@ -1,7 +1,9 @@
 #include "tests/multinode/multinode_util.h"
 
 #include <signal.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <memory>
 #include <regex>
 #include <sstream>
@@ -78,6 +80,14 @@ void KillRecordedWorkers(const std::string& dir) {
 std::vector<std::string> Ddprun(std::vector<std::string> args) {
   args.insert(args.begin(), kBinDir + "/ddprun");
   return args;
+}
+
+bool HaveTorch() {
+  return access("/usr/bin/python3", X_OK) == 0 &&
+         std::system(
+             "/usr/bin/python3 -c 'import importlib.util as u, sys; "
+             "sys.exit(u.find_spec(\"torch\") is None)' "
+             ">/dev/null 2>&1") == 0;
 }
 
 }  // namespace ddprun::multinode

@@ -81,4 +81,9 @@ void KillRecordedWorkers(const std::string& dir);
 // The ddprun command line prefix: {ddprun path, args...}.
 std::vector<std::string> Ddprun(std::vector<std::string> args);
 
+// True when Debian's /usr/bin/python3 finds torch (without importing it:
+// an import costs seconds on a loaded machine; the jobs' workers import
+// it anyway).
+bool HaveTorch();
+
 }  // namespace ddprun::multinode

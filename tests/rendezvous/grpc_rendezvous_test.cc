@@ -3,6 +3,7 @@
 // through SyncClient (tests/rendezvous/sync_client.h) from test threads.
 #include "ddprun_catch.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 #include <atomic>
 #include <condition_variable>
@@ -32,15 +33,7 @@ using Steady = std::chrono::steady_clock;
 
 std::unique_ptr<SyncClient> MakeClient(int port,
                                        const std::string& token = "") {
-  GrpcClientOptions o;
-  o.endpoint = "127.0.0.1:" + std::to_string(port);
-  o.rendezvous.token = token;
-  o.rendezvous.heartbeat_interval = milliseconds(200);
-  // 2 s, not 1 s: a loaded 2-core CI box must not drop a healthy agent.
-  o.rendezvous.heartbeat_timeout = milliseconds(2000);
-  o.rendezvous.last_call_timeout = milliseconds(500);
-  o.rendezvous.join_timeout = seconds(20);
-  auto c = SyncClient::Grpc(o);
+  auto c = SyncClient::Grpc(testing::LoopbackClientOptions(port, token));
   REQUIRE(c.ok());
   return std::move(c).value();
 }
@@ -560,6 +553,14 @@ TEST_CASE("ParseRendezvousOptions: timeouts in seconds, token file, bad values",
     fputs("abc\n", f);
     fclose(f);
   }
+  // Readable by others: refused (issue 39), as ssh refuses such a key.
+  REQUIRE(chmod(path.c_str(), 0640) == 0);
+  Status open = Parse({{"token_file", path}}).status();
+  CHECK(open.code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(open.message(), Catch::Contains("token_file=" + path +
+                                             ": permissions 0640 are "
+                                             "too open"));
+  REQUIRE(chmod(path.c_str(), 0600) == 0);
   StatusOr<RendezvousOptions> with_file = Parse({{"token_file", path}});
   REQUIRE(with_file.ok());
   CHECK(with_file->token == "abc");

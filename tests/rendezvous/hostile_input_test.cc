@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -79,6 +80,14 @@ std::vector<int> IdleConnections(int port, int n) {
 void CloseAll(std::vector<int>* fds) {
   for (int fd : *fds) close(fd);
   fds->clear();
+}
+
+// The port `server` logs that it listens on (on 127.0.0.1), within 10 s.
+std::string ListeningPort(ServerProcess& server) {
+  const std::string port =
+      server.WaitFor("listening on 127\\.0\\.0\\.1:([0-9]+)", seconds(10));
+  REQUIRE_FALSE(port.empty());
+  return port;
 }
 
 v1::JobConfig OneToTwo() {
@@ -151,9 +160,7 @@ TEST_CASE(
   }
   ServerProcess server({"--host", "127.0.0.1", "--port", "0"}, {},
                        {"prlimit", "--nofile=128"});
-  const std::string port =
-      server.WaitFor("listening on 127\\.0\\.0\\.1:([0-9]+)", seconds(10));
-  REQUIRE_FALSE(port.empty());
+  const std::string port = ListeningPort(server);
 
   // 200 idle connections against a limit of 128: the server keeps
   // descriptors for itself and sheds the rest (before the fix gRPC's
@@ -291,9 +298,7 @@ TEST_CASE(
     "terminal",
     "[rendezvous][process][hostile]") {
   ServerProcess server({"--host", "127.0.0.1", "--port", "0"});
-  const std::string port =
-      server.WaitFor("listening on 127\\.0\\.0\\.1:([0-9]+)", seconds(10));
-  REQUIRE_FALSE(port.empty());
+  const std::string port = ListeningPort(server);
   auto stub = Stub(port);
   const std::string forged = "\n[rdzv E 00:00:00.000 forged.cc:1] pwned";
   v1::JoinRequest join;
@@ -317,6 +322,70 @@ TEST_CASE(
   CHECK_THAT(server.log(), Catch::Contains("bye\\x1b[2J"));
 }
 
+TEST_CASE(
+    "ddprun-rendezvous --stacks: another node's stack text cannot forge "
+    "lines or drive the terminal",
+    "[rendezvous][process][hostile]") {
+  // Issue 39: --status escaped what came from the network, --stacks did
+  // not.
+  ServerProcess server({"--host", "127.0.0.1", "--port", "0"});
+  const std::string port = ListeningPort(server);
+  auto stub = Stub(port);
+  v1::JoinRequest join;
+  join.set_rdzv_id("job");
+  *join.mutable_config() = OneToTwo();  // 1:2, last call 0.1 s
+  *join.mutable_node() = Node("a", 1);
+  v1::JoinResponse joined;
+  REQUIRE(Join(stub.get(), join, &joined).ok());
+  testing::ProcessOptions o;
+  o.argv = {std::string(DDPRUN_BIN_DIR) + "/ddprun-rendezvous", "--stacks",
+            "127.0.0.1:" + port, "--rdzv_id", "job", "--stacks_timeout", "10"};
+  testing::Process stacks(o);
+  // The node learns of the dump in a heartbeat and answers with text meant
+  // to forge a rank's line and clear the screen.
+  uint64_t request = 0;
+  REQUIRE(testing::WaitUntil(
+      [&] {
+        v1::HeartbeatResponse beat;
+        if (!Heartbeat(stub.get(), "job", join.node(), joined.assignment(),
+                       &beat)
+                 .ok()) {
+          return false;
+        }
+        request = beat.stacks_request();
+        return request != 0;
+      },
+      milliseconds(10000), milliseconds(100)));
+  v1::StacksRequest answer;
+  answer.set_rdzv_id("job");
+  answer.set_request_id(request);
+  answer.set_node_id("a");
+  answer.set_instance(1);
+  v1::RankStack* rank = answer.add_ranks();
+  rank->set_rank(0);
+  rank->set_pid(7);
+  rank->set_host("b\n  rank 9 (pid 1): forged");
+  rank->set_stack(
+      "Current thread 0x1 (most recent call first):\n"
+      "  File \"x.py\", line 1 in f\x1b[2J\r  rank 8 (pid 1): forged\n");
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
+    v1::StacksResponse resp;
+    REQUIRE(stub->Stacks(&ctx, answer, &resp).ok());
+  }
+  const int code = stacks.Wait(seconds(15));
+  const std::string out = stacks.Stdout();
+  INFO(stacks.Output());
+  CHECK(code == 0);
+  CHECK_THAT(out, !Catch::Contains("\x1b"));
+  CHECK_THAT(out, !Catch::Contains("\r"));
+  CHECK_THAT(out, !Catch::Contains("\n  rank 9"));
+  CHECK_THAT(out, Catch::Contains("b\\n  rank 9 (pid 1): forged"));
+  CHECK_THAT(out, Catch::Contains("f\\x1b[2J\\r  rank 8"));
+  CHECK(server.Terminate() == 0);
+}
+
 // Runs ddprun-rendezvous to its exit; stderr in `*err`.
 int RunServer(const std::vector<std::string>& args,
               const std::vector<std::pair<std::string, std::string>>& env,
@@ -335,6 +404,11 @@ TEST_CASE(
       std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") +
       "/ddprun_empty_token_" + std::to_string(getpid());
   std::ofstream(empty_file) << "\n";
+  chmod(empty_file.c_str(), 0600);
+  // A token others may read (issue 39): refused as ssh refuses such a key.
+  const std::string open_file = empty_file + ".open";
+  std::ofstream(open_file) << "s3cret\n";
+  chmod(open_file.c_str(), 0644);
   struct Case {
     std::vector<std::string> args;
     std::vector<std::pair<std::string, std::string>> env;
@@ -355,6 +429,8 @@ TEST_CASE(
       {{"--token_file", empty_file}, {}, "empty token"},
       {{}, {{"DDPRUN_RDZV_TOKEN", ""}}, "empty token"},
       {{}, {{"DDPRUN_RDZV_TOKEN_FILE", empty_file}}, "empty token"},
+      {{"--token_file", open_file}, {}, "permissions 0644 are too open"},
+      {{}, {{"DDPRUN_RDZV_TOKEN_FILE", open_file}}, "chmod 600"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"--host", "127.0.0.1"};
@@ -368,6 +444,7 @@ TEST_CASE(
     CHECK_THAT(err, Catch::Contains(c.says));
   }
   std::remove(empty_file.c_str());
+  std::remove(open_file.c_str());
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -44,6 +45,7 @@ TEST_CASE("ddprun-rendezvous: serves on the port it logs, stops on SIGTERM",
       std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") +
       "/ddprun_rdzv_token_" + std::to_string(getpid());
   std::ofstream(token_file) << "tok3n\n";
+  chmod(token_file.c_str(), 0600);
   ServerProcess server(
       {"--host", "127.0.0.1", "--port", "0", "--token_file", token_file});
   const std::string port =

@@ -131,10 +131,12 @@ class Harness {
   // Host (NodeInfo.addr) of a node; default "10.0.0.<instance>".
   std::map<std::string, std::string> hosts_;
 
- private:
+  // The instance node `node`'s agent process sends.
   static uint64_t Instance(const std::string& node) {
     return std::hash<std::string>()(node) % 200 + 1;
   }
+
+ private:
   void Collect() {
     for (Outcome& o : state_.TakeOutcomes()) {
       const std::string& key = waiter_node_.at(o.waiter);

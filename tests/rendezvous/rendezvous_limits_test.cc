@@ -2,6 +2,7 @@
 // policy of RendezvousState, driven by a FakeClock: no gRPC, no sleeps.
 #include "ddprun_catch.h"
 
+#include <cstdio>
 #include <map>
 #include <string>
 
@@ -65,6 +66,56 @@ TEST_CASE("RendezvousState: a Join beyond max_nodes_per_job is refused",
   CHECK(StatusBytes(c) == before);
   // A node already known may still re-join.
   CHECK(c.Join("a").ok());
+}
+
+TEST_CASE("RendezvousState: a Join that could overflow WORLD_SIZE is refused",
+          "[rendezvous][limits]") {
+  // Issue 39: with --max_nodes_per_job raised, 32768 nodes of 65536 ranks
+  // summed to 2^31 in an int WORLD_SIZE.
+  Harness h(1, 40000);
+  Status s = h.Join("a", 65536);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(s.message(), Catch::Contains("2^31-1"));
+  CHECK(h.state_.job_count() == 0);
+  // The largest share that fits: 40000 * 53687 < 2^31.
+  CHECK(h.Join("a", 53687).ok());
+  CHECK(h.Join("b", 53688).code() == StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("RendezvousState: Status of every job comes in bounded pages",
+          "[rendezvous][limits]") {
+  // Issue 39: Status of every job was built at once under the server's one
+  // lock (10000 jobs x 4096 nodes stalled every heartbeat).
+  Harness h(64, 64);
+  const int jobs = 600;
+  for (int j = 0; j < jobs; ++j) {
+    char id[16];
+    std::snprintf(id, sizeof(id), "job%04d", j);
+    for (int n = 0; n < 64; ++n) {
+      v1::JoinRequest r = h.Request("n" + std::to_string(n));
+      r.set_rdzv_id(id);
+      REQUIRE(h.Join(r).ok());
+    }
+  }
+  std::string after;
+  int seen = 0, pages = 0;
+  while (true) {
+    v1::StatusResponse page = h.state_.GetStatusPage(after);
+    ++pages;
+    size_t nodes = 0;
+    for (const v1::JobStatus& job : page.jobs()) {
+      CHECK(job.rdzv_id() > after);
+      after = job.rdzv_id();
+      nodes += job.nodes_size();
+      ++seen;
+    }
+    // Bounded: the cost bound plus one job.
+    CHECK(nodes <= RendezvousState::kStatusPageCost + 64);
+    if (page.next_page_after().empty()) break;
+    CHECK(page.next_page_after() == after);
+  }
+  CHECK(seen == jobs);
+  CHECK(pages == 10);  // 600 * 65 = 39000 = 9.5 pages of 4096
 }
 
 TEST_CASE("RendezvousState: max_jobs bounds the number of jobs",

@@ -6,6 +6,7 @@
 // may call one SyncClient at once (a Join waiting while another thread
 // Leaves), as agents did with the blocking client.
 
+#include <chrono>
 #include <functional>
 #include <future>
 #include <map>
@@ -13,6 +14,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "common/event_loop.h"
 #include "common/mutex.h"
@@ -111,6 +113,22 @@ class ThreadEventLoop : public EventLoop {
   std::thread thread_;  // last: starts once the rest is ready
 };
 
+// Client options for a server on 127.0.0.1:`port`, with timeouts short
+// enough for tests: heartbeats every 200 ms, 2 s without one drops a node
+// (not 1 s: a loaded 2-core CI box must not drop a healthy agent), a
+// first round's last call 0.5 s, 20 s to join.
+inline GrpcClientOptions LoopbackClientOptions(int port,
+                                               const std::string& token = "") {
+  GrpcClientOptions o;
+  o.endpoint = "127.0.0.1:" + std::to_string(port);
+  o.rendezvous.token = token;
+  o.rendezvous.heartbeat_interval = std::chrono::milliseconds(200);
+  o.rendezvous.heartbeat_timeout = std::chrono::milliseconds(2000);
+  o.rendezvous.last_call_timeout = std::chrono::milliseconds(500);
+  o.rendezvous.join_timeout = std::chrono::seconds(20);
+  return o;
+}
+
 // A RendezvousClient on its own ThreadEventLoop, called as if it blocked.
 class SyncClient {
  public:
@@ -148,6 +166,25 @@ class SyncClient {
   Status ReportSuccess(int64_t round, Clock::Duration barrier_timeout) {
     return Call<Status>([&](auto done) {
       client_->ReportSuccess(round, barrier_timeout, std::move(done));
+    });
+  }
+  // `handler` runs on the client's loop thread.
+  void SetStacksRequestHandler(RendezvousClient::StacksRequestHandler handler) {
+    loop_.RunSync(
+        [&] { client_->SetStacksRequestHandler(std::move(handler)); });
+  }
+  // Sends this node's answer (returns at once; the client sends it on).
+  void AnswerStacks(uint64_t request_id,
+                    std::vector<diagnosis::StackSummary> ranks) {
+    loop_.Post([this, request_id, ranks = std::move(ranks)]() mutable {
+      client_->AnswerStacks(request_id, std::move(ranks));
+    });
+  }
+  StatusOr<StacksAnswer> GatherStacks(const std::string& reason,
+                                      std::vector<diagnosis::StackSummary> own,
+                                      Clock::TimePoint deadline) {
+    return Call<StatusOr<StacksAnswer>>([&](auto done) {
+      client_->GatherStacks(reason, own, deadline, std::move(done));
     });
   }
   void Leave() {

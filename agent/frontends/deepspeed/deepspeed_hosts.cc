@@ -130,6 +130,10 @@ StatusOr<ResourcePool> ParseHostfile(const std::string& source,
     }
     if (end == val + 6 || end - (val + 6) > 6) return bad("bad slot count");
     const std::string host = line.substr(0, ws);
+    if (host[0] == '-') {
+      // ssh would take it for an option (-oProxyCommand=... runs a command).
+      return bad("host '" + host + "' starts with '-'");
+    }
     if (std::any_of(pool.begin(), pool.end(),
                     [&](const auto& e) { return e.first == host; })) {
       return bad("host '" + host + "' listed twice");

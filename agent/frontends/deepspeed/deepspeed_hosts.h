@@ -21,7 +21,8 @@ using ActiveResources = std::vector<std::pair<std::string, std::vector<int>>>;
 // Parses an MPI-style hostfile: `host slots=N` per line, `#` comments and
 // blank lines ignored (runner.py's _parse_hostfile: anything after
 // `slots=N` is ignored too). Errors name `source` and the line: a bad line,
-// a host listed twice, no host at all.
+// a host listed twice, a host starting with '-' (ssh would read it as an
+// option: -oProxyCommand=... runs a command), no host at all.
 StatusOr<ResourcePool> ParseHostfile(const std::string& source,
                                      const std::string& text);
 

@@ -186,6 +186,10 @@ std::string RemoteShellCommand(
 StatusOr<std::vector<std::string>> SshArgv(const DeepSpeedArgs& args,
                                            const std::string& host,
                                            const std::string& command) {
+  if (host.empty() || host[0] == '-') {
+    return InvalidArgumentError("host '" + host +
+                                "' would be an ssh option, not a host");
+  }
   std::vector<std::string> argv = {"ssh", "-o", "BatchMode=yes"};
   DDP_ASSIGN_OR_RETURN(std::vector<std::string> extra,
                        ShellSplit(args.launcher_args));

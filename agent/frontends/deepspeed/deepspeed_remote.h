@@ -51,7 +51,8 @@ std::string RemoteShellCommand(
     const std::vector<std::string>& argv, const std::string& venv_script = "");
 
 // `ssh -o BatchMode=yes [--launcher_args...] [-p PORT] HOST COMMAND`.
-// Errors: --launcher_args that do not split.
+// Errors: --launcher_args that do not split; a HOST that ssh would read
+// as an option (empty, or starting with '-').
 StatusOr<std::vector<std::string>> SshArgv(const DeepSpeedArgs& args,
                                            const std::string& host,
                                            const std::string& command);
