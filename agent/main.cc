@@ -29,7 +29,7 @@
 #include "agent/torch_probe/python_sys_path.h"
 #include "agent/rdzv/rendezvous_factory.h"
 #include "agent/process/signal_watcher.h"
-#include "agent/diagnosis/stack_collector.h"
+#include "agent/watch/stack_collector.h"
 #include "agent/torch_probe/torch_version_probe.h"
 #include "agent/elastic/worker_env.h"
 #include "common/file_util.h"

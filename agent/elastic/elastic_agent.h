@@ -6,15 +6,15 @@
 #include <string>
 #include <vector>
 
-#include "agent/diagnosis/stack_collector.h"
-#include "agent/diagnosis/straggler_watch.h"
-#include "agent/diagnosis/worker_watchdog.h"
 #include "agent/elastic/agent_options.h"
 #include "agent/elastic/failure_report.h"
 #include "agent/elastic/worker_env.h"
 #include "agent/process/console.h"
 #include "agent/process/process_launcher.h"
 #include "agent/process/worker_output.h"
+#include "agent/watch/stack_collector.h"
+#include "agent/watch/straggler_watch.h"
+#include "agent/watch/worker_watchdog.h"
 #include "common/event_loop.h"
 #include "diagnosis/stack_diagnosis.h"
 #include "rendezvous/client/rendezvous_client.h"
@@ -57,7 +57,7 @@ const char* WorkerStateName(WorkerState state);
 // --shutdown_timeout.
 //
 // Before the watchdog kills, the agent collects the stacks of every local
-// worker (agent/diagnosis/stack_collector.h; Python workers answer through
+// worker (agent/watch/stack_collector.h; Python workers answer through
 // ddprun's sitecustomize.py, env DDPRUN_STACKS_FILE / DDPRUN_STACKS_SIGNAL),
 // appends them to attempt_<k>/<local_rank>/stacks.txt, prints the diagnosis
 // (diagnosis/stack_diagnosis.h) and adds it to the killed workers' failure

@@ -1,6 +1,6 @@
-// Straggler detection (agent/diagnosis/step_rates.*) on an injected clock.
+// Straggler detection (agent/watch/step_rates.*) on an injected clock.
 
-#include "agent/diagnosis/step_rates.h"
+#include "agent/watch/step_rates.h"
 
 #include "ddprun_catch.h"
 

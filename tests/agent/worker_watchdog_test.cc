@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/diagnosis/worker_watchdog.h"
+#include "agent/watch/worker_watchdog.h"
 #include "tests/agent/fake_worker_probe.h"
 #include "tests/common/manual_event_loop.h"
 

@@ -11,9 +11,9 @@ import sys
 MAY_USE = {
     'cli': set(),
     'process': set(),
-    'diagnosis': set(),
+    'watch': set(),
     'torch_probe': {'cli', 'process'},
-    'elastic': {'cli', 'process', 'torch_probe', 'diagnosis'},
+    'elastic': {'cli', 'process', 'torch_probe', 'watch'},
     'rdzv': {'cli'},
     'frontends': {'cli', 'process'},
 }

@@ -1,4 +1,4 @@
-#include "agent/diagnosis/worker_watchdog.h"
+#include "agent/watch/worker_watchdog.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

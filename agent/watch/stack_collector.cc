@@ -1,4 +1,4 @@
-#include "agent/diagnosis/stack_collector.h"
+#include "agent/watch/stack_collector.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/diagnosis/worker_watchdog.h"
+#include "agent/watch/worker_watchdog.h"
 #include "common/clock.h"
 #include "common/event_loop.h"
 #include "diagnosis/stack_diagnosis.h"

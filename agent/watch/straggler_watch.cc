@@ -1,4 +1,4 @@
-#include "agent/diagnosis/straggler_watch.h"
+#include "agent/watch/straggler_watch.h"
 
 #include <cstdlib>
 #include <fstream>

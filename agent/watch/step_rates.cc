@@ -1,4 +1,4 @@
-#include "agent/diagnosis/step_rates.h"
+#include "agent/watch/step_rates.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/diagnosis/step_rates.h"
+#include "agent/watch/step_rates.h"
 #include "common/event_loop.h"
 #include "rendezvous/client/rendezvous_client.h"
 
