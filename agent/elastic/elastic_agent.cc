@@ -39,10 +39,8 @@ struct ElasticAgent::Worker {
   bool running = false;
   ExitStatus exit;
   std::string error_file;
-  std::string heartbeat_file;  // DDPRUN_WATCHDOG_FILE, "" without watchdog
-  std::string watchdog_kill;   // why the watchdog killed it, "" if it did not
-  std::string stacks_file;     // DDPRUN_STACKS_FILE, "" without one
-  std::string steps_file;      // DDPRUN_STEP_FILE, "" without a log dir
+  WorkerWatchFiles watch;     // ddprun's files for it, "" where off
+  std::string watchdog_kill;  // why the watchdog killed it, "" if it did not
   std::unique_ptr<Process> process;
   std::unique_ptr<WorkerOutput> out;
   std::unique_ptr<WorkerOutput> err;
@@ -243,9 +241,9 @@ Status ElasticAgent::StartWorkers() {
     if (files) {
       DDP_RETURN_IF_ERROR(MakeDirs(dir));
       w->error_file = dir + "/error.json";
-      if (watchdog_) w->heartbeat_file = dir + "/heartbeat";
-      if (stacks_) w->stacks_file = dir + "/stacks.txt";
-      w->steps_file = dir + "/steps";
+      if (watchdog_) w->watch.heartbeat = dir + "/heartbeat";
+      if (stacks_) w->watch.stacks = dir + "/stacks.txt";
+      w->watch.steps = dir + "/steps";
     }
     DDP_ASSIGN_OR_RETURN(
         std::string prefix,
@@ -278,31 +276,13 @@ Status ElasticAgent::StartWorkers() {
     spec.env =
         BuildWorkerEnv(o, options_.worker_torch, round_, options_.run_id,
                        w->local_rank, w->error_file, options_.parent_env);
-    if (!w->heartbeat_file.empty()) {
-      spec.env["DDPRUN_WATCHDOG_FILE"] = w->heartbeat_file;
-    }
+    AddWatchEnv(w->watch, options_.python_stack_helper_dir, &spec.env);
     // As torchrun's workers write to the terminal: a stream shown live on
     // a terminal console (and kept in no file) is a terminal for the worker.
     spec.tty_stdout = w->out->live_terminal();
     spec.tty_stderr = w->err->live_terminal();
     if (spec.tty_stdout || spec.tty_stderr) {
       std::tie(spec.tty_rows, spec.tty_cols) = console_->TerminalSize();
-    }
-    if (!w->steps_file.empty()) spec.env["DDPRUN_STEP_FILE"] = w->steps_file;
-    if (!w->stacks_file.empty()) {
-      spec.env["DDPRUN_STACKS_FILE"] = w->stacks_file;
-      spec.env["DDPRUN_STACKS_SIGNAL"] = std::to_string(StackDumpSignal());
-      // ddprun's sitecustomize.py (stack dumps) and ddprun_steps.py (step
-      // counts); DDPRUN_STACKS=0 leaves PYTHONPATH alone.
-      const std::string& helper = options_.python_stack_helper_dir;
-      if (!helper.empty()) {
-        // Last: the user's (and deepspeed's cwd-first) order stays; still
-        // before the standard library, where Debian's sitecustomize.py lies,
-        // which ddprun's chain-loads. A user's own sitecustomize.py on
-        // PYTHONPATH wins: that worker then answers no stack request.
-        std::string& path = spec.env["PYTHONPATH"];
-        path = path.empty() ? helper : path + ":" + helper;
-      }
     }
     ProcessCallbacks cb;
     Worker* raw = w.get();
@@ -318,12 +298,12 @@ Status ElasticAgent::StartWorkers() {
     w->process = std::move(p).value();
     w->pid = w->process->pid();
     w->running = true;
-    if (watchdog_) watchdog_->Watch(w->local_rank, w->pid, w->heartbeat_file);
+    if (watchdog_) watchdog_->Watch(w->local_rank, w->pid, w->watch.heartbeat);
   }
   std::vector<StragglerWatch::Target> counted;
   for (const auto& w : workers_) {
-    if (w->steps_file.empty()) continue;
-    counted.push_back({w->global_rank, w->local_rank, w->pid, w->steps_file});
+    if (w->watch.steps.empty()) continue;
+    counted.push_back({w->global_rank, w->local_rank, w->pid, w->watch.steps});
   }
   stragglers_->Start(std::move(counted));
   DDP_LOG(DEBUG) << "started " << workers_.size() << " workers, attempt "
@@ -400,7 +380,7 @@ void ElasticAgent::OnWorkerStuck(const WorkerWatchdog::Stuck& stuck) {
       Seconds(std::chrono::duration<double>(stuck.stuck_for).count()) +
       " (--watchdog_timeout=" + Number(timeout_s) + ")";
   w.watchdog_kill = "killed by the ddprun watchdog: " + what;
-  if (stacks_ == nullptr || w.stacks_file.empty()) {
+  if (stacks_ == nullptr || w.watch.stacks.empty()) {
     DDP_LOG(ERROR) << "watchdog: local_rank " << w.local_rank << " (pid "
                    << w.pid << ") hung, " << what
                    << ": sending SIGKILL to its process group";
@@ -443,8 +423,8 @@ void ElasticAgent::KillHung(int local_rank) {
 std::vector<StackTarget> ElasticAgent::StackTargets() const {
   std::vector<StackTarget> targets;
   for (const auto& w : workers_) {
-    if (!w->running || w->stacks_file.empty()) continue;
-    targets.push_back({w->global_rank, w->pid, w->stacks_file});
+    if (!w->running || w->watch.stacks.empty()) continue;
+    targets.push_back({w->global_rank, w->pid, w->watch.stacks});
   }
   return targets;
 }

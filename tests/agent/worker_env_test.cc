@@ -4,6 +4,7 @@
 
 #include "agent/elastic/worker_env.h"
 
+using ddprun::agent::AddWatchEnv;
 using ddprun::agent::BuildWorkerArgv;
 using ddprun::agent::BuildWorkerEnv;
 using ddprun::agent::EntrypointName;
@@ -11,6 +12,7 @@ using ddprun::agent::EnvMap;
 using ddprun::agent::LaunchOptions;
 using ddprun::agent::NeedsOmpDefault;
 using ddprun::agent::TorchVersion;
+using ddprun::agent::WorkerWatchFiles;
 using ddprun::rendezvous::RendezvousResult;
 
 namespace {
@@ -170,6 +172,49 @@ TEST_CASE("BuildWorkerEnv: virtual local rank pins one device", "[agent]") {
   CHECK(env.at("CUDA_VISIBLE_DEVICES") == "6");
   EnvMap no_list = BuildWorkerEnv(o, o.torch_version, Round(), "j", 3, "e", {});
   CHECK(no_list.at("CUDA_VISIBLE_DEVICES") == "3");
+}
+
+TEST_CASE("AddWatchEnv: ddprun's files, the dump signal, the Python hook",
+          "[agent]") {
+  WorkerWatchFiles files;
+  files.heartbeat = "/logs/attempt_0/1/heartbeat";
+  files.steps = "/logs/attempt_0/1/steps";
+  files.stacks = "/logs/attempt_0/1/stacks.txt";
+  EnvMap env = {{"PYTHONPATH", "/user/path"}, {"RANK", "1"}};
+  AddWatchEnv(files, "/opt/ddprun/lib/ddprun/python", &env);
+  CHECK(env.at("DDPRUN_WATCHDOG_FILE") == "/logs/attempt_0/1/heartbeat");
+  CHECK(env.at("DDPRUN_STEP_FILE") == "/logs/attempt_0/1/steps");
+  CHECK(env.at("DDPRUN_STACKS_FILE") == "/logs/attempt_0/1/stacks.txt");
+  CHECK(env.at("DDPRUN_STACKS_SIGNAL") == std::to_string(SIGRTMAX - 2));
+  // Last: the user's order is kept (deepspeed's cwd stays first).
+  CHECK(env.at("PYTHONPATH") == "/user/path:/opt/ddprun/lib/ddprun/python");
+  CHECK(env.at("RANK") == "1");
+  CHECK(env.size() == 6);
+  EnvMap no_user_path;
+  AddWatchEnv(files, "/opt/ddprun/lib/ddprun/python", &no_user_path);
+  CHECK(no_user_path.at("PYTHONPATH") == "/opt/ddprun/lib/ddprun/python");
+  // No hook folder found: stacks file and signal, PYTHONPATH untouched.
+  EnvMap no_hook = {{"PYTHONPATH", "/user/path"}};
+  AddWatchEnv(files, "", &no_hook);
+  CHECK(no_hook.at("DDPRUN_STACKS_FILE") == "/logs/attempt_0/1/stacks.txt");
+  CHECK(no_hook.at("PYTHONPATH") == "/user/path");
+}
+
+TEST_CASE("AddWatchEnv: nothing for watching that is off", "[agent]") {
+  // No log dir (--log_dir /dev/null), no --watchdog_timeout, DDPRUN_STACKS=0:
+  // no file, and PYTHONPATH stays as inherited even with a hook folder.
+  EnvMap env = {{"PATH", "/usr/bin"}};
+  AddWatchEnv(WorkerWatchFiles(), "/opt/ddprun/lib/ddprun/python", &env);
+  CHECK(env == EnvMap{{"PATH", "/usr/bin"}});
+  // Only a heartbeat (the watchdog on, stack dumps off).
+  WorkerWatchFiles heartbeat_only;
+  heartbeat_only.heartbeat = "/logs/attempt_0/0/heartbeat";
+  AddWatchEnv(heartbeat_only, "/opt/ddprun/lib/ddprun/python", &env);
+  CHECK(env.at("DDPRUN_WATCHDOG_FILE") == "/logs/attempt_0/0/heartbeat");
+  CHECK(env.count("DDPRUN_STACKS_FILE") == 0);
+  CHECK(env.count("DDPRUN_STACKS_SIGNAL") == 0);
+  CHECK(env.count("DDPRUN_STEP_FILE") == 0);
+  CHECK(env.count("PYTHONPATH") == 0);
 }
 
 TEST_CASE("BuildWorkerArgv: python script, module, no_python", "[agent]") {
