@@ -86,16 +86,16 @@ bool CatchesSignal(int pid, int sig) {
   return false;
 }
 
-StackCollector::StackCollector(EventLoop* loop)
+SignalStackCollector::SignalStackCollector(EventLoop* loop)
     : loop_(loop), probe_(MakeProcWorkerProbe()) {}
 
-StackCollector::~StackCollector() {
+SignalStackCollector::~SignalStackCollector() {
   if (armed_) loop_->Cancel(timer_);
 }
 
-bool StackCollector::Collect(std::vector<StackTarget> targets,
-                             const std::string& why, Clock::Duration limit,
-                             Done done) {
+bool SignalStackCollector::Collect(std::vector<StackTarget> targets,
+                                   const std::string& why,
+                                   Clock::Duration limit, Done done) {
   if (busy_) return false;
   busy_ = true;
   done_ = std::move(done);
@@ -140,7 +140,7 @@ bool StackCollector::Collect(std::vector<StackTarget> targets,
   return true;
 }
 
-void StackCollector::Poll() {
+void SignalStackCollector::Poll() {
   const bool late = loop_->clock()->Now() >= deadline_;
   bool all = true;
   for (Pending& p : pending_) {
@@ -185,7 +185,7 @@ void StackCollector::Poll() {
   });
 }
 
-void StackCollector::Complete() {
+void SignalStackCollector::Complete() {
   std::vector<StackResult> results;
   for (Pending& p : pending_) results.push_back(std::move(p.result));
   pending_.clear();

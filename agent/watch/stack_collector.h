@@ -47,30 +47,44 @@ struct StackResult {
 // A collected dump as the diagnosis reads it (diagnosis/stack_diagnosis.h).
 diagnosis::RankStacks ToRankStacks(const StackResult& result);
 
-// Collects every target's stacks without blocking the loop: appends a
-// "# ddprun stack dump" header line to each target's file, sends
-// StackDumpSignal() to the main thread of each target that catches it
-// (tgkill; the worker's file is opened O_APPEND, so the dump follows the
-// header), and polls the files. A dump is complete when its file grew and
-// then stayed the same size for two polls (25 ms apart); a target that does
-// not answer within `limit`, is stopped (state T), has exited or catches no
-// such signal is reported with `missing` set, and never waited for.
-// `done` runs once on the loop thread (posted, never inside Collect).
-//
-// Confined to the loop thread; one collection at a time (Collect while
-// busy() is a programming error: it returns false and does nothing).
+// Collects every target's stacks without blocking the loop; `done` runs
+// once on the loop thread (posted, never inside Collect) with one result
+// per target, in the targets' order. One collection at a time: Collect
+// while busy() is a programming error (it returns false and does nothing).
+// An interface so that what acts on the dumps (HangResponse) is tested
+// without processes.
 class StackCollector {
  public:
   using Done = std::function<void(std::vector<StackResult>)>;
 
-  explicit StackCollector(EventLoop* loop);
-  ~StackCollector();
-  StackCollector(const StackCollector&) = delete;
-  StackCollector& operator=(const StackCollector&) = delete;
+  virtual ~StackCollector() = default;
+  // `why` goes into each file's header line; a target that has not
+  // answered within `limit` is reported with `missing` set.
+  virtual bool Collect(std::vector<StackTarget> targets, const std::string& why,
+                       Clock::Duration limit, Done done) = 0;
+  virtual bool busy() const = 0;
+};
+
+// The real collector: appends a "# ddprun stack dump" header line to each
+// target's file, sends StackDumpSignal() to the main thread of each target
+// that catches it (tgkill; the worker's file is opened O_APPEND, so the
+// dump follows the header), and polls the files. A dump is complete when
+// its file grew and then stayed the same size for two polls (25 ms apart);
+// a target that does not answer within `limit`, is stopped (state T), has
+// exited or catches no such signal is reported with `missing` set, and
+// never waited for.
+//
+// Confined to the loop thread.
+class SignalStackCollector : public StackCollector {
+ public:
+  explicit SignalStackCollector(EventLoop* loop);
+  ~SignalStackCollector() override;
+  SignalStackCollector(const SignalStackCollector&) = delete;
+  SignalStackCollector& operator=(const SignalStackCollector&) = delete;
 
   bool Collect(std::vector<StackTarget> targets, const std::string& why,
-               Clock::Duration limit, Done done);
-  bool busy() const { return busy_; }
+               Clock::Duration limit, Done done) override;
+  bool busy() const override { return busy_; }
 
  private:
   struct Pending {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <vector>
 
 namespace ddprun::agent {
@@ -57,6 +58,15 @@ const char* WatchdogReasonText(WorkerWatchdog::Reason reason) {
       return "without a heartbeat";
   }
   return "stuck";
+}
+
+std::string DescribeStuck(const WorkerWatchdog::Stuck& stuck,
+                          double timeout_s) {
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), " for %.1f s (--watchdog_timeout=%g)",
+                std::chrono::duration<double>(stuck.stuck_for).count(),
+                timeout_s);
+  return WatchdogReasonText(stuck.reason) + std::string(buf);
 }
 
 WorkerWatchdog::WorkerWatchdog(EventLoop* loop, WorkerProbe* probe,

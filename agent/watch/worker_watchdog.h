@@ -98,4 +98,9 @@ class WorkerWatchdog {
 // "stopped (state T)" / "no heartbeat", for the console line.
 const char* WatchdogReasonText(WorkerWatchdog::Reason reason);
 
+// Why the watchdog calls a worker hung, for its log line and failure
+// traceback: "stopped (state T) for 2.1 s (--watchdog_timeout=2)".
+std::string DescribeStuck(const WorkerWatchdog::Stuck& stuck,
+                          double timeout_s);
+
 }  // namespace ddprun::agent

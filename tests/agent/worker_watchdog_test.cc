@@ -131,6 +131,19 @@ TEST_CASE("WorkerWatchdog: a stopped worker is named stopped, not silent",
         "stopped (state T)");
 }
 
+TEST_CASE("WorkerWatchdog: DescribeStuck says why, for how long, the limit",
+          "[agent][watchdog]") {
+  WorkerWatchdog::Stuck stuck;
+  stuck.reason = WorkerWatchdog::Reason::kNoHeartbeat;
+  stuck.stuck_for = 1549ms;
+  CHECK(DescribeStuck(stuck, 1.5) ==
+        "without a heartbeat for 1.5 s (--watchdog_timeout=1.5)");
+  stuck.reason = WorkerWatchdog::Reason::kStopped;
+  stuck.stuck_for = 2100ms;
+  CHECK(DescribeStuck(stuck, 2) ==
+        "stopped (state T) for 2.1 s (--watchdog_timeout=2)");
+}
+
 TEST_CASE("WorkerWatchdog: Forget/ForgetAll cancel the check timer",
           "[agent][watchdog]") {
   WatchdogHarness h;

@@ -11,7 +11,7 @@ import sys
 MAY_USE = {
     'cli': set(),
     'process': set(),
-    'watch': set(),
+    'watch': {'process'},
     'torch_probe': {'cli', 'process'},
     'elastic': {'cli', 'process', 'torch_probe', 'watch'},
     'rdzv': {'cli'},
