@@ -93,6 +93,7 @@ class ElasticAgent : public HangResponse::Workers {
   // its stacks.txt and the diagnosis to the console; the job goes on.
   void DumpStacks();
 
+  // For tests only (ddprun reads none of these): what the loop did.
   WorkerState state() const { return state_; }
   // TORCHELASTIC_RESTART_COUNT of the current attempt.
   int restart_count() const { return round_.restart_count; }
@@ -153,35 +154,47 @@ class ElasticAgent : public HangResponse::Workers {
   bool AnyRunning() const;
   std::string Host();  // hostname_, resolved once
 
+  // Constant after construction (the objects pointed to change; the
+  // collaborators are confined to the loop thread, as the agent is).
   const AgentOptions options_;
-  EventLoop* loop_;
-  ProcessLauncher* launcher_;
-  rendezvous::RendezvousClient* rendezvous_;
-  Console* console_;
-  DoneCallback on_done_;
+  EventLoop* const loop_;
+  ProcessLauncher* const launcher_;
+  rendezvous::RendezvousClient* const rendezvous_;
+  Console* const console_;
+  std::unique_ptr<WorkerProbe> own_probe_;      // when config has none
+  std::unique_ptr<WorkerWatchdog> watchdog_;    // null: --watchdog_timeout=0
+  std::unique_ptr<StragglerWatch> stragglers_;  // step rates, warnings
+  std::unique_ptr<HangResponse> hang_;          // stacks, hung workers
 
+  // State below is confined to the loop thread.
+
+  // The job across rounds: the phase it is in (each step sets it) and how
+  // it ends.
+  DoneCallback on_done_;  // set by Start, run by Finish
   WorkerState state_ = WorkerState::kInit;
   Phase phase_ = Phase::kIdle;
+  bool finished_ = false;  // Finish ran: late callbacks are dropped
   // A signal that arrived while a failure report was in flight.
   int pending_signal_ = 0;
+  std::string hostname_;  // for the failure table, resolved when needed
+
+  // The current worker group: set when a round is joined and its workers
+  // start (OnJoined, StartWorkers), read until the next one starts.
   rendezvous::RendezvousResult round_;
-  int generation_ = 0;
+  int generation_ = 0;  // counts groups; callbacks of older ones are dropped
   int starts_ = 0;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<ProcessFailure> failures_;
+  Clock::TimePoint failure_seen_at_{};
+
+  // Stopping the group (kRunning): from the first failure, event or signal
+  // (BeginStop) until every worker has exited (MaybeFinishStop).
   bool stop_pending_ = false;  // a failure was seen, BeginStop is posted
   StopReason stop_reason_ = StopReason::kNone;
   int stop_signal_ = 0;
   std::string stop_why_;
   EventLoop::TimerId stop_timer_ = 0;
   bool stop_timer_armed_ = false;
-  bool finished_ = false;
-  std::string hostname_;  // for the failure table, resolved when needed
-  Clock::TimePoint failure_seen_at_{};
-  std::unique_ptr<WorkerProbe> own_probe_;      // when config has none
-  std::unique_ptr<WorkerWatchdog> watchdog_;    // null: --watchdog_timeout=0
-  std::unique_ptr<StragglerWatch> stragglers_;  // step rates, warnings
-  std::unique_ptr<HangResponse> hang_;          // stacks, hung workers
 };
 
 }  // namespace ddprun::agent
