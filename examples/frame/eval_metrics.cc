@@ -1,4 +1,4 @@
-#include "examples/frame/metrics.h"
+#include "examples/frame/eval_metrics.h"
 
 #include <algorithm>
 #include <cmath>
