@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "tests/agent/stack_test_util.h"
+#include "tests/agent/watch/stack_test_util.h"
 
 namespace ddprun::test {
 namespace {
