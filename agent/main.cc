@@ -27,7 +27,7 @@
 #include "agent/elastic/elastic_agent.h"
 #include "agent/elastic/log_dir.h"
 #include "agent/torch_probe/python_sys_path.h"
-#include "agent/rdzv/rendezvous_factory.h"
+#include "agent/hosting/rendezvous_factory.h"
 #include "agent/process/signal_watcher.h"
 #include "agent/watch/stack_collector.h"
 #include "agent/torch_probe/torch_version_probe.h"

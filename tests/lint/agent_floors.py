@@ -14,7 +14,7 @@ MAY_USE = {
     'watch': {'process'},
     'torch_probe': {'cli', 'process'},
     'elastic': {'cli', 'process', 'torch_probe', 'watch'},
-    'rdzv': {'cli'},
+    'hosting': {'cli'},
     'frontends': {'cli', 'process'},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"agent/([^"]+)"', re.M)

@@ -47,7 +47,8 @@ LaunchOptions Options() {
 TEST_CASE("BuildWorkerEnv: static multi-node workers use the agent store",
           "[agent]") {
   // Node 0's agent serves their c10d store on --master_port
-  // (agent/rdzv/agent_store.h): torch must connect to it, not bind it in rank 0.
+  // (agent/hosting/agent_store.h): torch must connect to it, not bind it in
+  // rank 0.
   LaunchOptions o = Options();
   o.min_nodes = o.max_nodes = 2;
   EnvMap env = BuildWorkerEnv(o, TorchVersion(), Round(), "job7", 0, "", {});

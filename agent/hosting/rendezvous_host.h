@@ -6,7 +6,7 @@
 #include "common/clock.h"
 #include "common/mutex.h"
 #include "ddprun/common/status_or.h"
-#include "agent/rdzv/agent_store.h"
+#include "agent/hosting/agent_store.h"
 #include "common/thread_annotations.h"
 #include "rendezvous/server/rendezvous_server.h"
 
@@ -37,7 +37,7 @@ class RendezvousHost {
   RendezvousHost& operator=(const RendezvousHost&) = delete;
 
   // Static multi-node mode: Serve() also serves the workers' c10d store on
-  // the same port (agent/rdzv/agent_store.h): the port's listener is an
+  // the same port (agent/hosting/agent_store.h): the port's listener is an
   // AgentStore that hands gRPC connections to the rendezvous server, and
   // every completed round empties the store before its Joins are answered.
   // No TLS (rdzv_conf tls_*) with it. Call before Serve().

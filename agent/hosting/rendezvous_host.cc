@@ -1,4 +1,4 @@
-#include "agent/rdzv/rendezvous_host.h"
+#include "agent/hosting/rendezvous_host.h"
 
 #include <atomic>
 

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "agent/cli/launch_options.h"
-#include "agent/rdzv/rendezvous_host.h"
+#include "agent/hosting/rendezvous_host.h"
 #include "common/event_loop.h"
 #include "ddprun/common/status_or.h"
 #include "rendezvous/client/rendezvous_client.h"
@@ -54,11 +54,12 @@ struct RendezvousSetup {
 //   ranks as hints (group rank = node rank). Workers get MASTER_ADDR =
 //   --master_addr, MASTER_PORT = --master_port and
 //   TORCHELASTIC_USE_AGENT_STORE=True: node 0's agent serves their c10d
-//   TCPStore on that same port beside the rendezvous (agent/rdzv/agent_store.h;
-//   torchrun's agent store), so the job needs that one port open. With
-//   rdzv_conf TLS (gRPC adopts no TLS connections) the rendezvous keeps the
-//   port and the workers get a port node 0 verified free, rank 0's worker
-//   hosting the store (UsesAgentStore() false): open both.
+//   TCPStore on that same port beside the rendezvous
+//   (agent/hosting/agent_store.h; torchrun's agent store), so the job needs
+//   that one port open. With rdzv_conf TLS (gRPC adopts no TLS connections)
+//   the rendezvous keeps the port and the workers get a port node 0
+//   verified free, rank 0's worker hosting the store (UsesAgentStore()
+//   false): open both.
 // The token is options.rendezvous.token (rdzv_conf token=/token_file=, else
 // $DDPRUN_RDZV_TOKEN); the embedded server requires the same token. With
 // rdzv_conf tls_ca, tls_cert and tls_key a hosting agent serves mutual TLS

@@ -1,4 +1,4 @@
-#include "agent/rdzv/agent_store.h"
+#include "agent/hosting/agent_store.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

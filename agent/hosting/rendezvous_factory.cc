@@ -1,4 +1,4 @@
-#include "agent/rdzv/rendezvous_factory.h"
+#include "agent/hosting/rendezvous_factory.h"
 
 #include <arpa/inet.h>
 

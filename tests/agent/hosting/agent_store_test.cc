@@ -1,9 +1,9 @@
-// The agent store (agent/rdzv/agent_store.h) against a client written here from
-// torch's TCPStore wire format: each query of both dialects, malformed
-// messages, waits with a deadline, Reset between rounds, and the HTTP/2
-// hand-off. Real sockets on 127.0.0.1, port 0.
+// The agent store (agent/hosting/agent_store.h) against a client written
+// here from torch's TCPStore wire format: each query of both dialects,
+// malformed messages, waits with a deadline, Reset between rounds, and the
+// HTTP/2 hand-off. Real sockets on 127.0.0.1, port 0.
 
-#include "agent/rdzv/agent_store.h"
+#include "agent/hosting/agent_store.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
