@@ -154,7 +154,8 @@ struct LaunchOptions {
   std::vector<std::string> entrypoint_args;
 };
 
-// Which rendezvous a launch uses (agent/rdzv/rendezvous_factory.h builds it).
+// Which rendezvous a launch uses (agent/hosting/rendezvous_factory.h builds
+// it).
 enum class RendezvousMode {
   kLocal,       // static or grpc with --nnodes=1 and no endpoint: no server
   kStandalone,  // --standalone: the gRPC server in-process, on loopback
@@ -166,7 +167,7 @@ RendezvousMode ModeOf(const LaunchOptions& options);
 // True when node 0's agent serves the workers' c10d store on --master_port
 // beside the rendezvous (static multi-node mode without rdzv_conf TLS):
 // workers get MASTER_PORT = --master_port and
-// TORCHELASTIC_USE_AGENT_STORE=True (agent/rdzv/agent_store.h).
+// TORCHELASTIC_USE_AGENT_STORE=True (agent/hosting/agent_store.h).
 bool UsesAgentStore(const LaunchOptions& options);
 
 }  // namespace ddprun::agent

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
-#include <cstdio>
 #include <cstring>
 #include <tuple>
 
@@ -14,8 +13,6 @@
 #include "agent/elastic/log_dir.h"
 #include "agent/process/signal_names.h"
 #include "common/logging.h"
-#include "diagnosis/stack_diagnosis.h"
-#include "diagnosis/stack_summary.h"
 
 namespace ddprun::agent {
 
@@ -44,10 +41,8 @@ struct ElasticAgent::Worker {
   bool running = false;
   ExitStatus exit;
   std::string error_file;
-  std::string heartbeat_file;  // DDPRUN_WATCHDOG_FILE, "" without watchdog
-  std::string watchdog_kill;   // why the watchdog killed it, "" if it did not
-  std::string stacks_file;     // DDPRUN_STACKS_FILE, "" without one
-  std::string steps_file;      // DDPRUN_STEP_FILE, "" without a log dir
+  WorkerWatchFiles watch;     // ddprun's files for it, "" where off
+  std::string watchdog_kill;  // why the watchdog killed it, "" if it did not
   std::unique_ptr<Process> process;
   std::unique_ptr<WorkerOutput> out;
   std::unique_ptr<WorkerOutput> err;
@@ -62,15 +57,6 @@ bool Has(StdStreams mask, StdStreams bit) {
   return (static_cast<int>(mask) & static_cast<int>(bit)) != 0;
 }
 
-// How long a worker has to answer a stack request.
-constexpr auto kStacksLimit = std::chrono::seconds(2);
-// How long the other nodes have to answer a dump across nodes: their next
-// heartbeat (1 s apart by default) tells them, then their workers have
-// kStacksLimit.
-constexpr auto kGatherLimit = std::chrono::seconds(5);
-// Frames per rank on the console (the files hold all of them).
-constexpr size_t kConsoleFrames = 6;
-
 void RemoveIfEmpty(const std::string& path) {
   struct stat st;
   if (!path.empty() && ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
@@ -83,23 +69,11 @@ double Millis(Clock::Duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
 }
 
-std::string Seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1f s", s);
-  return buf;
-}
-
 // Python's socket.gethostname(): the ${hostname} of a line prefix.
 std::string ShortHostname() {
   char host[256] = {0};
   ::gethostname(host, sizeof(host) - 1);
   return host;
-}
-
-std::string Number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
 }
 
 }  // namespace
@@ -133,10 +107,16 @@ ElasticAgent::ElasticAgent(AgentOptions options, EventLoop* loop,
   policy.slow_for = std::chrono::duration_cast<Clock::Duration>(
       std::chrono::duration<double>(options_.launch.straggler_time_s));
   stragglers_ = std::make_unique<StragglerWatch>(loop_, policy, rendezvous_);
+  std::unique_ptr<StackCollector> collector;
   auto off = options_.parent_env.find("DDPRUN_STACKS");
   if (off == options_.parent_env.end() || off->second != "0") {
-    stacks_ = std::make_unique<StackCollector>(loop_);
+    collector = std::make_unique<SignalStackCollector>(loop_);
   }
+  HangResponse::Options hang;
+  hang.run_log_dir = options_.run_log_dir;
+  hang.hostname = [this] { return Host(); };
+  hang_ = std::make_unique<HangResponse>(std::move(hang), loop_, rendezvous_,
+                                         console_, this, std::move(collector));
 }
 
 ElasticAgent::~ElasticAgent() {
@@ -152,7 +132,7 @@ void ElasticAgent::Start(DoneCallback on_done) {
       });
   rendezvous_->SetStacksRequestHandler(
       [this](uint64_t id, const std::string& reason) {
-        OnStacksRequested(id, reason);
+        hang_->OnStacksRequested(id, reason);
       });
   Status timer = StartFileTimer();
   if (!timer.ok()) {
@@ -200,9 +180,10 @@ void ElasticAgent::OnTimerExpired(const ExpiredTimer& t) {
     worker->watchdog_kill = "killed by the FileTimer server: " + what;
     const std::string who =
         "FileTimer: local_rank " + std::to_string(worker->local_rank);
-    KillAfterStacks(*worker,
-                    who + " (pid " + std::to_string(t.pid) + "): " + what,
-                    who + " expired");
+    hang_->KillAfterStacks(
+        worker->local_rank, worker->pid,
+        who + " (pid " + std::to_string(t.pid) + "): " + what,
+        who + " expired");
     return;
   }
   if (group == nullptr) {
@@ -348,7 +329,7 @@ Status ElasticAgent::StartWorkers() {
   ++starts_;
   workers_.clear();
   failures_.clear();
-  hung_.clear();  // local ranks of the previous group
+  hang_->StartGroup(round_);
   stop_pending_ = false;
   stop_reason_ = StopReason::kNone;
   // No run log directory (--log_dir /dev/null): no files at all, and every
@@ -366,10 +347,11 @@ Status ElasticAgent::StartWorkers() {
     if (files) {
       DDP_RETURN_IF_ERROR(MakeDirs(dir));
       w->error_file = dir + "/error.json";
-      if (watchdog_) w->heartbeat_file = dir + "/heartbeat";
-      if (stacks_) w->stacks_file = dir + "/stacks.txt";
-      w->steps_file = dir + "/steps";
+      if (watchdog_) w->watch.heartbeat = dir + "/heartbeat";
+      if (hang_->collects_stacks()) w->watch.stacks = dir + "/stacks.txt";
+      w->watch.steps = dir + "/steps";
     }
+    if (file_timer_) w->watch.timer = file_timer_->path();
     PrefixValues values;
     values.role = o.role;
     values.rank = w->global_rank;
@@ -412,10 +394,7 @@ Status ElasticAgent::StartWorkers() {
     spec.env =
         BuildWorkerEnv(o, options_.worker_torch, round_, options_.run_id,
                        w->local_rank, w->error_file, options_.parent_env);
-    if (!w->heartbeat_file.empty()) {
-      spec.env["DDPRUN_WATCHDOG_FILE"] = w->heartbeat_file;
-    }
-    if (file_timer_) spec.env["TORCHELASTIC_TIMER_FILE"] = file_timer_->path();
+    AddWatchEnv(w->watch, options_.python_stack_helper_dir, &spec.env);
     if (w->local_rank < static_cast<int>(options_.worker_cpus.size())) {
       spec.cpu_affinity = options_.worker_cpus[w->local_rank];
     }
@@ -425,22 +404,6 @@ Status ElasticAgent::StartWorkers() {
     spec.tty_stderr = w->err->live_terminal();
     if (spec.tty_stdout || spec.tty_stderr) {
       std::tie(spec.tty_rows, spec.tty_cols) = console_->TerminalSize();
-    }
-    if (!w->steps_file.empty()) spec.env["DDPRUN_STEP_FILE"] = w->steps_file;
-    if (!w->stacks_file.empty()) {
-      spec.env["DDPRUN_STACKS_FILE"] = w->stacks_file;
-      spec.env["DDPRUN_STACKS_SIGNAL"] = std::to_string(StackDumpSignal());
-      // ddprun's sitecustomize.py (stack dumps) and ddprun_steps.py (step
-      // counts); DDPRUN_STACKS=0 leaves PYTHONPATH alone.
-      const std::string& helper = options_.python_stack_helper_dir;
-      if (!helper.empty()) {
-        // Last: the user's (and deepspeed's cwd-first) order stays; still
-        // before the standard library, where Debian's sitecustomize.py lies,
-        // which ddprun's chain-loads. A user's own sitecustomize.py on
-        // PYTHONPATH wins: that worker then answers no stack request.
-        std::string& path = spec.env["PYTHONPATH"];
-        path = path.empty() ? helper : path + ":" + helper;
-      }
     }
     ProcessCallbacks cb;
     Worker* raw = w.get();
@@ -456,12 +419,12 @@ Status ElasticAgent::StartWorkers() {
     w->process = std::move(p).value();
     w->pid = w->process->pid();
     w->running = true;
-    if (watchdog_) watchdog_->Watch(w->local_rank, w->pid, w->heartbeat_file);
+    if (watchdog_) watchdog_->Watch(w->local_rank, w->pid, w->watch.heartbeat);
   }
   std::vector<StragglerWatch::Target> counted;
   for (const auto& w : workers_) {
-    if (w->steps_file.empty()) continue;
-    counted.push_back({w->global_rank, w->local_rank, w->pid, w->steps_file});
+    if (w->watch.steps.empty()) continue;
+    counted.push_back({w->global_rank, w->local_rank, w->pid, w->watch.steps});
   }
   stragglers_->Start(std::move(counted));
   DDP_LOG(DEBUG) << "started " << workers_.size() << " workers, attempt "
@@ -497,7 +460,7 @@ void ElasticAgent::OnWorkerExit(int generation, int local_rank,
   w.err->OnEof();
   // The worker's hook created its stacks file at start; one that no dump
   // wrote to is not kept (torchrun's log layout has no such file).
-  RemoveIfEmpty(w.stacks_file);
+  RemoveIfEmpty(w.watch.stacks);
   if (stop_reason_ != StopReason::kNone) {
     MaybeFinishStop();
     return;
@@ -552,258 +515,38 @@ void ElasticAgent::OnWorkerStuck(const WorkerWatchdog::Stuck& stuck) {
   }
   Worker& w = *workers_[stuck.local_rank];
   if (!w.running || w.pid != stuck.pid) return;
-  const double timeout_s = options_.launch.watchdog_timeout_s;
   const std::string what =
-      std::string(WatchdogReasonText(stuck.reason)) + " for " +
-      Seconds(std::chrono::duration<double>(stuck.stuck_for).count()) +
-      " (--watchdog_timeout=" + Number(timeout_s) + ")";
+      DescribeStuck(stuck, options_.launch.watchdog_timeout_s);
   w.watchdog_kill = "killed by the ddprun watchdog: " + what;
-  const std::string who =
-      "watchdog: local_rank " + std::to_string(w.local_rank);
-  KillAfterStacks(w, who + " (pid " + std::to_string(w.pid) + ") hung, " + what,
-                  who + " hung");
-}
-
-void ElasticAgent::KillAfterStacks(Worker& w, const std::string& headline,
-                                   const std::string& reason) {
-  if (stacks_ == nullptr || w.stacks_file.empty()) {
-    DDP_LOG(ERROR) << headline << ": sending SIGKILL to its process group";
-    KillHung(w.local_rank);
-    return;
-  }
-  DDP_LOG(ERROR) << headline
-                 << ": collecting every worker's stacks, then SIGKILL to its "
-                    "process group";
-  if (diagnosis_generation_ == generation_) {
-    // This hang's stacks are in already: the same verdict.
-    KillHung(w.local_rank);
-    return;
-  }
-  hung_.push_back(w.local_rank);
-  // Killed when the collection (and the gathering across nodes) ends.
-  if (stacks_->busy() || gathering_) return;
-  const int generation = generation_;
-  stacks_->Collect(StackTargets(), reason, kStacksLimit,
-                   [this, generation](std::vector<StackResult> results) {
-                     OnStacksCollected(generation, /*watchdog=*/true,
-                                       /*here=*/true, std::move(results));
-                   });
-}
-
-void ElasticAgent::KillHung(int local_rank) {
-  Worker& w = *workers_[local_rank];
-  if (!w.running) return;
-  if (!diagnosis_.empty() && diagnosis_generation_ == generation_) {
-    w.watchdog_kill += "; hang diagnosis: " + diagnosis_;
-  }
-  Status s = w.process->SignalGroup(SIGKILL);
-  if (!s.ok()) DDP_LOG(WARNING) << s.message();
+  hang_->OnHung(w.local_rank, w.pid, what);
 }
 
 std::vector<StackTarget> ElasticAgent::StackTargets() const {
   std::vector<StackTarget> targets;
+  if (phase_ != Phase::kRunning) return targets;
   for (const auto& w : workers_) {
-    if (!w->running || w->stacks_file.empty()) continue;
-    targets.push_back({w->global_rank, w->pid, w->stacks_file});
+    if (!w->running || w->watch.stacks.empty()) continue;
+    targets.push_back({w->global_rank, w->pid, w->watch.stacks});
   }
   return targets;
 }
 
-void ElasticAgent::DumpStacks() {
-  if (finished_ || stacks_ == nullptr) {
-    DDP_LOG(WARNING) << "stack dump requested, but stack dumps are off "
-                        "(DDPRUN_STACKS=0)";
+void ElasticAgent::KillHung(int local_rank, const std::string& diagnosis) {
+  if (local_rank < 0 || local_rank >= static_cast<int>(workers_.size())) {
     return;
   }
-  std::vector<StackTarget> targets = StackTargets();
-  if (phase_ != Phase::kRunning || targets.empty()) {
-    DDP_LOG(WARNING) << "stack dump requested, but no worker runs"
-                     << (options_.run_log_dir.empty() ? " with a log dir" : "");
-    return;
-  }
-  if (stacks_->busy() || gathering_) {
-    DDP_LOG(INFO) << "stack dump requested while one is being collected";
-    return;
-  }
-  DDP_LOG(INFO) << "stack dump requested: collecting every worker's stacks";
-  const int generation = generation_;
-  stacks_->Collect(std::move(targets), "requested", kStacksLimit,
-                   [this, generation](std::vector<StackResult> results) {
-                     OnStacksCollected(generation, /*watchdog=*/false,
-                                       /*here=*/true, std::move(results));
-                   });
+  Worker& w = *workers_[local_rank];
+  if (!w.running) return;
+  if (!diagnosis.empty()) w.watchdog_kill += "; hang diagnosis: " + diagnosis;
+  Status s = w.process->SignalGroup(SIGKILL);
+  if (!s.ok()) DDP_LOG(WARNING) << s.message();
 }
 
-bool ElasticAgent::AcrossNodes() const {
-  return round_.group_world_size > 1 && rendezvous_->SupportsStacks();
-}
+void ElasticAgent::DumpStacks() { hang_->DumpStacks(); }
 
 std::string ElasticAgent::Host() {
   if (hostname_.empty()) hostname_ = FullyQualifiedHostname();
   return hostname_;
-}
-
-void ElasticAgent::OnStacksRequested(uint64_t request_id,
-                                     const std::string& reason) {
-  if (finished_) return;
-  std::vector<StackTarget> targets = StackTargets();
-  if (gathering_ || (targets.empty() && last_own_generation_ == generation_)) {
-    // This node's stacks of a moment ago (this group's, taken before its
-    // hung workers were killed) are its answer.
-    rendezvous_->AnswerStacks(request_id, last_own_);
-    return;
-  }
-  if (stacks_ == nullptr || phase_ != Phase::kRunning || targets.empty()) {
-    // Nothing to dump here: say so at once, so the dump completes.
-    rendezvous_->AnswerStacks(request_id, {});
-    return;
-  }
-  answer_pending_ = request_id;
-  if (stacks_->busy()) return;  // answered when the collection ends
-  DDP_LOG(INFO) << "stack dump requested through the rendezvous (" << reason
-                << "): collecting every worker's stacks";
-  const int generation = generation_;
-  stacks_->Collect(std::move(targets), "requested by another node: " + reason,
-                   kStacksLimit,
-                   [this, generation](std::vector<StackResult> results) {
-                     OnStacksCollected(generation, /*watchdog=*/false,
-                                       /*here=*/false, std::move(results));
-                   });
-}
-
-void ElasticAgent::OnStacksCollected(int generation, bool watchdog, bool here,
-                                     std::vector<StackResult> results) {
-  if (finished_) return;
-  const uint64_t answer = answer_pending_;
-  answer_pending_ = 0;
-  if (generation != generation_) {
-    // Dumps of a group that is gone; hung workers of the new one (hung_ is
-    // cleared when a group starts) are killed without a verdict.
-    if (answer != 0) rendezvous_->AnswerStacks(answer, {});
-    std::vector<int> hung = std::move(hung_);
-    hung_.clear();
-    for (int lr : hung) KillHung(lr);
-    return;
-  }
-  // A hang found while a dump ran: that dump is its verdict.
-  watchdog = watchdog || !hung_.empty();
-  here = here || watchdog;
-  std::vector<diagnosis::RankStacks> ranks;
-  for (const StackResult& r : results) ranks.push_back(ToRankStacks(r));
-  last_own_.clear();
-  last_own_generation_ = generation;
-  for (const diagnosis::RankStacks& r : ranks) {
-    last_own_.push_back(diagnosis::Summarize(r, round_.group_rank, Host()));
-  }
-  if (here && AcrossNodes()) {
-    // Every node's stacks before anything is killed: the others collect
-    // theirs when their next heartbeat tells them, and answer.
-    gathering_ = true;
-    const std::string reason =
-        watchdog
-            ? "watchdog on " + diagnosis::NodeLabel(round_.group_rank, Host())
-            : "requested on " + diagnosis::NodeLabel(round_.group_rank, Host());
-    rendezvous_->GatherStacks(
-        reason, last_own_, loop_->clock()->Now() + kGatherLimit,
-        [this, generation, watchdog,
-         ranks](StatusOr<rendezvous::StacksAnswer> answer) {
-          OnStacksGathered(generation, watchdog, ranks, std::move(answer));
-        });
-    return;
-  }
-  if (answer != 0) rendezvous_->AnswerStacks(answer, last_own_);
-  ReportStacks(generation, watchdog, ranks, "");
-}
-
-void ElasticAgent::OnStacksGathered(int generation, bool watchdog,
-                                    std::vector<diagnosis::RankStacks> local,
-                                    StatusOr<rendezvous::StacksAnswer> answer) {
-  if (finished_) return;
-  gathering_ = false;
-  if (generation != generation_) {
-    std::vector<int> hung = std::move(hung_);
-    hung_.clear();
-    for (int lr : hung) KillHung(lr);
-    return;
-  }
-  std::string note;
-  std::vector<diagnosis::RankStacks> ranks;
-  if (answer.ok()) {
-    for (const diagnosis::StackSummary& r : answer->ranks) {
-      ranks.push_back(diagnosis::FromSummary(r));
-    }
-    if (!answer->complete) {
-      std::string nodes;
-      for (const std::string& n : answer->missing_nodes) {
-        nodes += (nodes.empty() ? "" : ", ") + n;
-      }
-      note = "no stacks within " +
-             Seconds(std::chrono::duration<double>(kGatherLimit).count()) +
-             " from " + nodes;
-    }
-  } else {
-    DDP_LOG(WARNING) << "stacks of the other nodes: "
-                     << answer.status().message();
-    note = "the other nodes' stacks are unknown (" +
-           answer.status().message() + ")";
-    ranks = std::move(local);
-    for (diagnosis::RankStacks& r : ranks)
-      r.node = diagnosis::NodeLabel(round_.group_rank, Host());
-  }
-  ReportStacks(generation, watchdog || !hung_.empty(), ranks, note);
-}
-
-void ElasticAgent::ReportStacks(int generation, bool watchdog,
-                                const std::vector<diagnosis::RankStacks>& ranks,
-                                const std::string& note) {
-  bool any = false;
-  for (const diagnosis::RankStacks& r : ranks) {
-    any = any || !r.threads.empty() || r.native.present;
-  }
-  const std::string attempt_dir = options_.run_log_dir + "/attempt_" +
-                                  std::to_string(round_.restart_count);
-  const bool across = !ranks.empty() && !ranks.front().node.empty();
-  if (any) {
-    // Every rank's main thread on one line; the files hold every thread.
-    std::string lines;
-    for (const diagnosis::RankStacks& r : ranks)
-      lines += diagnosis::ConsoleLine(r, kConsoleFrames);
-    // The note names other nodes (their ids and addresses): escaped.
-    if (!note.empty()) lines += "  " + EscapeControlChars(note) + "\n";
-    std::string verdict = diagnosis::DiagnoseHang(ranks);
-    if (!note.empty()) verdict += " (" + note + ")";
-    const std::string where =
-        across ? "<log_dir of each node>/attempt_" +
-                     std::to_string(round_.restart_count) +
-                     "/<local_rank>/stacks.txt"
-               : attempt_dir + "/<local_rank>/stacks.txt";
-    // The log escapes line breaks: the per-rank lines go to the console.
-    if (watchdog) {
-      diagnosis_ = verdict;
-      diagnosis_generation_ = generation;
-      DDP_LOG(ERROR) << "hang diagnosis: " << verdict;
-    } else {
-      DDP_LOG(INFO) << "stack dump: " << verdict;
-    }
-    console_->Write(Console::Stream::kErr,
-                    lines + "  every thread's stack: " + where + "\n");
-  } else {
-    const std::string why = ranks.empty() ? "no running worker"
-                            : ranks.front().missing.empty()
-                                ? "no Python frames"
-                                : ranks.front().missing;
-    if (watchdog) {
-      // Workers without the hook (a shell script, a C++ binary): the
-      // watchdog acts as it always did.
-      DDP_LOG(DEBUG) << "no worker gave a stack (" << why << ")";
-      diagnosis_generation_ = generation;
-    } else {
-      DDP_LOG(WARNING) << "no worker gave a stack (" << why << ")";
-    }
-  }
-  std::vector<int> hung = std::move(hung_);
-  hung_.clear();
-  for (int lr : hung) KillHung(lr);
 }
 
 void ElasticAgent::OnRendezvousEvent(const rendezvous::RendezvousEvent& event) {
@@ -1002,7 +745,7 @@ void ElasticAgent::AfterStop() {
 bool ElasticAgent::NoProgress() {
   std::vector<std::string> step_files;
   for (const auto& w : workers_) {
-    if (!w->steps_file.empty()) step_files.push_back(w->steps_file);
+    if (!w->watch.steps.empty()) step_files.push_back(w->watch.steps);
   }
   return progress_.OnFailedAttempt(starts_ > 1, MaxStepCount(step_files));
 }
@@ -1037,9 +780,8 @@ void ElasticAgent::ReportFailedJob() {
                    [](const ProcessFailure& a, const ProcessFailure& b) {
                      return a.local_rank < b.local_rank;
                    });
-  if (hostname_.empty()) hostname_ = FullyQualifiedHostname();
   std::string table =
-      FormatFailureTable(EntrypointName(options_.launch), sorted, hostname_);
+      FormatFailureTable(EntrypointName(options_.launch), sorted, Host());
   console_->Write(Console::Stream::kErr, table + "\n");
   const ProcessFailure& root = sorted[RootCauseIndex(sorted)];
   Status s = DumpRootCauseErrorFile(root, options_.agent_error_file);
@@ -1050,6 +792,7 @@ void ElasticAgent::Finish(WorkerState state, int exit_code) {
   if (finished_) return;
   finished_ = true;
   stragglers_->Stop();
+  hang_->Finish();
   phase_ = Phase::kDone;
   state_ = state;
   if (on_done_) on_done_(exit_code);

@@ -6,9 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "agent/diagnosis/stack_collector.h"
-#include "agent/diagnosis/straggler_watch.h"
-#include "agent/diagnosis/worker_watchdog.h"
 #include "agent/elastic/agent_options.h"
 #include "agent/elastic/failure_report.h"
 #include "agent/elastic/file_timer_pipe.h"
@@ -19,8 +16,10 @@
 #include "agent/process/filtered_log.h"
 #include "agent/process/process_launcher.h"
 #include "agent/process/worker_output.h"
+#include "agent/watch/hang_response.h"
+#include "agent/watch/straggler_watch.h"
+#include "agent/watch/worker_watchdog.h"
 #include "common/event_loop.h"
-#include "diagnosis/stack_diagnosis.h"
 #include "rendezvous/client/rendezvous_client.h"
 
 namespace ddprun::agent {
@@ -60,20 +59,12 @@ const char* WorkerStateName(WorkerState state);
 // SIGTERM, so a stopped worker handles SIGTERM instead of waiting for
 // --shutdown_timeout.
 //
-// Before the watchdog kills, the agent collects the stacks of every local
-// worker (agent/diagnosis/stack_collector.h; Python workers answer through
-// ddprun's sitecustomize.py, env DDPRUN_STACKS_FILE / DDPRUN_STACKS_SIGNAL),
-// appends them to attempt_<k>/<local_rank>/stacks.txt, prints the diagnosis
-// (diagnosis/stack_diagnosis.h) and adds it to the killed workers' failure
-// traceback. DumpStacks() does the same for a running job without stopping
-// anything. DDPRUN_STACKS=0 in ddprun's environment turns both off.
-// In a multi-node round (a backend with SupportsStacks()) both first gather
-// every node's stacks through the rendezvous (bounded, kGatherLimit 5 s):
-// the other agents are asked on their next heartbeat, collect their
-// workers' stacks and answer; nothing is killed before that, and the
-// diagnosis names every rank with its node. An agent asked so (or by
-// `ddprun-rendezvous --stacks`) collects and answers without stopping
-// anything.
+// Before the watchdog kills, the hang response (agent/watch/hang_response.h)
+// collects every local worker's stacks, across nodes in a multi-node round,
+// prints the diagnosis and adds it to the killed workers' failure
+// traceback; DumpStacks() does the same for a running job without stopping
+// anything, and stack requests from other nodes are answered there.
+// DDPRUN_STACKS=0 in ddprun's environment turns stack dumps off.
 //
 // Rendezvous calls are asynchronous (rendezvous/client/rendezvous_client.h):
 // each step starts one and goes on in its callback (OnJoined,
@@ -86,13 +77,13 @@ const char* WorkerStateName(WorkerState state);
 //
 // Confined to the loop thread (the rendezvous client and the launcher
 // deliver there). The collaborators must outlive the agent.
-class ElasticAgent {
+class ElasticAgent : public HangResponse::Workers {
  public:
   using DoneCallback = std::function<void(int exit_code)>;
 
   ElasticAgent(AgentOptions options, EventLoop* loop, ProcessLauncher* launcher,
                rendezvous::RendezvousClient* rendezvous, Console* console);
-  ~ElasticAgent();
+  ~ElasticAgent() override;
 
   // Begins the first rendezvous on the loop. `on_done` runs once, on the
   // loop thread, with the exit code for ddprun.
@@ -106,6 +97,7 @@ class ElasticAgent {
   // its stacks.txt and the diagnosis to the console; the job goes on.
   void DumpStacks();
 
+  // For tests only (ddprun reads none of these): what the loop did.
   WorkerState state() const { return state_; }
   // TORCHELASTIC_RESTART_COUNT of the current attempt.
   int restart_count() const { return round_.restart_count; }
@@ -149,40 +141,18 @@ class ElasticAgent {
   // The filtered logs of a new attempt in `attempt_dir` ("" = no files).
   Status OpenFilteredLogs(const std::string& attempt_dir);
   void OnWorkerExit(int generation, int local_rank, ExitStatus status);
+  // The watchdog's hook: a running worker of this group is hung; the hang
+  // response decides when it is killed (KillHung).
   void OnWorkerStuck(const WorkerWatchdog::Stuck& stuck);
-  // Collects every worker's stacks (the hang diagnosis), then SIGKILLs
-  // `w`'s process group; `headline` starts the log line, `reason` names
-  // the dump.
-  void KillAfterStacks(Worker& w, const std::string& headline,
-                       const std::string& reason);
   // TORCHELASTIC_ENABLE_FILE_TIMER=1: torch's FileTimer server
   // (file_timer_pipe.h). Errors: the pipe cannot be made.
   Status StartFileTimer();
   // A FileTimer scope expired: its worker is killed as torch kills it
   // (SIGKILL, a worker failure), after the hang diagnosis.
   void OnTimerExpired(const ExpiredTimer& t);
-  // Stack collection: the targets (running workers that have a stacks
-  // file), and what happens once the dumps are in.
-  std::vector<StackTarget> StackTargets() const;
-  // `here`: this node asked (its watchdog, SIGUSR2), else another node or
-  // an operator did through the rendezvous (OnStacksRequested). A dump
-  // asked here in a multi-node round gathers every node's stacks
-  // (GatherStacks, bounded) before it reports and kills.
-  void OnStacksCollected(int generation, bool watchdog, bool here,
-                         std::vector<StackResult> results);
-  void OnStacksRequested(uint64_t request_id, const std::string& reason);
-  void OnStacksGathered(int generation, bool watchdog,
-                        std::vector<diagnosis::RankStacks> local,
-                        StatusOr<rendezvous::StacksAnswer> answer);
-  // Prints every rank's line and the diagnosis (`note`: what is missing),
-  // keeps a watchdog's verdict for the failure table, kills hung_.
-  void ReportStacks(int generation, bool watchdog,
-                    const std::vector<diagnosis::RankStacks>& ranks,
-                    const std::string& note);
-  bool AcrossNodes() const;
-  std::string Host();  // hostname_, resolved once
-  // SIGKILL to a hung worker's process group (the watchdog's verdict).
-  void KillHung(int local_rank);
+  // HangResponse::Workers.
+  std::vector<StackTarget> StackTargets() const override;
+  void KillHung(int local_rank, const std::string& diagnosis) override;
   void OnRendezvousEvent(const rendezvous::RendezvousEvent& event);
   // `not_retried`: why the failure was reported as final ("" = retried),
   // logged after the failure table.
@@ -202,20 +172,39 @@ class ElasticAgent {
   void ReportFailedJob();
   void Finish(WorkerState state, int exit_code);
   bool AnyRunning() const;
+  std::string Host();  // hostname_, resolved once
 
+  // Constant after construction (the objects pointed to change; the
+  // collaborators are confined to the loop thread, as the agent is).
   const AgentOptions options_;
-  EventLoop* loop_;
-  ProcessLauncher* launcher_;
-  rendezvous::RendezvousClient* rendezvous_;
-  Console* console_;
-  DoneCallback on_done_;
+  EventLoop* const loop_;
+  ProcessLauncher* const launcher_;
+  rendezvous::RendezvousClient* const rendezvous_;
+  Console* const console_;
+  std::unique_ptr<WorkerProbe> own_probe_;      // when config has none
+  std::unique_ptr<WorkerWatchdog> watchdog_;    // null: --watchdog_timeout=0
+  std::unique_ptr<StragglerWatch> stragglers_;  // step rates, warnings
+  std::unique_ptr<HangResponse> hang_;          // stacks, hung workers
 
+  // State below is confined to the loop thread.
+
+  // The job across rounds: the phase it is in (each step sets it) and how
+  // it ends.
+  DoneCallback on_done_;  // set by Start, run by Finish
   WorkerState state_ = WorkerState::kInit;
   Phase phase_ = Phase::kIdle;
+  bool finished_ = false;  // Finish ran: late callbacks are dropped
   // A signal that arrived while a failure report was in flight.
   int pending_signal_ = 0;
+  std::string hostname_;  // for the failure table, resolved when needed
+  std::unique_ptr<FileTimerPipe> file_timer_;  // from Start; null: off
+  ProgressBudget progress_;  // --max_restarts_without_progress
+  int health_checks_ = 0;    // the health check in flight (by number)
+
+  // The current worker group: set when a round is joined and its workers
+  // start (OnJoined, StartWorkers), read until the next one starts.
   rendezvous::RendezvousResult round_;
-  int generation_ = 0;
+  int generation_ = 0;  // counts groups; callbacks of older ones are dropped
   int starts_ = 0;
   // The attempt's filtered_std{out,err}.log (--duplicate_std*_filters);
   // null = none. Declared before workers_, whose outputs write to them.
@@ -223,34 +212,16 @@ class ElasticAgent {
   std::unique_ptr<FilteredLog> filtered_err_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<ProcessFailure> failures_;
+  Clock::TimePoint failure_seen_at_{};
+
+  // Stopping the group (kRunning): from the first failure, event or signal
+  // (BeginStop) until every worker has exited (MaybeFinishStop).
   bool stop_pending_ = false;  // a failure was seen, BeginStop is posted
   StopReason stop_reason_ = StopReason::kNone;
   int stop_signal_ = 0;
   std::string stop_why_;
   EventLoop::TimerId stop_timer_ = 0;
   bool stop_timer_armed_ = false;
-  bool finished_ = false;
-  std::string hostname_;  // for the failure table, resolved when needed
-  Clock::TimePoint failure_seen_at_{};
-  std::unique_ptr<WorkerProbe> own_probe_;    // when config has none
-  std::unique_ptr<WorkerWatchdog> watchdog_;  // null: --watchdog_timeout=0
-  std::unique_ptr<StackCollector> stacks_;    // null: DDPRUN_STACKS=0
-  std::unique_ptr<StragglerWatch> stragglers_;  // step rates, warnings
-  std::unique_ptr<FileTimerPipe> file_timer_;   // null: FileTimer off
-  ProgressBudget progress_;  // --max_restarts_without_progress
-  int health_checks_ = 0;    // the health check in flight (by number)
-  // Hung workers (local ranks) to kill once their stacks are in.
-  std::vector<int> hung_;
-  // The diagnosis of the current generation's hang, once made.
-  int diagnosis_generation_ = 0;
-  std::string diagnosis_;
-  // A dump another node asked for, answered when the collection ends.
-  uint64_t answer_pending_ = 0;
-  // A dump across nodes is being gathered (GatherStacks in flight).
-  bool gathering_ = false;
-  // This node's ranks in the last collection, as sent to the others.
-  std::vector<diagnosis::StackSummary> last_own_;
-  int last_own_generation_ = 0;  // the group last_own_ belongs to
 };
 
 }  // namespace ddprun::agent

@@ -2,8 +2,9 @@
 
 #include <csignal>
 
-#include "agent/torch_probe/elf_deps.h"
 #include "agent/process/signal_names.h"
+#include "agent/torch_probe/elf_deps.h"
+#include "agent/watch/stack_collector.h"
 
 extern char** environ;
 
@@ -109,6 +110,21 @@ EnvMap BuildWorkerEnv(const LaunchOptions& options, const TorchVersion& torch,
     env["CUDA_VISIBLE_DEVICES"] = device;
   }
   return env;
+}
+
+void AddWatchEnv(const WorkerWatchFiles& files,
+                 const std::string& python_helper_dir, EnvMap* env) {
+  if (!files.heartbeat.empty()) {
+    (*env)["DDPRUN_WATCHDOG_FILE"] = files.heartbeat;
+  }
+  if (!files.steps.empty()) (*env)["DDPRUN_STEP_FILE"] = files.steps;
+  if (!files.timer.empty()) (*env)["TORCHELASTIC_TIMER_FILE"] = files.timer;
+  if (files.stacks.empty()) return;
+  (*env)["DDPRUN_STACKS_FILE"] = files.stacks;
+  (*env)["DDPRUN_STACKS_SIGNAL"] = std::to_string(StackDumpSignal());
+  if (python_helper_dir.empty()) return;
+  std::string& path = (*env)["PYTHONPATH"];
+  path = path.empty() ? python_helper_dir : path + ":" + python_helper_dir;
 }
 
 std::vector<std::string> BuildWorkerArgv(const LaunchOptions& options,

@@ -38,6 +38,29 @@ EnvMap BuildWorkerEnv(const LaunchOptions& options, const TorchVersion& torch,
                       const std::string& run_id, int local_rank,
                       const std::string& error_file, const EnvMap& parent_env);
 
+// The files through which ddprun watches a worker (agent/watch/), each ""
+// when that watching is off.
+struct WorkerWatchFiles {
+  std::string heartbeat;  // DDPRUN_WATCHDOG_FILE: --watchdog_timeout > 0
+  std::string steps;      // DDPRUN_STEP_FILE: step counts (stragglers)
+  std::string stacks;     // DDPRUN_STACKS_FILE: unless DDPRUN_STACKS=0
+  // TORCHELASTIC_TIMER_FILE: torch's FileTimer pipe, with
+  // TORCHELASTIC_ENABLE_FILE_TIMER=1 (file_timer_pipe.h).
+  std::string timer;
+};
+
+// ddprun's own variables, beyond torchrun's contract, added to a worker's
+// `env`: DDPRUN_WATCHDOG_FILE, DDPRUN_STEP_FILE, DDPRUN_STACKS_FILE and
+// TORCHELASTIC_TIMER_FILE for the files that are set; with a stacks file also DDPRUN_STACKS_SIGNAL
+// (StackDumpSignal()) and `python_helper_dir` (the folder of ddprun's
+// sitecustomize.py and ddprun_steps.py; "" = none) appended last to
+// PYTHONPATH, so the user's order (deepspeed's cwd first) stays and the
+// folder still precedes the standard library's sitecustomize.py, which
+// ddprun's chain-loads. A user's own sitecustomize.py on PYTHONPATH wins:
+// that worker then answers no stack request.
+void AddWatchEnv(const WorkerWatchFiles& files,
+                 const std::string& python_helper_dir, EnvMap* env);
+
 // The worker command line: `$PYTHON_EXEC|python3 -u [-m] entrypoint`, or the
 // entrypoint itself with --no_python; legacy launch mode without --use_env
 // adds `--local-rank=N` (`torch` >= 2.0, or unknown) or `--local_rank=N`

@@ -4,7 +4,7 @@
 
 #include "ddprun/worker/rng_fork.h"
 #include "examples/cascade/drr.h"
-#include "examples/frame/metrics.h"
+#include "examples/frame/eval_metrics.h"
 #include "examples/frame/outputs_observer.h"
 #include "examples/outputs/image_panels.h"
 

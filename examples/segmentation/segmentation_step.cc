@@ -5,7 +5,7 @@
 #include <string>
 
 #include "examples/frame/batch_loader.h"
-#include "examples/frame/metrics.h"
+#include "examples/frame/eval_metrics.h"
 #include "examples/frame/trainer_support.h"
 #include "examples/segmentation/seg_overlay.h"
 

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "examples/frame/batch_loader.h"
-#include "examples/frame/metrics.h"
+#include "examples/frame/eval_metrics.h"
 #include "examples/frame/trainer_support.h"
 #include "examples/survival/risk_groups.h"
 

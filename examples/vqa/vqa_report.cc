@@ -4,7 +4,7 @@
 
 #include <torch/torch.h>
 
-#include "examples/frame/metrics.h"
+#include "examples/frame/eval_metrics.h"
 #include "examples/frame/outputs_observer.h"
 #include "examples/outputs/bar_chart.h"
 #include "examples/vqa/vqa_data.h"

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "examples/frame/batch_loader.h"
-#include "examples/frame/metrics.h"
+#include "examples/frame/eval_metrics.h"
 #include "examples/frame/trainer_support.h"
 #include "examples/vqa/vqa_data.h"
 #include "examples/vqa/vqa_report.h"

@@ -9,7 +9,7 @@
 #include <set>
 #include <string>
 
-#include "agent/diagnosis/worker_watchdog.h"
+#include "agent/watch/worker_watchdog.h"
 
 namespace ddprun::agent::testing {
 

@@ -78,7 +78,7 @@ LAYOUT = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
 # here) ddprun's agent hosts no TCPStore, so rank 0's worker creates it
 # (False), as under torch 1.13's c10d backend. Static multi-node jobs get
 # True: node 0's agent serves the store on --master_port
-# (agent/rdzv/agent_store.h, tests/multinode/agent_store_job_test.cc).
+# (agent/hosting/agent_store.h, tests/multinode/agent_store_job_test.cc).
 EXPECTED_DIFFERENCES = {"TORCHELASTIC_USE_AGENT_STORE": "False"}
 LOOPBACK = {"localhost", "127.0.0.1", "::1", "[::1]"}
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}"

@@ -13,8 +13,8 @@
 #include "ddprun_catch.h"
 
 #include "examples/frame/batch_loader.h"
+#include "examples/frame/eval_metrics.h"
 #include "examples/frame/image_io.h"
-#include "examples/frame/metrics.h"
 #include "examples/frame/nifti_io.h"
 #include "examples/frame/norm_layer.h"
 #include "examples/survival/cox_loss.h"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "fuzz_seeds.h"
-#include "tests/agent/store_query.h"
+#include "tests/agent/hosting/store_query.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // libFuzzer target over the agent store's wire side without sockets
-// (agent/rdzv/agent_store.h): first-byte sniffing (SniffFirstBytes), both
+// (agent/hosting/agent_store.h): first-byte sniffing (SniffFirstBytes), both
 // TCPStore dialects (StoreDecoder), clients' sessions (StoreSession) and
 // the keys (KeyStore), driven as the store's loop drives them: a client's
 // bytes wait in a "kernel buffer" until its session wants input, are read
@@ -33,9 +33,9 @@
 #include <string>
 #include <vector>
 
-#include "agent/rdzv/key_store.h"
-#include "agent/rdzv/store_protocol.h"
-#include "agent/rdzv/store_session.h"
+#include "agent/hosting/key_store.h"
+#include "agent/hosting/store_protocol.h"
+#include "agent/hosting/store_session.h"
 #include "common/logging.h"
 
 namespace ddprun::agent {

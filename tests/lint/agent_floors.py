@@ -11,10 +11,10 @@ import sys
 MAY_USE = {
     'cli': set(),
     'process': set(),
-    'diagnosis': set(),
+    'watch': {'process'},
     'torch_probe': {'cli', 'process'},
-    'elastic': {'cli', 'process', 'torch_probe', 'diagnosis'},
-    'rdzv': {'cli'},
+    'elastic': {'cli', 'process', 'torch_probe', 'watch'},
+    'hosting': {'cli'},
     'frontends': {'cli', 'process'},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"agent/([^"]+)"', re.M)

@@ -24,7 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddprun/v1/rendezvous.grpc.pb.h"
-#include "tests/agent/store_test_client.h"
+#include "tests/agent/hosting/store_test_client.h"
 #include "tests/multinode/multinode_util.h"
 
 namespace ddprun::multinode {

@@ -43,8 +43,9 @@ TEST_CASE("RendezvousState: complete at max at once", "[rendezvous]") {
 
 TEST_CASE("RendezvousState: on_round_complete runs before the round's answers",
           "[rendezvous]") {
-  // The agent store (agent/rdzv/agent_store.h) empties itself here: no worker
-  // of the round may start before that, so no Join may be answered yet.
+  // The agent store (agent/hosting/agent_store.h) empties itself here: no
+  // worker of the round may start before that, so no Join may be answered
+  // yet.
   std::vector<std::pair<std::string, int64_t>> seen;
   const Harness* harness = nullptr;
   bool answered_before = false;
