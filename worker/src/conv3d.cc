@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 #include <torch/enum.h>
 
+#include "ddprun/worker/cpu_convolution_check.h"
 #include "torch_compat.h"
 
 namespace ddprun::worker {
@@ -107,6 +108,7 @@ class CpuAutocastOff {
 }  // namespace
 
 at::Tensor Conv3dImpl::forward(const at::Tensor& input) {
+  if (input.device().is_cpu()) EnsureCpuConvolutionsAgree();
   if (SmallerThanKernelUnderCpuAutocast(*this, input)) {
     CpuAutocastOff off;
     return torch::nn::Conv3dImpl::forward(input.to(weight.scalar_type()));

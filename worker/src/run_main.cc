@@ -15,6 +15,7 @@
 #include <c10/util/Exception.h>
 
 #include "common/file_util.h"
+#include "ddprun/worker/cpu_convolution_check.h"
 
 namespace ddprun::worker {
 namespace {
@@ -152,6 +153,7 @@ bool WriteErrorFile(const std::string& path, const ErrorReport& report) {
 
 int RunMain(const std::function<int()>& fn) {
   try {
+    EnsureCpuConvolutionsAgree();
     return fn();
   } catch (...) {
     ErrorReport report = DescribeException(std::current_exception());

@@ -30,6 +30,8 @@ namespace ddprun::worker {
 // Every other input, and CPU autocast (whose bfloat16 convolutions go to
 // oneDNN anyway), takes torch's path unchanged, except an input smaller
 // than the kernel under CPU autocast (SmallerThanKernelUnderCpuAutocast).
+// The first forward of a CPU input runs EnsureCpuConvolutionsAgree()
+// (cpu_convolution_check.h), which may turn oneDNN off for the process.
 // Parameters and their names are torch::nn::Conv3d's, so checkpoints of
 // either load into the other. clone() is torch::nn::Conv3d's (it returns
 // the base module).

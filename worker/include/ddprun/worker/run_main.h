@@ -20,6 +20,8 @@ namespace ddprun::worker {
 //    kExitCollective for Torch/Gloo errors that look like a failed
 //    collective or store (c10d/Gloo timeout, connection reset/closed),
 //    kExitFailure for anything else.
+// Before fn, checks LibTorch's oneDNN convolutions on this CPU
+// (EnsureCpuConvolutionsAgree in cpu_convolution_check.h).
 // Returns fn's return value when it does not throw. Typical use:
 //   int main(int argc, char** argv) {
 //     return ddprun::worker::RunMain([&] { return Train(argc, argv); });
