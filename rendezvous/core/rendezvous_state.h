@@ -70,6 +70,10 @@ class RendezvousState {
   // A Heartbeat of a node that has not answered the job's dump under way
   // carries it (stacks_request).
   StatusOr<v1::StacksResponse> Stacks(const v1::StacksRequest& request);
+  // The job's newest stack dump as a Stacks poll would return it (read
+  // only; for status pages); nullopt when the job has had none.
+  std::optional<v1::StacksResponse> LatestStacks(
+      const std::string& rdzv_id) const;
 
   // The parked call `waiter` went away; forget it (a joining node leaves).
   void CancelWaiter(WaiterId waiter);
@@ -115,10 +119,13 @@ class RendezvousState {
   // Stack dumps, by rdzv_id (only jobs that had one; rendezvous_state_
   // stacks.cc). A board whose job is gone is dropped by the next Stacks.
   std::map<std::string, StackBoard> boards_;
-  // Step rates by rdzv_id and node_id, from the last heartbeats
-  // (rendezvous_state_stacks.cc); dropped with the job or the node.
-  std::map<std::string, std::map<std::string, std::vector<v1::RankRate>>>
-      rates_;
+  // Worker progress by rdzv_id and node_id, from the last heartbeats;
+  // dropped with the job or the node.
+  struct NodeProgress {
+    std::vector<v1::RankRate> ranks;
+    int32_t worker_restarts = 0;
+  };
+  std::map<std::string, std::map<std::string, NodeProgress>> rates_;
   // Keeps a heartbeat's rates and sets the job's median in `reply`.
   void NoteRates(const v1::HeartbeatRequest& req,
                  v1::HeartbeatResponse* reply);

@@ -46,6 +46,8 @@ class StackBoard {
   // not the latest dump.
   StatusOr<v1::StacksResponse> Get(uint64_t id,
                                    const std::vector<BoardNode>& running) const;
+  // The latest dump's id; 0 when there has been none.
+  uint64_t latest() const { return id_; }
 
  private:
   bool Complete(const std::vector<BoardNode>& running) const;

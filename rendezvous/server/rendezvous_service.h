@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -47,6 +48,11 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // news (RendezvousState::AllHeard) or the real clock reaches `deadline`.
   // Returns whether they all were.
   bool WaitUntilAllHeard(std::chrono::steady_clock::time_point deadline)
+      EXCLUDES(mu_);
+  // Runs `read(state)` under the state's mutex, for status pages that copy
+  // what they show (rendezvous/http/): `read` must be quick (a copy, no I/O)
+  // and must not call back into the service.
+  void ReadState(const std::function<void(const RendezvousState&)>& read) const
       EXCLUDES(mu_);
 
   // Where a parked call's answer goes (null: not that kind of call).
