@@ -26,7 +26,7 @@ void JobTimeline::RoundComplete(int64_t round, int nodes, int world_size,
 void JobTimeline::RoundEnded(int64_t round, v1::JobEvent::Cause cause,
                              const std::string& reason) {
   Add(v1::JobEvent::KIND_ROUND_ENDED, round, reason).set_cause(cause);
-  ++round_ends_[CauseKey(cause)];
+  ++round_ends_[cause];
 }
 
 void JobTimeline::FailureRefunded(int64_t round, const std::string& reason) {
@@ -43,7 +43,9 @@ void JobTimeline::Finished(int64_t round, bool succeeded,
 void JobTimeline::AddTo(v1::JobStatus* status) const {
   for (const v1::JobEvent& e : events_) *status->add_events() = e;
   for (const auto& [cause, n] : round_ends_) {
-    (*status->mutable_round_ends())[cause] = n;
+    v1::RoundEnds* ends = status->add_round_ends();
+    ends->set_cause(cause);
+    ends->set_count(n);
   }
 }
 

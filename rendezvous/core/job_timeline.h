@@ -35,7 +35,8 @@ class JobTimeline {
   // Appends the events (oldest first) and the per-cause counts.
   void AddTo(v1::JobStatus* status) const;
 
-  // "worker_failure" for CAUSE_WORKER_FAILURE (the round_ends key).
+  // "worker_failure" for CAUSE_WORKER_FAILURE (how JSON and /metrics name
+  // a cause).
   static std::string CauseKey(v1::JobEvent::Cause cause);
 
  private:
@@ -44,7 +45,7 @@ class JobTimeline {
 
   Clock* const clock_;
   std::deque<v1::JobEvent> events_;
-  std::map<std::string, int64_t> round_ends_;
+  std::map<v1::JobEvent::Cause, int64_t> round_ends_;
 };
 
 }  // namespace ddprun::rendezvous

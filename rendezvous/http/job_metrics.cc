@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "rendezvous/core/job_timeline.h"
 #include "rendezvous/http/metrics_text.h"
 #include "rendezvous/http/view_json.h"
 
@@ -66,12 +67,10 @@ void JobFamilies(const v1::StatusResponse& status, MetricsText* m) {
             "node_lost, node_left, node_joined, node_rejoined, "
             "server_restart.");
   for (const auto& job : status.jobs()) {
-    std::vector<std::pair<std::string, int64_t>> ends(job.round_ends().begin(),
-                                                      job.round_ends().end());
-    std::sort(ends.begin(), ends.end());
-    for (const auto& [cause, n] : ends) {
-      m->Sample({{"rdzv_id", job.rdzv_id()}, {"cause", cause}},
-                static_cast<double>(n));
+    for (const v1::RoundEnds& e : job.round_ends()) {
+      m->Sample({{"rdzv_id", job.rdzv_id()},
+                 {"cause", JobTimeline::CauseKey(e.cause())}},
+                static_cast<double>(e.count()));
     }
   }
   m->Family("ddprun_job_nodes", "gauge", "Nodes the job knows, by state.");

@@ -191,10 +191,9 @@ Json JobToJson(const v1::JobStatus& job,
   for (const v1::JobEvent& e : job.events()) events.push_back(EventToJson(e));
   j["events"] = std::move(events);
   Json ends = Json::object();
-  std::vector<std::pair<std::string, int64_t>> sorted(job.round_ends().begin(),
-                                                      job.round_ends().end());
-  std::sort(sorted.begin(), sorted.end());
-  for (const auto& [cause, n] : sorted) ends[cause] = n;
+  for (const v1::RoundEnds& e : job.round_ends()) {
+    ends[JobTimeline::CauseKey(e.cause())] = e.count();
+  }
   j["round_ends"] = std::move(ends);
   j["diagnosis"] =
       latest_stacks != nullptr ? DiagnosisToJson(*latest_stacks) : Json();
