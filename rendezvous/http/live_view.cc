@@ -9,6 +9,7 @@
 
 #include "common/clock.h"
 #include "common/logging.h"
+#include "rendezvous/http/gzip.h"
 #include "rendezvous/http/job_metrics.h"
 #include "rendezvous/http/view_assets.h"
 #include "rendezvous/http/view_json.h"
@@ -269,7 +270,15 @@ HttpResponse LiveView::Route(const HttpRequest& req) {
   if (path == "/api/v1/jobs" && get) {
     std::shared_ptr<const JobsView> jobs = Jobs();
     if (!jobs) return JsonError(503, "the rendezvous server is stopping");
-    return Respond(200, kJsonType, jobs->all);
+    if (AcceptsGzip(req) && !jobs->AllGzipped().empty()) {
+      HttpResponse r = Respond(200, kJsonType, jobs->AllGzipped());
+      r.headers.emplace_back("Content-Encoding", "gzip");
+      r.headers.emplace_back("Vary", "Accept-Encoding");
+      return r;
+    }
+    HttpResponse r = Respond(200, kJsonType, jobs->all);
+    r.headers.emplace_back("Vary", "Accept-Encoding");
+    return r;
   }
   if (path == "/metrics" && get) {
     std::shared_ptr<const std::string> text = Metrics();
@@ -439,6 +448,11 @@ bool LiveView::Snapshot(
       }
     }
   });
+}
+
+const std::string& LiveView::JobsView::AllGzipped() const {
+  std::call_once(gzip_once, [this] { all_gzip = Gzip(all); });
+  return all_gzip;
 }
 
 std::shared_ptr<const LiveView::JobsView> LiveView::Jobs() {

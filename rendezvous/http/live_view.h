@@ -3,6 +3,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "common/http_server.h"
@@ -84,6 +85,10 @@ class LiveView {
     double time = 0;
     std::string all;                           // /api/v1/jobs
     std::map<std::string, std::string> by_id;  // /api/v1/jobs/<id>
+    // `all` gzipped, made by the first client that accepts it.
+    const std::string& AllGzipped() const;
+    mutable std::once_flag gzip_once;
+    mutable std::string all_gzip;
   };
 
   HttpResponse Route(const HttpRequest& request);

@@ -5,12 +5,14 @@
 #include "rendezvous/http/live_view.h"
 
 #include <grpcpp/grpcpp.h>
+#include <zlib.h>
 
 #include <chrono>
 #include <cmath>
 #include <thread>
 
 #include "ddprun_catch.h"
+#include "rendezvous/http/gzip.h"
 #include "rendezvous/http/job_metrics.h"
 #include "rendezvous/http/metrics_text.h"
 #include "rendezvous/http/view_auth.h"
@@ -394,6 +396,47 @@ TEST_CASE("LiveView: options that would expose it are refused",
   CHECK(ConstantTimeEquals("abc", "abc"));
   CHECK_FALSE(ConstantTimeEquals("abc", "abd"));
   CHECK_FALSE(ConstantTimeEquals("abc", "abcd"));
+}
+
+std::string Gunzip(const std::string& in) {
+  z_stream z{};
+  REQUIRE(inflateInit2(&z, 15 + 16) == Z_OK);
+  std::string out(1 << 20, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  z.avail_in = static_cast<uInt>(in.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  CHECK(inflate(&z, Z_FINISH) == Z_STREAM_END);
+  out.resize(z.total_out);
+  inflateEnd(&z);
+  return out;
+}
+
+TEST_CASE("LiveView: /api/v1/jobs gzipped for clients that accept it",
+          "[http]") {
+  ViewFixture f;
+  f.View();
+  HttpResponse plain = f.Get("/api/v1/jobs");
+  HttpResponse gz =
+      f.Get("/api/v1/jobs", {{"accept-encoding", "deflate, gzip;q=0.8"}});
+  REQUIRE(gz.status == 200);
+  CHECK(HeaderOf(gz, "Content-Encoding") == "gzip");
+  CHECK(HeaderOf(gz, "Vary") == "Accept-Encoding");
+  CHECK(HeaderOf(plain, "Content-Encoding").empty());
+  CHECK(Gunzip(gz.body) == plain.body);
+  CHECK(gz.body.size() < plain.body.size());
+  HttpRequest r;
+  for (const auto& [header, accepts] :
+       std::vector<std::pair<std::string, bool>>{{"gzip", true},
+                                                 {"br, GZIP", true},
+                                                 {"gzip;q=0", false},
+                                                 {"gzip;q=0.0", false},
+                                                 {"x-gzip", false},
+                                                 {"", false}}) {
+    r.headers["accept-encoding"] = header;
+    INFO(header);
+    CHECK(AcceptsGzip(r) == accepts);
+  }
 }
 
 TEST_CASE("LiveView: over a socket, and Stop closes the port", "[http]") {
