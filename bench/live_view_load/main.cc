@@ -10,10 +10,13 @@
 // connections, as the real agents do), each heartbeat's latency measured
 // by its sender. Alternating phases of --seconds each: heartbeats alone
 // (the reference), then heartbeats while 8 keep-alive HTTP clients send
-// GET /api/v1/jobs at --rps in all (paced, open-loop). Prints p50/p99 of
-// the heartbeat latency per phase and the ratio of the p99s (loaded /
-// alone, the medians over --rounds), the HTTP rate reached and its
-// latency. With --max_ratio, exits 1 when the ratio exceeds it.
+// GET /api/v1/jobs at --rps in all (paced, open-loop), once taking the
+// JSON as it is ("identity") and once gzipped, as browsers ask for it.
+// Prints p50/p99 of the heartbeat latency per phase and the ratio of the
+// p99s (each loaded phase / the phase alone, medians over --rounds), the
+// HTTP rate reached and its latency, and how long the view holds the
+// state's mutex for one snapshot. With --max_ratio, exits 1 when the
+// identity ratio exceeds it.
 //
 // Both sides share this machine's CPUs: the load generator stands in for
 // browsers elsewhere, so it runs niced (as the view's threads do), and the
@@ -189,7 +192,7 @@ class Job {
 
 // A keep-alive HTTP client sending GET /api/v1/jobs at `rate` per second
 // until `until`; counts answers and their latencies.
-void HttpLoad(int port, double rate, Steady::time_point until,
+void HttpLoad(int port, double rate, bool gzip, Steady::time_point until,
               std::vector<double>* latencies, std::atomic<int>* failures,
               size_t* bytes) {
   (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10);
@@ -209,7 +212,8 @@ void HttpLoad(int port, double rate, Steady::time_point until,
   };
   connect_once();
   const std::string request =
-      "GET /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+      std::string("GET /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n") +
+      (gzip ? "Accept-Encoding: gzip, deflate\r\n" : "") + "\r\n";
   const auto period = std::chrono::duration<double>(1.0 / rate);
   auto next = Steady::now();
   std::string buf;
@@ -266,7 +270,9 @@ struct Phase {
   size_t http_bytes = 0;
 };
 
-Phase RunPhase(Job* job, const Options& o, int http_port, bool load) {
+enum class Load { kNone, kIdentity, kGzip };
+
+Phase RunPhase(Job* job, const Options& o, int http_port, Load load) {
   const auto start = Steady::now() + std::chrono::milliseconds(200);
   const auto until = start + std::chrono::duration_cast<Steady::duration>(
                                  std::chrono::duration<double>(o.seconds));
@@ -286,12 +292,13 @@ Phase RunPhase(Job* job, const Options& o, int http_port, bool load) {
   std::vector<std::vector<double>> http(kClients);
   std::vector<size_t> bytes(kClients);
   std::atomic<int> http_failures{0};
-  if (load) {
+  if (load != Load::kNone) {
     for (int c = 0; c < kClients; ++c) {
       threads.emplace_back([&, c] {
         std::this_thread::sleep_until(start);
-        HttpLoad(http_port, static_cast<double>(o.rps) / kClients, until,
-                 &http[c], &http_failures, &bytes[c]);
+        HttpLoad(http_port, static_cast<double>(o.rps) / kClients,
+                 load == Load::kGzip, until, &http[c], &http_failures,
+                 &bytes[c]);
       });
     }
   }
@@ -341,17 +348,19 @@ int Run(const Options& o) {
       "%d nodes x %d ranks, heartbeats 1/s per node, %d GET "
       "/api/v1/jobs/s in the loaded phases, %.0f s per phase\n",
       o.nodes, o.ranks, o.rps, o.seconds);
-  printf("%-7s %-7s %8s %8s %8s %8s %10s %10s %10s %9s\n", "round", "phase",
+  printf("%-7s %-9s %8s %8s %8s %8s %10s %10s %10s %9s\n", "round", "phase",
          "beats", "p50_ms", "p99_ms", "max_ms", "http_rps", "http_p50",
-         "http_p99", "json_KB");
-  std::vector<double> ratios;
+         "http_p99", "body_KB");
+  std::vector<double> ratios, gzip_ratios;
   int rc = 0;
   for (int round = 1; round <= o.rounds; ++round) {
-    Phase alone = RunPhase(&job, o, *http_port, false);
-    Phase loaded = RunPhase(&job, o, *http_port, true);
+    Phase alone = RunPhase(&job, o, *http_port, Load::kNone);
+    Phase identity = RunPhase(&job, o, *http_port, Load::kIdentity);
+    Phase gzip = RunPhase(&job, o, *http_port, Load::kGzip);
     for (const auto& [name, p] :
-         {std::make_pair("alone", alone), std::make_pair("loaded", loaded)}) {
-      printf("%-7d %-7s %8zu %8.2f %8.2f %8.2f %10.0f %10.2f %10.2f %9.0f\n",
+         {std::make_pair("alone", alone), std::make_pair("identity", identity),
+          std::make_pair("gzip", gzip)}) {
+      printf("%-7d %-9s %8zu %8.2f %8.2f %8.2f %10.0f %10.2f %10.2f %9.0f\n",
              round, name, p.beats, p.p50, p.p99, p.max, p.http_rps, p.http_p50,
              p.http_p99, p.http_bytes / 1024.0);
       if (p.beat_errors > 0 || p.http_failures > 0) {
@@ -360,12 +369,34 @@ int Run(const Options& o) {
         rc = 1;
       }
     }
-    ratios.push_back(alone.p99 > 0 ? loaded.p99 / alone.p99 : 0);
+    ratios.push_back(alone.p99 > 0 ? identity.p99 / alone.p99 : 0);
+    gzip_ratios.push_back(alone.p99 > 0 ? gzip.p99 / alone.p99 : 0);
     fflush(stdout);
   }
+  // The view's one moment under the state's mutex: a copy of Status and
+  // the newest stack dumps (LiveView::Snapshot), timed here the same way,
+  // with every node's last progress in it.
+  std::vector<double> copies;
+  for (int i = 0; i < 20; ++i) {
+    const auto t0 = Steady::now();
+    server.ReadState([](const RendezvousState& state) {
+      StatusOr<v1::StatusResponse> all = state.GetStatus("");
+      for (const v1::JobStatus& j : all->jobs()) {
+        (void)state.LatestStacks(j.rdzv_id());
+      }
+    });
+    copies.push_back(
+        std::chrono::duration<double, std::milli>(Steady::now() - t0).count());
+  }
+  printf(
+      "state copy under the mutex: median %.2f ms, max %.2f ms (at most "
+      "10 a second)\n",
+      Percentile(copies, 0.5), Percentile(copies, 1.0));
   const double ratio = Percentile(ratios, 0.5);
-  printf("heartbeat p99 loaded / alone: %.2f (median of %d rounds)\n", ratio,
-         o.rounds);
+  printf(
+      "heartbeat p99 loaded / alone: identity %.2f, gzip %.2f (medians "
+      "of %d rounds)\n",
+      ratio, Percentile(gzip_ratios, 0.5), o.rounds);
   view.Stop();
   server.Shutdown(std::chrono::seconds(1));
   if (o.max_ratio > 0 && ratio > o.max_ratio) {
