@@ -30,6 +30,7 @@
 #include "agent/process/asio_event_loop.h"
 #include "agent/process/boost_process_launcher.h"
 #include "agent/process/console.h"
+#include "agent/process/health_check.h"
 #include "agent/process/numa_binding.h"
 #include "agent/process/signal_watcher.h"
 #include "agent/torch_probe/accelerator_count.h"
@@ -146,6 +147,7 @@ AgentOptions MakeAgentOptions(const LaunchOptions& launch, EnvMap env,
   char host[256] = {0};
   ::gethostname(host, sizeof(host) - 1);
   options.node_id = NodeId(host);
+  options.node_host = host;
   options.local_addr =
       setup.local_addr.empty() ? launch.local_addr : setup.local_addr;
   const bool hint = launch.node_rank_given || setup.static_node_rank;
@@ -159,6 +161,56 @@ AgentOptions MakeAgentOptions(const LaunchOptions& launch, EnvMap env,
   options.parent_env = std::move(env);
   options.python_stack_helper_dir = PythonStackHelperDir();
   return options;
+}
+
+// TORCHELASTIC_HEALTH_CHECK_PORT (torchrun's variable; its open-source
+// server does nothing): the agent's liveness endpoint on that port, on
+// every interface (a scheduler probes the node's address) unless
+// DDPRUN_HEALTH_CHECK_HOST names one. Null when the variable is unset, bad
+// (a warning, as torch's) or the port cannot be bound (a warning: the job
+// runs without it).
+std::unique_ptr<HealthCheck> StartHealthCheck(const EnvMap& env,
+                                              EventLoop* loop,
+                                              const ElasticAgent* agent) {
+  auto value = env.find("TORCHELASTIC_HEALTH_CHECK_PORT");
+  if (value == env.end()) return nullptr;
+  std::string why;
+  std::optional<int> port = HealthCheckPort(value->second, &why);
+  if (!port) {
+    DDP_LOG(WARNING) << why;
+    return nullptr;
+  }
+  auto host_it = env.find("DDPRUN_HEALTH_CHECK_HOST");
+  const std::string host = host_it == env.end() || host_it->second.empty()
+                               ? "0.0.0.0"
+                               : host_it->second;
+  auto health = std::make_unique<HealthCheck>(loop, [agent] {
+    switch (agent->state()) {
+      case WorkerState::kInit:
+        return std::string("rendezvous");
+      case WorkerState::kHealthy:
+        return std::string("running");
+      case WorkerState::kUnhealthy:
+        return std::string("restarting");
+      case WorkerState::kStopped:
+        return std::string("stopped");
+      case WorkerState::kSucceeded:
+        return std::string("succeeded");
+      case WorkerState::kFailed:
+        return std::string("failed");
+    }
+    return std::string("unknown");
+  });
+  StatusOr<int> bound = health->Start(host, *port);
+  if (!bound.ok()) {
+    DDP_LOG(WARNING) << "TORCHELASTIC_HEALTH_CHECK_PORT=" << value->second
+                     << ": " << bound.status().message()
+                     << "; running without a health check server";
+    return nullptr;
+  }
+  DDP_LOG(INFO) << "health check server (TORCHELASTIC_HEALTH_CHECK_PORT) on "
+                << host << ":" << *bound;
+  return health;
 }
 
 // Runs one node's agent for a parsed command line: the torchrun front end
@@ -257,6 +309,7 @@ int RunAgent(CommandLine cl, EnvMap env, const std::string& prog) {
   if (NeedsOmpDefault(launch, env)) {
     FdConsole().Write(Console::Stream::kErr, OmpWarningBanner());
   }
+  const EnvMap agent_env = env;
   AgentOptions options = MakeAgentOptions(launch, std::move(env), worker_torch,
                                           *setup, run_dir->path);
   options.worker_cpus = std::move(worker_cpus);
@@ -285,12 +338,15 @@ int RunAgent(CommandLine cl, EnvMap env, const std::string& prog) {
   ElasticAgent elastic(std::move(options), &loop, &launcher,
                        setup->client.get(), &console);
   agent = &elastic;
+  std::unique_ptr<HealthCheck> liveness =
+      StartHealthCheck(agent_env, &loop, &elastic);
   int exit_code = 1;
   elastic.Start([&](int code) {
     exit_code = code;
     loop.Stop();
   });
   loop.Run();
+  if (liveness) liveness->Stop();
   watcher.Stop();
   if (setup->server != nullptr) {
     if (setup->server->serving() && exit_code != 0 && launch.max_nodes > 1) {

@@ -19,10 +19,14 @@ PACKAGES=(
 # own sshd inside network namespaces they create. debootstrap and patchelf
 # make the trixie root and carry the launcher into it (the LibTorch 2.6 leg);
 # patchelf and python3-venv also make and pip-install the wheel (tests/install).
+# chromium, chromium-driver and python3-selenium open the live view in a
+# real browser; prometheus brings promtool and a server that scrapes
+# /metrics (tests/rendezvous/live_view_*_test.py).
 if [[ "${DDPRUN_SETUP_TESTS:-1}" != 0 ]]; then
   PACKAGES+=(python3-torch iproute2 slurmctld slurmd slurm-client munge
              clang libclang-rt-14-dev openssh-client openssh-server
-             debootstrap patchelf python3-venv)
+             debootstrap patchelf python3-venv
+             chromium chromium-driver python3-selenium prometheus)
 fi
 
 missing=()

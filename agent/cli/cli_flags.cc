@@ -120,6 +120,25 @@ std::vector<FlagSpec> MakeFlags() {
        "ddprun addition: how long a rank must stay that slow before the "
        "straggler warning.",
        false, false},
+      {"http_port", 0, kV, "PORT", "off",
+       "ddprun addition: serve the live view of the rendezvous this agent "
+       "hosts (--standalone, or the host of --rdzv_endpoint): a page that "
+       "updates itself, /api/v1/jobs (JSON), /metrics (Prometheus), "
+       "/healthz, /readyz. 0 = any free port (the log line names it).",
+       false, false},
+      {"http_host", 0, kV, "HOST", "127.0.0.1",
+       "ddprun addition: address of the live view; any other than a "
+       "loopback address needs --http_token.",
+       false, false},
+      {"http_token", 0, kV, "TOKEN", "$DDPRUN_HTTP_TOKEN, else none",
+       "ddprun addition: token to read the live view (Authorization: Bearer, "
+       "or its login form).",
+       false, false},
+      {"http_admin_token", 0, kV, "TOKEN",
+       "$DDPRUN_HTTP_ADMIN_TOKEN, else none (no actions)",
+       "ddprun addition: token for the live view's actions (dump stacks, "
+       "stop the job).",
+       false, false},
       {"torch_version", 0, kV, "VERSION", "detected from the workers' torch",
        "ddprun addition: the torch version the workers run (e.g. 2.6 or "
        "1.13), which decides what torchrun of that version would give them: "

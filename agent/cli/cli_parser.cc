@@ -447,6 +447,44 @@ Status FillHealth(const Values& v, LaunchOptions* o) {
   return Status::Ok();
 }
 
+// --http_*: the live view. A token given but empty is an error (it would
+// turn the check off); DDPRUN_HTTP_TOKEN / DDPRUN_HTTP_ADMIN_TOKEN are read
+// when neither the flag nor PET_* gives one, as ddprun-rendezvous does.
+Status FillLiveView(const Values& v,
+                    const std::map<std::string, std::string>& env,
+                    LaunchOptions* o) {
+  if (const RawValue* port = v.Find("http_port")) {
+    DDP_ASSIGN_OR_RETURN(o->http_port,
+                         ParsePort(port->source, port->text, true));
+  }
+  o->http_host = v.Text("http_host", "127.0.0.1");
+  if (o->http_host.empty()) {
+    return InvalidArgumentError(v.Source("http_host") + ": empty address");
+  }
+  const std::pair<const char*, std::string*> tokens[] = {
+      {"http_token", &o->http_token},
+      {"http_admin_token", &o->http_admin_token}};
+  for (const auto& [dest, value] : tokens) {
+    std::string source = v.Source(dest);
+    if (v.Has(dest)) {
+      *value = v.Text(dest, "");
+    } else {
+      std::string name = std::string("DDPRUN_") + dest;
+      for (char& c : name) c = static_cast<char>(std::toupper(c));
+      auto it = env.find(name);
+      if (it == env.end()) continue;
+      source = name;
+      *value = it->second;
+    }
+    if (value->empty()) {
+      return InvalidArgumentError(source +
+                                  ": empty token (give a non-empty one, or "
+                                  "none)");
+    }
+  }
+  return Status::Ok();
+}
+
 Status FillEntrypoint(const Values& v, const Tokens& tokens,
                       const std::map<std::string, std::string>& env,
                       LaunchOptions* o) {
@@ -529,6 +567,7 @@ StatusOr<CommandLine> ParseCommandLine(
   DDP_RETURN_IF_ERROR(FillLogs(v, env, &o));
   DDP_RETURN_IF_ERROR(FillAddressing(v, &o));
   DDP_RETURN_IF_ERROR(FillShutdown(v, env, &o));
+  DDP_RETURN_IF_ERROR(FillLiveView(v, env, &o));
   DDP_ASSIGN_OR_RETURN(o.virtual_local_rank, v.Bool("virtual_local_rank"));
   if (const RawValue* tv = v.Find("torch_version")) {
     DDP_ASSIGN_OR_RETURN(o.torch_version,

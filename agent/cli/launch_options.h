@@ -111,6 +111,14 @@ struct LaunchOptions {
   // about. 0 = no warnings (the rates are still kept and reported).
   double straggler_factor = 2.0;
   double straggler_time_s = 30.0;
+  // ddprun addition: the live view of the rendezvous this agent hosts
+  // (rendezvous/http/live_view.h): --http_port (-1 = off, 0 = any free
+  // port), --http_host, and its tokens (--http_token / DDPRUN_HTTP_TOKEN
+  // to read, --http_admin_token / DDPRUN_HTTP_ADMIN_TOKEN to act).
+  int http_port = -1;
+  std::string http_host = "127.0.0.1";
+  std::string http_token;
+  std::string http_admin_token;
   // ddprun addition: retry a worker group whose first attempt failed with
   // exit code 2 (a usage error) like any failure, as torchrun does. By
   // default such a job fails at once.

@@ -41,6 +41,9 @@ struct AgentOptions {
 
   // This node in the rendezvous.
   std::string node_id;  // unique per agent process
+  // gethostname(), told to the rendezvous for status pages (the live
+  // view); "" = none.
+  std::string node_host;
   // Address announced as this node's MASTER_ADDR candidate; "" = the route
   // towards the rendezvous (--local_addr, or static node 0's --master_addr).
   std::string local_addr;

@@ -256,6 +256,7 @@ void ElasticAgent::JoinRound(const std::string& unhealthy) {
   request.local_world_size = o.nproc_per_node;
   request.node_rank_hint = options_.node_rank_hint;
   request.local_addr = options_.local_addr;
+  request.host = options_.node_host;
   request.min_nodes = o.min_nodes;
   request.max_nodes = o.max_nodes;
   request.max_restarts = o.max_restarts;
@@ -421,12 +422,13 @@ Status ElasticAgent::StartWorkers() {
     w->running = true;
     if (watchdog_) watchdog_->Watch(w->local_rank, w->pid, w->watch.heartbeat);
   }
-  std::vector<StragglerWatch::Target> counted;
+  // Every worker is reported (pid, state); those with a step file also
+  // with their counts.
+  std::vector<StragglerWatch::Target> watched;
   for (const auto& w : workers_) {
-    if (w->watch.steps.empty()) continue;
-    counted.push_back({w->global_rank, w->local_rank, w->pid, w->watch.steps});
+    watched.push_back({w->global_rank, w->local_rank, w->pid, w->watch.steps});
   }
-  stragglers_->Start(std::move(counted));
+  stragglers_->Start(std::move(watched));
   DDP_LOG(DEBUG) << "started " << workers_.size() << " workers, attempt "
                  << round_.restart_count;
   return Status::Ok();
@@ -455,6 +457,7 @@ void ElasticAgent::OnWorkerExit(int generation, int local_rank,
   Worker& w = *workers_[local_rank];
   w.running = false;
   w.exit = status;
+  stragglers_->NoteExit(w.global_rank, status.succeeded());
   if (watchdog_) watchdog_->Forget(local_rank);
   w.out->OnEof();
   w.err->OnEof();

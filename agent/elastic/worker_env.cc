@@ -51,10 +51,13 @@ EnvMap BuildWorkerEnv(const LaunchOptions& options, const TorchVersion& torch,
                       const std::string& run_id, int local_rank,
                       const std::string& error_file, const EnvMap& parent_env) {
   EnvMap env = parent_env;
-  // The rendezvous token is the agents' secret: a worker (user code, its
-  // subprocesses, a crash dump of its environment) never sees it.
-  env.erase("DDPRUN_RDZV_TOKEN");
-  env.erase("DDPRUN_RDZV_TOKEN_FILE");
+  // The rendezvous token and the live view's tokens (--http_port; the
+  // admin one stops the job) are the agents' secrets: a worker (user code,
+  // its subprocesses, a crash dump of its environment) never sees them.
+  for (const char* secret : {"DDPRUN_RDZV_TOKEN", "DDPRUN_RDZV_TOKEN_FILE",
+                             "DDPRUN_HTTP_TOKEN", "DDPRUN_HTTP_ADMIN_TOKEN"}) {
+    env.erase(secret);
+  }
   if (options.contract == WorkerContract::kDeepSpeed) {
     const int rank = round.rank_offset + local_rank;
     env["RANK"] = std::to_string(rank);

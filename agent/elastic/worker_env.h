@@ -32,7 +32,8 @@ namespace ddprun::agent {
 // and LOCAL_SIZE (nproc_per_node); nothing else (the front end puts
 // CUDA_VISIBLE_DEVICES into `parent_env`).
 // Either way DDPRUN_RDZV_TOKEN and DDPRUN_RDZV_TOKEN_FILE (the agents'
-// rendezvous secret) are removed.
+// rendezvous secret) and DDPRUN_HTTP_TOKEN and DDPRUN_HTTP_ADMIN_TOKEN (the
+// live view's) are removed.
 EnvMap BuildWorkerEnv(const LaunchOptions& options, const TorchVersion& torch,
                       const rendezvous::RendezvousResult& round,
                       const std::string& run_id, int local_rank,

@@ -308,20 +308,42 @@ RendezvousSetup::~RendezvousSetup() { client.reset(); }
 StatusOr<RendezvousSetup> MakeRendezvous(const LaunchOptions& options,
                                          EventLoop* loop) {
   InstallGrpcLogRouting();
+  rendezvous::http::LiveViewOptions view;
+  if (options.http_port >= 0) {
+    view.host = options.http_host;
+    view.port = options.http_port;
+    view.read_token = options.http_token;
+    view.admin_token = options.http_admin_token;
+    view.version = DDPRUN_VERSION;
+    DDP_RETURN_IF_ERROR(rendezvous::http::CheckLiveViewOptions(view));
+  }
+  StatusOr<RendezvousSetup> setup = InternalError("unknown rendezvous mode");
   switch (ModeOf(options)) {
     case RendezvousMode::kStandalone:
-      return MakeStandalone(options, loop);
-    case RendezvousMode::kLocal: {
-      RendezvousSetup setup;
-      setup.client = MakeLocal(options, loop);
-      return setup;
-    }
+      setup = MakeStandalone(options, loop);
+      break;
+    case RendezvousMode::kLocal:
+      setup = RendezvousSetup();
+      setup->client = MakeLocal(options, loop);
+      break;
     case RendezvousMode::kGrpc:
-      return MakeGrpc(options, loop);
+      setup = MakeGrpc(options, loop);
+      break;
     case RendezvousMode::kStatic:
-      return MakeStatic(options, loop);
+      setup = MakeStatic(options, loop);
+      break;
   }
-  return InternalError("unknown rendezvous mode");
+  if (!setup.ok() || options.http_port < 0) return setup;
+  if (setup->server == nullptr) {
+    DDP_LOG(WARNING) << "--http_port: this agent hosts no rendezvous server "
+                        "(a single node without --standalone, or "
+                        "is_host=false): no live view";
+    return setup;
+  }
+  if (Status s = setup->server->EnableLiveView(view); !s.ok()) {
+    return Status(s.code(), "live view: " + s.message());
+  }
+  return setup;
 }
 
 }  // namespace ddprun::agent

@@ -74,6 +74,7 @@ StatusOr<int> RendezvousHost::ServeWithStore() {
                 << bind_host_ << ":" << *port;
   store_ = std::move(store);
   server_ = std::move(server);
+  (void)StartViewLocked();
   return port;
 }
 
@@ -88,6 +89,7 @@ StatusOr<int> RendezvousHost::Serve(bool quiet) {
   if (quiet) --g_grpc_log_quiet;
   if (!port.ok()) return port.status();
   server_ = std::move(server);
+  (void)StartViewLocked();
   return port;
 }
 
@@ -132,7 +134,33 @@ bool RendezvousHost::HostStandby() {
     return false;
   }
   server_ = std::move(server);
+  (void)StartViewLocked();
   return true;
+}
+
+Status RendezvousHost::EnableLiveView(
+    rendezvous::http::LiveViewOptions options) {
+  MutexLock lock(&mu_);
+  options.rendezvous_token = options_.token;
+  view_options_ = std::move(options);
+  return server_ ? StartViewLocked() : Status::Ok();
+}
+
+Status RendezvousHost::StartViewLocked() {
+  if (!view_options_ || !server_ || view_) return Status::Ok();
+  auto view = std::make_unique<rendezvous::http::LiveView>(server_.get());
+  StatusOr<int> port = view->Start(*view_options_);
+  if (!port.ok()) {
+    DDP_LOG(WARNING) << "live view on " << view_options_->host << ":"
+                     << view_options_->port << ": " << port.status().message();
+    return port.status();
+  }
+  DDP_LOG(INFO) << "live view of the rendezvous at http://"
+                << view_options_->host << ":" << *port << "/"
+                << (view_options_->read_token.empty() ? ""
+                                                      : " (token required)");
+  view_ = std::move(view);
+  return Status::Ok();
 }
 
 bool RendezvousHost::serving() const {
@@ -154,14 +182,18 @@ void RendezvousHost::WaitUntilAllHeard(
 void RendezvousHost::Shutdown(Clock::Duration grace) {
   std::unique_ptr<rendezvous::RendezvousServer> server;
   std::unique_ptr<AgentStore> store;
+  std::unique_ptr<rendezvous::http::LiveView> view;
   {
     MutexLock lock(&mu_);
     shut_down_ = true;
     server = std::move(server_);
     store = std::move(store_);
+    view = std::move(view_);
   }
-  // No more connections for the server, then the server (its round hook
-  // may still reach the stopped store), then the store.
+  // The view reads the server: it goes first. No more connections for the
+  // server, then the server (its round hook may still reach the stopped
+  // store), then the store.
+  if (view) view->Stop();
   if (store) store->Stop();
   if (server) server->Shutdown(grace);
 }

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/clock.h"
@@ -8,6 +9,7 @@
 #include "ddprun/common/status_or.h"
 #include "agent/hosting/agent_store.h"
 #include "common/thread_annotations.h"
+#include "rendezvous/http/live_view.h"
 #include "rendezvous/server/rendezvous_server.h"
 
 namespace ddprun::agent {
@@ -68,6 +70,13 @@ class RendezvousHost {
   // success: the client says what happened.
   bool HostStandby() EXCLUDES(mu_);
 
+  // The live view (ddprun --http_port) of whichever server this host runs,
+  // now and after a takeover: starts it at once when serving (its error:
+  // the port is taken), and with every server started later (a failure
+  // then is a warning). The view reads with the server's token.
+  Status EnableLiveView(rendezvous::http::LiveViewOptions options)
+      EXCLUDES(mu_);
+
   bool serving() const EXCLUDES(mu_);
   // While serving: keeps serving until every other agent has been told the
   // job's latest news (RendezvousServer::WaitUntilAllHeard) or the real
@@ -79,6 +88,8 @@ class RendezvousHost {
 
  private:
   StatusOr<int> ServeWithStore() REQUIRES(mu_);
+  // Starts the live view on server_ when one is enabled.
+  Status StartViewLocked() REQUIRES(mu_);
 
   const std::string bind_host_;
   const int port_;
@@ -95,6 +106,10 @@ class RendezvousHost {
   bool shut_down_ GUARDED_BY(mu_) = false;
   std::string standby_host_ GUARDED_BY(mu_);
   int standby_port_ GUARDED_BY(mu_) = 0;
+  std::optional<rendezvous::http::LiveViewOptions> view_options_
+      GUARDED_BY(mu_);
+  // Reads server_: declared after it, stopped before it.
+  std::unique_ptr<rendezvous::http::LiveView> view_ GUARDED_BY(mu_);
 };
 
 // Routes gRPC's own log lines through DDP_LOG (errors as warnings); lines

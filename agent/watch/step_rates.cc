@@ -70,6 +70,11 @@ std::vector<Straggler> StepRates::Check(Clock::TimePoint now,
   return out;
 }
 
+bool StepRates::Straggling(int rank) const {
+  auto it = ranks_.find(rank);
+  return it != ranks_.end() && it->second.reported;
+}
+
 std::string DescribeStraggler(const Straggler& s, bool job_median) {
   char buf[256];
   std::snprintf(buf, sizeof(buf),

@@ -59,6 +59,8 @@ class StepRates {
   // (pass < 0 for this node's own median): each is returned once, again
   // only after it caught up. Call after each round of Observe().
   std::vector<Straggler> Check(Clock::TimePoint now, double median_per_s);
+  // True while `rank` is a reported straggler (until it catches up).
+  bool Straggling(int rank) const;
 
  private:
   struct Rank {

@@ -1,7 +1,7 @@
 #include "agent/watch/straggler_watch.h"
 
-#include <cstdlib>
 #include <fstream>
+#include <sstream>
 
 #include "common/logging.h"
 
@@ -9,15 +9,18 @@ namespace ddprun::agent {
 namespace {
 
 constexpr auto kInterval = std::chrono::seconds(1);
+// A step file is a count and a few scalars; more is not one.
+constexpr size_t kMaxStepFileBytes = 4096;
 
-// The count at the start of `path`; -1 when there is none (yet).
-int64_t ReadCount(const std::string& path) {
+// The step file at `path`; steps -1 when there is none (yet).
+StepFile ReadStepFile(const std::string& path) {
+  if (path.empty()) return {};
   std::ifstream in(path);
-  std::string text;
-  if (!in || !std::getline(in, text) || text.empty()) return -1;
-  char* end = nullptr;
-  const long long n = std::strtoll(text.c_str(), &end, 10);
-  return end == text.c_str() || n < 0 ? -1 : n;
+  if (!in) return {};
+  std::string text(kMaxStepFileBytes, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  return ParseStepFile(text);
 }
 
 }  // namespace
@@ -30,42 +33,91 @@ StragglerWatch::~StragglerWatch() {
   if (armed_) loop_->Cancel(timer_);
 }
 
-void StragglerWatch::Start(std::vector<Target> targets) {
-  Stop();
-  targets_ = std::move(targets);
+void StragglerWatch::Arm(Clock::TimePoint at) {
   armed_ = true;
-  timer_ = loop_->RunAt(loop_->clock()->Now() + kInterval, [this] {
+  timer_ = loop_->RunAt(at, [this] {
     armed_ = false;
     Tick();
   });
 }
 
+void StragglerWatch::Start(std::vector<Target> targets) {
+  if (armed_) loop_->Cancel(timer_);
+  armed_ = false;
+  rates_.Clear();
+  workers_.clear();
+  for (Target& t : targets) {
+    Worker w;
+    w.target = std::move(t);
+    workers_.push_back(std::move(w));
+  }
+  if (starts_++ > 0) rendezvous_->SetWorkerRestarts(starts_ - 1);
+  Publish();
+  Arm(loop_->clock()->Now() + kInterval);
+}
+
+void StragglerWatch::NoteExit(int rank, bool succeeded) {
+  for (Worker& w : workers_) {
+    if (w.target.rank == rank && w.state == State::kRunning) {
+      w.state = succeeded ? State::kSucceeded : State::kFailed;
+    }
+  }
+  Publish();
+}
+
 void StragglerWatch::Stop() {
   if (armed_) loop_->Cancel(timer_);
   armed_ = false;
-  targets_.clear();
   rates_.Clear();
-  rendezvous_->SetStepRates({});
+  for (Worker& w : workers_) {
+    if (w.state == State::kRunning) w.state = State::kStopped;
+  }
+  Publish();
+}
+
+void StragglerWatch::Publish() {
+  std::vector<rendezvous::RankStepRate> sent;
+  const std::vector<RankRate> known = rates_.Rates();
+  size_t budget = kScalarBudget;
+  for (const Worker& w : workers_) {
+    rendezvous::RankStepRate r;
+    r.rank = w.target.rank;
+    r.local_rank = w.target.local_rank;
+    r.pid = w.target.pid;
+    r.state = w.state;
+    r.steps = w.last.steps < 0 ? 0 : w.last.steps;
+    for (const RankRate& k : known) {
+      if (k.rank == r.rank && w.state == State::kRunning) r.per_s = k.per_s;
+    }
+    r.straggler = w.state == State::kRunning && rates_.Straggling(r.rank);
+    r.total_steps = w.last.total_steps;
+    for (const auto& [name, value] : w.last.scalars) {
+      const size_t cost = name.size() + 16;
+      if (cost > budget) break;
+      budget -= cost;
+      r.scalars.emplace_back(name, value);
+    }
+    sent.push_back(std::move(r));
+  }
+  rendezvous_->SetStepRates(std::move(sent));
 }
 
 void StragglerWatch::Tick() {
   const Clock::TimePoint now = loop_->clock()->Now();
-  for (const Target& t : targets_) {
-    const int64_t count = ReadCount(t.steps_file);
-    if (count >= 0) rates_.Observe(t.rank, count, now);
+  for (Worker& w : workers_) {
+    if (w.state != State::kRunning) continue;
+    StepFile file = ReadStepFile(w.target.steps_file);
+    if (file.steps < 0) continue;
+    rates_.Observe(w.target.rank, file.steps, now);
+    w.last = std::move(file);
   }
-  std::vector<rendezvous::RankStepRate> sent;
-  for (const RankRate& r : rates_.Rates()) {
-    sent.push_back({r.rank, r.steps, r.per_s});
-  }
-  if (!sent.empty()) rendezvous_->SetStepRates(std::move(sent));
   const double job = rendezvous_->JobMedianStepRate();
   for (const Straggler& s : rates_.Check(now, job > 0 ? job : -1)) {
     std::string who;
-    for (const Target& t : targets_) {
-      if (t.rank == s.rank) {
-        who = " (local_rank " + std::to_string(t.local_rank) + ", pid " +
-              std::to_string(t.pid) + ")";
+    for (const Worker& w : workers_) {
+      if (w.target.rank == s.rank) {
+        who = " (local_rank " + std::to_string(w.target.local_rank) + ", pid " +
+              std::to_string(w.target.pid) + ")";
       }
     }
     const std::string line =
@@ -73,11 +125,8 @@ void StragglerWatch::Tick() {
     DDP_LOG(WARNING) << line;
     warnings_.push_back(line);
   }
-  armed_ = true;
-  timer_ = loop_->RunAt(now + kInterval, [this] {
-    armed_ = false;
-    Tick();
-  });
+  Publish();
+  Arm(now + kInterval);
 }
 
 }  // namespace ddprun::agent

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "ddprun/worker/heartbeat.h"
+#include "ddprun/worker/stack_dump.h"
 #include "examples/frame/trainer_session.h"
 
 namespace ddprun::examples {
@@ -44,6 +45,12 @@ TrainerSession::Plan TrainerSession::BeginRun(const LoopConfig& config) {
       world_, plan.end_epoch, steps * plan.end_epoch,
       std::chrono::milliseconds(
           static_cast<int64_t>(common_.progress_interval_s * 1000)));
+  // ddprun's live view: the count this process's Heartbeat()s reach at the
+  // end of this run (a resumed run counts from 0 again; a later stage of
+  // ddpm or cascade goes on from the earlier ones'), for its ETA.
+  worker::ReportTotalSteps(
+      worker::Steps() +
+      std::max<int64_t>(0, steps * plan.end_epoch - state_.step));
   profiler_.BeginEpoch();
   return plan;
 }
@@ -107,6 +114,12 @@ void TrainerSession::AfterStep(Plan& plan, int64_t epoch,
   profiler_.CountStep();
   {
     auto metrics = profiler_.Measure(Phase::kMetrics);
+    // ddprun's live view shows them beside the rank's step rate.
+    worker::ReportScalar("loss", local_loss);
+    if (plan.progress->rate_measured()) {
+      worker::ReportScalar("samples_per_s",
+                           plan.progress->samples_per_second());
+    }
     worker::Heartbeat();  // --watchdog_timeout: this rank progresses
     ++state_.step;
     state_.epoch = epoch;

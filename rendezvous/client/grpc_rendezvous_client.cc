@@ -99,6 +99,7 @@ class GrpcRendezvousClient final : public RendezvousClient {
                     std::vector<diagnosis::StackSummary> own,
                     Clock::TimePoint deadline, StacksDone done) override;
   void SetStepRates(std::vector<RankStepRate> rates) override;
+  void SetWorkerRestarts(int restarts) override;
   double JobMedianStepRate() const override;
 
  private:
@@ -302,6 +303,7 @@ class GrpcRendezvousClient final : public RendezvousClient {
   // This node's step rates (sent with heartbeats) and the job's median
   // from the last heartbeat's answer.
   std::vector<RankStepRate> rates_ GUARDED_BY(mu_);
+  int worker_restarts_ GUARDED_BY(mu_) = 0;
   double job_median_ GUARDED_BY(mu_) = -1;
 };
 
@@ -497,6 +499,7 @@ void GrpcRendezvousClient::Join(const JoinRequest& request,
                .value_or("127.0.0.1");
   }
   n->set_addr(addr);
+  n->set_host(request.host.substr(0, 256));
   StatusOr<int> port = options_.master_port > 0
                            ? StatusOr<int>(options_.master_port)
                            : FreePort(addr);
@@ -947,12 +950,26 @@ v1::HeartbeatRequest GrpcRendezvousClient::HeartbeatRequestLocked() const {
   *req.mutable_config() = config_;
   *req.mutable_node() = node_;
   if (registered_) *req.mutable_current() = last_;
+  static constexpr v1::RankRate::State kStates[] = {
+      v1::RankRate::STATE_RUNNING, v1::RankRate::STATE_SUCCEEDED,
+      v1::RankRate::STATE_FAILED, v1::RankRate::STATE_STOPPED};
   for (const RankStepRate& r : rates_) {
     v1::RankRate* rate = req.add_rank_rates();
     rate->set_rank(r.rank);
     rate->set_steps(r.steps);
     rate->set_steps_per_s(r.per_s);
+    rate->set_local_rank(r.local_rank);
+    rate->set_pid(r.pid);
+    rate->set_state(kStates[static_cast<int>(r.state)]);
+    rate->set_straggler(r.straggler);
+    rate->set_total_steps(r.total_steps);
+    for (const auto& [name, value] : r.scalars) {
+      v1::Scalar* sc = rate->add_scalars();
+      sc->set_name(name);
+      sc->set_value(value);
+    }
   }
+  req.set_worker_restarts(worker_restarts_);
   return req;
 }
 
@@ -1324,6 +1341,11 @@ void GrpcRendezvousClient::GatherStacks(
 void GrpcRendezvousClient::SetStepRates(std::vector<RankStepRate> rates) {
   MutexLock lock(&mu_);
   rates_ = std::move(rates);
+}
+
+void GrpcRendezvousClient::SetWorkerRestarts(int restarts) {
+  MutexLock lock(&mu_);
+  worker_restarts_ = restarts;
 }
 
 double GrpcRendezvousClient::JobMedianStepRate() const {

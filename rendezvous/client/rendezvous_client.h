@@ -20,6 +20,7 @@ struct JoinRequest {
   int local_world_size = 1;  // this node's nproc_per_node
   int node_rank_hint = -1;   // --node_rank if given, else -1
   std::string local_addr;    // address other nodes reach this node at
+  std::string host;          // gethostname(), for status pages ("" = none)
   int min_nodes = 1;
   int max_nodes = 1;
   int max_restarts = 0;
@@ -71,11 +72,22 @@ struct StacksAnswer {
   std::vector<std::string> missing_nodes;  // "node_id (addr)"
 };
 
-// One rank's training speed (straggler check), as heartbeats carry it.
+// One worker's training progress (the straggler check, status pages), as
+// heartbeats carry it (rendezvous.proto, RankRate).
 struct RankStepRate {
   int rank = 0;
   int64_t steps = 0;
   double per_s = -1;  // < 0: not known yet
+  int local_rank = 0;
+  int pid = 0;  // 0 = not known
+  enum class State { kRunning, kSucceeded, kFailed, kStopped };
+  State state = State::kRunning;
+  bool straggler = false;   // the agent's straggler check flags it now
+  int64_t total_steps = 0;  // 0 = not reported by the worker
+  // What the worker reported beside its count (loss, samples_per_s, ...),
+  // at most 8, names of [A-Za-z0-9_.:/-], finite values (the server
+  // refuses others).
+  std::vector<std::pair<std::string, double>> scalars;
 };
 
 // The agent's view of a rendezvous backend (local, gRPC).
@@ -162,6 +174,9 @@ class RendezvousClient {
   // ranks from the last heartbeat's answer, <= 0 when none is known (and
   // always for backends without other nodes). Loop thread.
   virtual void SetStepRates(std::vector<RankStepRate> rates) {}
+  // How many times this agent restarted its worker group; goes with every
+  // later heartbeat (HeartbeatRequest.worker_restarts). Loop thread.
+  virtual void SetWorkerRestarts(int restarts) {}
   virtual double JobMedianStepRate() const { return -1; }
 
   virtual void GatherStacks(const std::string& reason,

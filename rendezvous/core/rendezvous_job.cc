@@ -51,6 +51,7 @@ RendezvousJob::RendezvousJob(std::string rdzv_id, const v1::JobConfig& config,
           id_, config.bad_host_failures(),
           MsOr(config.bad_host_window_ms(), defaults.bad_host_window),
           MsOr(config.bad_host_cooldown_ms(), defaults.bad_host_cooldown)),
+      timeline_(clock),
       open_since_(clock->Now()) {}
 
 Status RendezvousJob::CheckConfig(const v1::JobConfig& c) const {
@@ -220,7 +221,7 @@ Status RendezvousJob::JoinNode(const v1::JoinRequest& request, WaiterId waiter,
   }
   if (participant) {
     // The node left its running round on its own: everyone re-forms.
-    Invalidate(Action::ACTION_REJOIN,
+    Invalidate(Action::ACTION_REJOIN, v1::JobEvent::CAUSE_NODE_REJOINED,
                "node '" + info.node_id() + "' re-joined, leaving round " +
                    std::to_string(round_),
                out);
@@ -266,7 +267,7 @@ void RendezvousJob::ParkWaiting(const v1::JoinRequest& request, WaiterId waiter,
   if (RunningCount() < static_cast<int>(config_.max_nodes())) {
     // Scale up: the running nodes re-join at the round boundary, without
     // spending the restart budget.
-    Invalidate(Action::ACTION_REJOIN,
+    Invalidate(Action::ACTION_REJOIN, v1::JobEvent::CAUSE_NODE_JOINED,
                "node '" + info.node_id() + "' is waiting to join", out);
   }
   // Otherwise the round is full: the node stays as a spare for the next one.
@@ -397,17 +398,23 @@ void RendezvousJob::Complete(std::vector<Outcome>* out) {
   reformed_ = false;
   last_call_deadline_.reset();
   deadline_moved_ = true;
-  DDP_LOG(INFO) << "rendezvous '" << id_ << "' round " << round_
-                << " complete: " << members.size() << " nodes, world size "
-                << world_size << ", master " << master->info.addr() << ":"
-                << master->info.master_port();
+  const std::string complete =
+      "round " + std::to_string(round_) +
+      " complete: " + std::to_string(members.size()) + " nodes, world size " +
+      std::to_string(world_size) + ", master " + master->info.addr() + ":" +
+      std::to_string(master->info.master_port());
+  DDP_LOG(INFO) << "rendezvous '" << id_ << "' " << complete;
+  timeline_.RoundComplete(round_, static_cast<int>(members.size()), world_size,
+                          complete);
 }
 
 void RendezvousJob::Invalidate(v1::HeartbeatResponse::Action action,
+                               v1::JobEvent::Cause cause,
                                const std::string& reason,
                                std::vector<Outcome>* out) {
   DDP_LOG(INFO) << "rendezvous '" << id_ << "' round " << round_
                 << " ends: " << reason;
+  timeline_.RoundEnded(round_, cause, reason);
   Announce();
   ++round_;
   phase_ = Phase::kOpen;
@@ -440,6 +447,7 @@ void RendezvousJob::Invalidate(v1::HeartbeatResponse::Action action,
 
 void RendezvousJob::Fail(const std::string& reason, std::vector<Outcome>* out) {
   DDP_LOG(WARNING) << "rendezvous '" << id_ << "' failed: " << reason;
+  timeline_.Finished(round_, false, reason);
   Announce();
   phase_ = Phase::kFailed;
   finished_at_ = clock_->Now();
@@ -465,6 +473,7 @@ void RendezvousJob::Fail(const std::string& reason, std::vector<Outcome>* out) {
 void RendezvousJob::Succeed(const std::string& reason,
                             std::vector<Outcome>* out) {
   DDP_LOG(INFO) << "rendezvous '" << id_ << "' succeeded: " << reason;
+  timeline_.Finished(round_, true, reason);
   Announce();
   phase_ = Phase::kSucceeded;
   finished_at_ = clock_->Now();
@@ -535,7 +544,7 @@ Status RendezvousJob::Leave(const v1::LeaveRequest& req,
   RemoveNode(it, CancelledError("node left the rendezvous"), out);
   if (finished()) return Status::Ok();
   if (was_running && phase_ == Phase::kRunning) {
-    Invalidate(Action::ACTION_REJOIN,
+    Invalidate(Action::ACTION_REJOIN, v1::JobEvent::CAUSE_NODE_LEFT,
                "node '" + req.node_id() + "' left" +
                    (req.reason().empty() ? "" : ": " + req.reason()),
                out);
@@ -671,7 +680,8 @@ Status RendezvousJob::ReportNodeFailure(const v1::ReportFailureRequest& req,
   // the failure, so an exhausted budget is final now, not after the wait.
   const bool decide_now = !pending.charged && RunningCount() <= 1;
   deadline_moved_ = true;
-  Invalidate(Action::ACTION_RESTART, what, out);
+  Invalidate(Action::ACTION_RESTART, v1::JobEvent::CAUSE_WORKER_FAILURE, what,
+             out);
   if (decide_now) Fail(budget_.Exhausted(what), out);
   return Status::Ok();
 }
@@ -683,6 +693,9 @@ void RendezvousJob::OnNodeLost(int64_t round, const std::string& who,
   DDP_LOG(INFO) << "rendezvous '" << id_ << "': the worker failure in round "
                 << round << " follows the loss of " << who
                 << ": no restart budget spent";
+  timeline_.FailureRefunded(
+      round, "the worker failure in round " + std::to_string(round) +
+                 " follows the loss of " + who + ": no restart budget spent");
   if (!settled->host.empty() &&
       bad_hosts_.ForgetFailure(settled->host, settled->reported_at)) {
     deadline_moved_ = true;  // its nodes are let in at the next Tick
@@ -819,7 +832,8 @@ void RendezvousJob::Tick(std::vector<Outcome>* out) {
     }
   }
   if (phase_ == Phase::kRunning && lost_running) {
-    Invalidate(Action::ACTION_REJOIN, lost.front(), out);
+    Invalidate(Action::ACTION_REJOIN, v1::JobEvent::CAUSE_NODE_LOST,
+               lost.front(), out);
   }
   if (rebuild_ && now >= rebuild_->deadline) {
     const Rebuild r = *rebuild_;
@@ -831,7 +845,7 @@ void RendezvousJob::Tick(std::vector<Outcome>* out) {
         " (they did not re-register after a rendezvous server restart)";
     DDP_LOG(WARNING) << "rendezvous '" << id_ << "': lost " << missing;
     if (phase_ == Phase::kRunning && round_ == r.round) {
-      Invalidate(Action::ACTION_REJOIN,
+      Invalidate(Action::ACTION_REJOIN, v1::JobEvent::CAUSE_SERVER_RESTART,
                  "after a rendezvous server restart only " +
                      std::to_string(r.registered) + " of " +
                      std::to_string(r.expected) + " nodes re-registered",
@@ -900,6 +914,7 @@ void RendezvousJob::ReleaseExcludedHosts(std::vector<Outcome>* out) {
   } else if (phase_ == Phase::kRunning &&
              RunningCount() < static_cast<int>(config_.max_nodes())) {
     Invalidate(v1::HeartbeatResponse::ACTION_REJOIN,
+               v1::JobEvent::CAUSE_NODE_JOINED,
                "node '" + released +
                    "' is waiting to join (its host's "
                    "bad-host cool-down ended)",
@@ -984,11 +999,13 @@ v1::JobStatus RendezvousJob::GetStatus() const {
   s.set_round(round_);
   s.set_restart_count(budget_.used());
   s.set_reason(reason_);
+  timeline_.AddTo(&s);
   const Clock::TimePoint now = clock_->Now();
   for (const auto& [id, node] : nodes_) {
     v1::NodeStatus* n = s.add_nodes();
     n->set_node_id(id);
     n->set_addr(node.info.addr());
+    n->set_host(node.info.host());
     n->set_role(node.info.role());
     n->set_local_world_size(node.info.local_world_size());
     n->set_state(kNodeStates[static_cast<int>(node.state)]);

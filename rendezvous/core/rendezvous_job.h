@@ -12,6 +12,7 @@
 #include "ddprun/common/status_or.h"
 #include "ddprun/v1/rendezvous.pb.h"
 #include "rendezvous/core/bad_host_policy.h"
+#include "rendezvous/core/job_timeline.h"
 #include "rendezvous/core/restart_budget.h"
 
 namespace ddprun::rendezvous {
@@ -229,8 +230,10 @@ class RendezvousJob {
   // (and a rebuilt round has all its nodes back).
   void MaybeSucceed(std::vector<Outcome>* out);
   // Ends the running round: participants must re-join round_ + 1.
+  // `cause` goes to the timeline.
   void Invalidate(v1::HeartbeatResponse::Action action,
-                  const std::string& reason, std::vector<Outcome>* out);
+                  v1::JobEvent::Cause cause, const std::string& reason,
+                  std::vector<Outcome>* out);
   void CompleteIfReady(std::vector<Outcome>* out);
   void AnswerFailure(WaiterId waiter, bool will_restart,
                      std::vector<Outcome>* out);
@@ -272,6 +275,7 @@ class RendezvousJob {
   int64_t round_ = 1;
   RestartBudget budget_;
   BadHostPolicy bad_hosts_;
+  JobTimeline timeline_;
   uint64_t news_ = 0;  // count of Announce()s
   // Action and reason handed to nodes of an invalidated round.
   v1::HeartbeatResponse::Action last_action_ =

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <set>
 #include <string_view>
 
 #include "common/logging.h"
@@ -87,6 +89,9 @@ Status CheckNode(const v1::NodeInfo& n) {
     return InvalidArgumentError("master_port must be in 1..65535, got " +
                                 std::to_string(n.master_port()));
   }
+  if (n.host().size() > kMaxAddrBytes) {
+    return InvalidArgumentError("host is longer than 256 bytes");
+  }
   // Told to every node of the job (which connect to it and log it).
   if (n.standby_endpoint().size() > kMaxAddrBytes + 6) {
     return InvalidArgumentError("standby_endpoint is longer than 262 bytes");
@@ -149,6 +154,57 @@ Status CheckRankStacks(const v1::StacksRequest& request) {
       return InvalidArgumentError("the host or missing text of rank " +
                                   std::to_string(r.rank()) +
                                   " is longer than 256 bytes");
+    }
+  }
+  return Status::Ok();
+}
+
+constexpr int kMaxScalars = 8;
+constexpr size_t kMaxScalarNameBytes = 32;
+
+// A heartbeat's worker progress (rank_rates) ends up in Status, status pages
+// and Prometheus labels: bounded, finite, names of a plain alphabet.
+Status CheckProgress(const v1::HeartbeatRequest& req) {
+  if (req.worker_restarts() < 0) {
+    return InvalidArgumentError("worker_restarts is negative");
+  }
+  std::set<int32_t> seen;
+  for (const v1::RankRate& r : req.rank_rates()) {
+    const std::string rank = "rank " + std::to_string(r.rank());
+    if (!seen.insert(r.rank()).second) {
+      return InvalidArgumentError(rank + " is reported twice");
+    }
+    if (!std::isfinite(r.steps_per_s())) {
+      return InvalidArgumentError(rank + ": steps_per_s is not finite");
+    }
+    if (r.steps() < 0 || r.total_steps() < 0) {
+      return InvalidArgumentError(rank + ": negative step count");
+    }
+    if (r.scalars_size() > kMaxScalars) {
+      return InvalidArgumentError(rank + ": more than 8 scalars");
+    }
+    std::set<std::string_view> names;
+    for (const v1::Scalar& sc : r.scalars()) {
+      const std::string& name = sc.name();
+      if (name.empty() || name.size() > kMaxScalarNameBytes) {
+        return InvalidArgumentError(rank +
+                                    ": a scalar name must be 1..32 bytes");
+      }
+      for (char ch : name) {
+        if (!std::isalnum(static_cast<unsigned char>(ch)) &&
+            std::string_view("_.:/-").find(ch) == std::string_view::npos) {
+          return InvalidArgumentError(
+              rank + ": scalar names are letters, digits and _ . : / -");
+        }
+      }
+      if (!names.insert(name).second) {
+        return InvalidArgumentError(rank + ": scalar '" + name +
+                                    "' appears twice");
+      }
+      if (!std::isfinite(sc.value())) {
+        return InvalidArgumentError(rank + ": scalar '" + name +
+                                    "' is not finite");
+      }
     }
   }
   return Status::Ok();
@@ -291,6 +347,7 @@ StatusOr<v1::HeartbeatResponse> RendezvousState::Heartbeat(
     const v1::HeartbeatRequest& req) {
   DDP_RETURN_IF_ERROR(CheckRdzvId(req.rdzv_id()));
   DDP_RETURN_IF_ERROR(CheckNode(req.node()));
+  DDP_RETURN_IF_ERROR(CheckProgress(req));
   DDP_RETURN_IF_ERROR(
       CheckRate(&heartbeat_limiter_, "Heartbeat", req.rdzv_id(), req.node()));
   if (jobs_.count(req.rdzv_id()) == 0 && req.current().round() == 0) {
@@ -564,9 +621,11 @@ void RendezvousState::NoteRates(const v1::HeartbeatRequest& req,
     return;
   }
   auto& nodes = rates_[req.rdzv_id()];
-  if (req.rank_rates_size() > 0 && req.rank_rates_size() <= kMaxRates) {
-    nodes[req.node().node_id()].assign(req.rank_rates().begin(),
-                                       req.rank_rates().end());
+  if ((req.rank_rates_size() > 0 || req.worker_restarts() > 0) &&
+      req.rank_rates_size() <= kMaxRates) {
+    NodeProgress& progress = nodes[req.node().node_id()];
+    progress.ranks.assign(req.rank_rates().begin(), req.rank_rates().end());
+    progress.worker_restarts = req.worker_restarts();
   } else {
     nodes.erase(req.node().node_id());
   }
@@ -576,7 +635,7 @@ void RendezvousState::NoteRates(const v1::HeartbeatRequest& req,
       it = nodes.erase(it);
       continue;
     }
-    for (const v1::RankRate& r : it->second) {
+    for (const v1::RankRate& r : it->second.ranks) {
       if (r.steps_per_s() >= 0) known.push_back(r.steps_per_s());
     }
     ++it;
@@ -595,7 +654,8 @@ void RendezvousState::AddRates(v1::JobStatus* job) const {
   for (v1::NodeStatus& n : *job->mutable_nodes()) {
     auto it = rates->second.find(n.node_id());
     if (it == rates->second.end()) continue;
-    for (const v1::RankRate& r : it->second) *n.add_rank_rates() = r;
+    for (const v1::RankRate& r : it->second.ranks) *n.add_rank_rates() = r;
+    n.set_worker_restarts(it->second.worker_restarts);
   }
 }
 

@@ -96,7 +96,8 @@ class RendezvousState {
   // carries it (stacks_request).
   StatusOr<v1::StacksResponse> Stacks(const v1::StacksRequest& request);
   // The latest dump of job `rdzv_id` as a poll would see it (its first
-  // page), changing nothing; NOT_FOUND without one (tests, the fuzzer).
+  // page), changing nothing; NOT_FOUND without one (the live view, tests,
+  // the fuzzer).
   StatusOr<v1::StacksResponse> PeekStacks(const std::string& rdzv_id) const;
 
   // The parked call `waiter` went away; forget it (a joining node leaves).
@@ -143,10 +144,13 @@ class RendezvousState {
   // Stack dumps, by rdzv_id (only jobs that had one; rendezvous_state_
   // stacks.cc). A board whose job is gone is dropped by the next Stacks.
   std::map<std::string, StackBoard> boards_;
-  // Step rates by rdzv_id and node_id, from the last heartbeats
-  // (rendezvous_state_stacks.cc); dropped with the job or the node.
-  std::map<std::string, std::map<std::string, std::vector<v1::RankRate>>>
-      rates_;
+  // Worker progress by rdzv_id and node_id, from the last heartbeats;
+  // dropped with the job or the node.
+  struct NodeProgress {
+    std::vector<v1::RankRate> ranks;
+    int32_t worker_restarts = 0;
+  };
+  std::map<std::string, std::map<std::string, NodeProgress>> rates_;
   // Keeps a heartbeat's rates and sets the job's median in `reply`.
   void NoteRates(const v1::HeartbeatRequest& req,
                  v1::HeartbeatResponse* reply);

@@ -4,6 +4,8 @@
 //                     [--tls_cert C --tls_key K [--tls_ca CA]]
 //                     [--max_nodes_per_job N] [--max_jobs N]
 //                     [--join_rate R] [--heartbeat_rate R]
+//                     [--http_port P [--http_host H] [--http_token T]
+//                      [--http_admin_token A]]   (the live view)
 //   (the token may also come from the DDPRUN_RDZV_TOKEN environment variable,
 //   or from the file DDPRUN_RDZV_TOKEN_FILE names)
 //   ddprun-rendezvous --status HOST:PORT [--rdzv_id ID] [--json]
@@ -27,6 +29,7 @@
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "diagnosis/stack_diagnosis.h"
 #include "diagnosis/stack_summary.h"
+#include "rendezvous/http/live_view.h"
 #include "rendezvous/options/rendezvous_options.h"
 #include "rendezvous/server/rendezvous_server.h"
 #include "rendezvous/server/status_format.h"
@@ -51,6 +54,11 @@ struct Flags {
   double stacks_timeout = 10;
   std::string rdzv_id;
   bool json = false;
+  // The live view (rendezvous/http/live_view.h); port -1 = off.
+  int http_port = -1;
+  std::string http_host = "127.0.0.1";
+  std::string http_token;
+  std::string http_admin_token;
 };
 
 // gRPC's own multi-line diagnostics go to our log at DEBUG; the user sees
@@ -287,6 +295,46 @@ int PrintStacks(const Flags& flags) {
   return state.complete() ? 0 : 1;
 }
 
+http::LiveViewOptions LiveViewOptionsOf(const Flags& flags) {
+  http::LiveViewOptions o;
+  o.host = flags.http_host;
+  o.port = flags.http_port;
+  o.read_token = flags.http_token;
+  o.admin_token = flags.http_admin_token;
+  o.rendezvous_token = flags.token;
+  o.version = DDPRUN_VERSION;
+  return o;
+}
+
+// The live view's tokens: the flags, else DDPRUN_HTTP_TOKEN and
+// DDPRUN_HTTP_ADMIN_TOKEN (keeps them out of `ps`). Given but empty is an
+// error, as for --token.
+Status ResolveHttpTokens(Flags* f, bool token_given, bool admin_given) {
+  struct Token {
+    std::string* value;
+    bool given;
+    const char* flag;
+    const char* env;
+  };
+  const Token tokens[] = {
+      {&f->http_token, token_given, "--http_token", "DDPRUN_HTTP_TOKEN"},
+      {&f->http_admin_token, admin_given, "--http_admin_token",
+       "DDPRUN_HTTP_ADMIN_TOKEN"}};
+  for (const Token& t : tokens) {
+    const char* from_env = std::getenv(t.env);
+    if (!t.given && from_env != nullptr) *t.value = from_env;
+    if ((t.given || from_env != nullptr) && t.value->empty()) {
+      return InvalidArgumentError(std::string(t.given ? t.flag : t.env) +
+                                  " gives an empty token; give a non-empty "
+                                  "one, or none");
+    }
+  }
+  if (f->http_port >= 0) {
+    DDP_RETURN_IF_ERROR(http::CheckLiveViewOptions(LiveViewOptionsOf(*f)));
+  }
+  return Status::Ok();
+}
+
 int Serve(const Flags& flags) {
   ServerOptions options;
   options.token = flags.token;
@@ -327,9 +375,25 @@ int Serve(const Flags& flags) {
     std::cerr << "ddprun-rendezvous: " << port.status().message() << "\n";
     return 1;
   }
+  http::LiveView view(&server);
+  if (flags.http_port >= 0) {
+    StatusOr<int> http_port = view.Start(LiveViewOptionsOf(flags));
+    if (!http_port.ok()) {
+      std::cerr << "ddprun-rendezvous: live view: "
+                << http_port.status().message() << "\n";
+      server.Shutdown(std::chrono::seconds(0));
+      return 1;
+    }
+    DDP_LOG(INFO) << "live view at http://" << flags.http_host << ":"
+                  << *http_port << "/"
+                  << (flags.http_token.empty() ? "" : " (token required)")
+                  << (flags.http_admin_token.empty() ? ""
+                                                     : " (actions enabled)");
+  }
   int sig = 0;
   sigwait(&set, &sig);
   DDP_LOG(INFO) << "signal " << sig << ": shutting down";
+  view.Stop();  // before the server it reads
   server.Shutdown(std::chrono::seconds(2));
   return 0;
 }
@@ -396,6 +460,22 @@ int main(int argc, char** argv) {
   app.add_option("--rdzv_id,--rdzv-id", flags.rdzv_id,
                  "with --status: only this job; with --stacks: the job");
   app.add_flag("--json", flags.json, "with --status: print JSON");
+  app.add_option("--http_port,--http-port", flags.http_port,
+                 "serve the live view (page, /api/v1/jobs, /metrics, "
+                 "/healthz, /readyz) on this port; 0 = any free port; "
+                 "default: off")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--http_host,--http-host", flags.http_host,
+                 "address of the live view; not a loopback address needs "
+                 "--http_token")
+      ->capture_default_str();
+  app.add_option("--http_token,--http-token", flags.http_token,
+                 "token to read the live view (Bearer or the login form; "
+                 "or DDPRUN_HTTP_TOKEN)");
+  app.add_option("--http_admin_token,--http-admin-token",
+                 flags.http_admin_token,
+                 "token for the live view's actions (dump stacks, stop a "
+                 "job; or DDPRUN_HTTP_ADMIN_TOKEN); none: no actions");
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
@@ -409,6 +489,12 @@ int main(int argc, char** argv) {
     return ddprun::rendezvous::UsageError(s.message());
   }
   if (ddprun::Status s = ddprun::rendezvous::ResolveToken(&flags); !s.ok()) {
+    return ddprun::rendezvous::UsageError(s.message());
+  }
+  if (ddprun::Status s = ddprun::rendezvous::ResolveHttpTokens(
+          &flags, app.count("--http_token") > 0,
+          app.count("--http_admin_token") > 0);
+      !s.ok()) {
     return ddprun::rendezvous::UsageError(s.message());
   }
   if (!flags.status_endpoint.empty()) {

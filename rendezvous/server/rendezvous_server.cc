@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/server_posix.h>
+#include <grpcpp/support/server_interceptor.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -37,7 +38,8 @@ bool IsLoopbackHost(const std::string& host) {
          host.rfind("127.", 0) == 0;
 }
 
-RendezvousServer::RendezvousServer() = default;
+RendezvousServer::RendezvousServer()
+    : rpc_stats_(std::make_unique<RpcStats>()) {}
 
 RendezvousServer::~RendezvousServer() { Shutdown(Clock::Duration::zero()); }
 
@@ -83,6 +85,11 @@ StatusOr<int> RendezvousServer::Start(const std::string& host, int port,
     builder.AddListeningPort(address, creds, &bound);
   }
   builder.RegisterService(service.get());
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(RpcStats::InterceptorFactory(rpc_stats_.get()));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   // gRPC sets SO_REUSEPORT by default: a second server on a busy port would
   // silently share it (split brain). Refuse instead.
@@ -151,6 +158,19 @@ void RendezvousServer::AdoptConnection(int fd) {
   }
   if (host[0] != '\0') service_->NoteAdoptedPeer(fd, host);
   grpc::AddInsecureChannelFromFd(server_.get(), fd);
+}
+
+bool RendezvousServer::ReadState(
+    const std::function<void(const RendezvousState&)>& read) const {
+  if (!service_) return false;
+  service_->ReadState(read);
+  return true;
+}
+
+std::shared_ptr<grpc::Channel> RendezvousServer::InProcessChannel() const {
+  if (!server_) return nullptr;
+  grpc::ChannelArguments args;
+  return server_->InProcessChannel(args);
 }
 
 void RendezvousServer::Shutdown(Clock::Duration grace) {

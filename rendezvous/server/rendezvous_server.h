@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -9,8 +10,10 @@
 #include "ddprun/common/status_or.h"
 #include "rendezvous/core/rendezvous_job.h"
 #include "rendezvous/core/rendezvous_state.h"
+#include "rendezvous/server/rpc_stats.h"
 
 namespace grpc {
+class Channel;
 class Server;
 }
 
@@ -99,7 +102,21 @@ class RendezvousServer {
   // (takes it). Call between Start and Shutdown.
   void AdoptConnection(int fd);
 
+  // For status pages in the same process (rendezvous/http/), between Start
+  // and Shutdown, from any thread:
+  // Runs `read(state)` under the state's mutex (RendezvousService::
+  // ReadState); false when the server is not running.
+  bool ReadState(const std::function<void(const RendezvousState&)>& read) const;
+  // Every rpc served so far (counts, latencies); lives as long as this
+  // object.
+  const RpcStats& rpc_stats() const { return *rpc_stats_; }
+  // A channel to this server inside the process (no socket), for actions
+  // that go the rpcs' way (Stacks, Close): they are admitted (token),
+  // counted and serialised like any client's. Null when not running.
+  std::shared_ptr<grpc::Channel> InProcessChannel() const;
+
  private:
+  std::unique_ptr<RpcStats> rpc_stats_;
   std::unique_ptr<RendezvousService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

@@ -118,6 +118,12 @@ bool RendezvousService::WaitUntilAllHeard(
   return true;
 }
 
+void RendezvousService::ReadState(
+    const std::function<void(const RendezvousState&)>& read) const {
+  MutexLock lock(&mu_);
+  read(state_);
+}
+
 void RendezvousService::FinishAll() {
   std::vector<ParkedCall*> calls;
   {

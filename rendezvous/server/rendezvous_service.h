@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -57,6 +58,11 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   // whose calls name their peer "fd:<fd>") comes from `host`: its calls are
   // rate limited as that address's.
   void NoteAdoptedPeer(int fd, std::string host) EXCLUDES(limits_mu_);
+  // Runs `read(state)` under the state's mutex, for status pages that copy
+  // what they show (rendezvous/http/): `read` must be quick (a copy, no I/O)
+  // and must not call back into the service.
+  void ReadState(const std::function<void(const RendezvousState&)>& read) const
+      EXCLUDES(mu_);
 
   // Where a parked call's answer goes (null: not that kind of call).
   struct Replies {

@@ -6,7 +6,7 @@
 // the result of the same job run without them, with no restart, and node 0's
 // agent must have stayed up and light on CPU throughout. Each attack is also
 // tested alone, against the store or the server in-process, in
-// tests/agent/agent_store_hostile_test.cc and tests/rendezvous/.
+// tests/agent/hosting/agent_store_hostile_test.cc and tests/rendezvous/.
 
 #include "ddprun_catch.h"
 #include "ddprun_skip.h"

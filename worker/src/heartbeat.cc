@@ -9,8 +9,13 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace ddprun::worker {
 namespace {
@@ -39,13 +44,53 @@ const std::string& StepPath() {
   return *path;
 }
 
-// The step count as text at the start of DDPRUN_STEP_FILE (counts only
-// grow, so the new text covers the old); the file stays open.
+// What ReportScalar / ReportTotalSteps set, written with the count.
+struct Reported {
+  std::mutex mu;
+  std::vector<std::pair<std::string, double>> scalars;  // at most 8
+  int64_t total_steps = 0;
+};
+
+Reported& TheReported() {
+  static Reported* r = new Reported;
+  return *r;
+}
+
+bool ValidName(const std::string& name) {
+  if (name.empty() || name.size() > 32) return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+                    c == ':' || c == '/' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// DDPRUN_STEP_FILE's text (agent/watch/step_file.h): the count, the
+// total, the scalars, padded with spaces to the length written before so
+// that one pwrite at offset 0 always covers the old text; the file stays
+// open.
 void WriteSteps(const std::string& path, int64_t steps) {
   static const int fd =
       ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  static size_t written = 0;  // callers are serialised by Heartbeat()
   if (fd < 0) return;
-  const std::string text = std::to_string(steps) + "\n";
+  std::string text = std::to_string(steps) + "\n";
+  {
+    Reported& r = TheReported();
+    std::lock_guard<std::mutex> lock(r.mu);
+    if (r.total_steps > 0) {
+      text += "total_steps " + std::to_string(r.total_steps) + "\n";
+    }
+    char value[40];
+    for (const auto& [name, v] : r.scalars) {
+      std::snprintf(value, sizeof(value), "%.9g", v);
+      text += name + " " + value + "\n";
+    }
+  }
+  if (text.size() < written) text.append(written - text.size(), ' ');
+  written = text.size();
   (void)::pwrite(fd, text.data(), text.size(), 0);
 }
 
@@ -58,6 +103,25 @@ void Touch(const std::string& path) {
 }
 
 }  // namespace
+
+void ReportScalar(const std::string& name, double value) {
+  if (!std::isfinite(value) || !ValidName(name)) return;
+  Reported& r = TheReported();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (auto& [known, v] : r.scalars) {
+    if (known == name) {
+      v = value;
+      return;
+    }
+  }
+  if (r.scalars.size() < 8) r.scalars.emplace_back(name, value);
+}
+
+void ReportTotalSteps(int64_t total) {
+  Reported& r = TheReported();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.total_steps = total > 0 ? total : 0;
+}
 
 void Heartbeat() {
   // A heartbeat is a step: the stack dump shows the count, and a worker

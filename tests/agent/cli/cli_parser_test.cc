@@ -124,6 +124,30 @@ TEST_CASE("CliParser: defaults are torchrun's", "[cli]") {
   CHECK(o.entrypoint_args.empty());
 }
 
+TEST_CASE("CliParser: the live view's flags, PET_* and DDPRUN_HTTP_*",
+          "[cli]") {
+  LaunchOptions off = ParseOk({Script()});
+  CHECK(off.http_port == -1);
+  CHECK(off.http_host == "127.0.0.1");
+  CHECK(off.http_token.empty());
+  LaunchOptions on =
+      ParseOk(With({"--http-port=0", "--http_host", "10.0.0.5",
+                    "--http_token", "r"}),
+              {{"DDPRUN_HTTP_ADMIN_TOKEN", "a"}});
+  CHECK(on.http_port == 0);
+  CHECK(on.http_host == "10.0.0.5");
+  CHECK(on.http_token == "r");
+  CHECK(on.http_admin_token == "a");
+  LaunchOptions pet = ParseOk(
+      {Script()}, {{"PET_HTTP_PORT", "8080"}, {"DDPRUN_HTTP_TOKEN", "t"}});
+  CHECK(pet.http_port == 8080);
+  CHECK(pet.http_token == "t");
+  CHECK(Contains(ParseErr(With({"--http_port", "70000"})), "--http_port"));
+  CHECK(Contains(ParseErr(With({"--http_token="})), "--http_token: empty"));
+  CHECK(Contains(ParseErr({Script()}, {{"DDPRUN_HTTP_ADMIN_TOKEN", ""}}),
+                 "DDPRUN_HTTP_ADMIN_TOKEN: empty token"));
+}
+
 TEST_CASE("CliParser: every value flag in both spellings and = form", "[cli]") {
   struct Case {
     std::string underscore;

@@ -71,9 +71,11 @@ TEST_CASE("BuildWorkerEnv: static multi-node workers use the agent store",
 
 TEST_CASE("BuildWorkerEnv: workers never see the rendezvous token", "[agent]") {
   // Issue 39: workers (user code and whatever it starts) inherited the
-  // agents' secret.
+  // agents' secret; the live view's tokens (issue 42) are secrets too.
   const EnvMap parent = {{"DDPRUN_RDZV_TOKEN", "s3cret"},
                          {"DDPRUN_RDZV_TOKEN_FILE", "/etc/ddprun/token"},
+                         {"DDPRUN_HTTP_TOKEN", "read"},
+                         {"DDPRUN_HTTP_ADMIN_TOKEN", "admin"},
                          {"HOME", "/home/u"}};
   LaunchOptions o = Options();
   for (auto contract : {ddprun::agent::WorkerContract::kTorchrun,
@@ -83,6 +85,8 @@ TEST_CASE("BuildWorkerEnv: workers never see the rendezvous token", "[agent]") {
         BuildWorkerEnv(o, TorchVersion(), Round(), "job7", 0, "", parent);
     CHECK(env.count("DDPRUN_RDZV_TOKEN") == 0);
     CHECK(env.count("DDPRUN_RDZV_TOKEN_FILE") == 0);
+    CHECK(env.count("DDPRUN_HTTP_TOKEN") == 0);
+    CHECK(env.count("DDPRUN_HTTP_ADMIN_TOKEN") == 0);
     CHECK(env.at("HOME") == "/home/u");
   }
 }
