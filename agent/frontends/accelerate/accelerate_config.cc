@@ -191,7 +191,10 @@ std::string ReprOf(const PyValue& v) {
 // all (YAML aliases repeat a value without repeating its text: a small
 // file of aliases of aliases would print to gigabytes).
 constexpr int kMaxDepth = 64;
-constexpr size_t kMaxPrinted = size_t{1} << 20;
+constexpr size_t kMaxPrinted = size_t{256} << 10;
+// What a value costs beyond its text, so that aliases of short values
+// cannot make the walk itself long.
+constexpr size_t kValueCost = 8;
 
 struct ValueTooLarge {};
 
@@ -200,7 +203,7 @@ struct ValueTooLarge {};
 class ValueReader {
  public:
   PyValue FromYaml(const YAML::Node& node, int depth = 0) {
-    Spend(1, depth);
+    Spend(kValueCost, depth);
     if (node.IsNull()) return PyValue::None();
     if (node.IsScalar()) {
       const std::string text = node.Scalar();
@@ -224,7 +227,7 @@ class ValueReader {
   }
 
   PyValue FromJson(const nlohmann::json& j, int depth = 0) {
-    Spend(1, depth);
+    Spend(kValueCost, depth);
     switch (j.type()) {
       case nlohmann::json::value_t::null:
         return PyValue::None();
@@ -337,8 +340,8 @@ StatusOr<std::map<std::string, RawEntry>> ReadEntries(const std::string& path,
     return InvalidArgumentError(
         "--config_file " + path + ": values nested deeper than " +
         std::to_string(kMaxDepth) + " levels or longer than " +
-        std::to_string(kMaxPrinted >> 20) +
-        " MiB in all (YAML aliases of aliases?)");
+        std::to_string(kMaxPrinted >> 10) +
+        " KiB in all (YAML aliases of aliases?)");
   }
 }
 

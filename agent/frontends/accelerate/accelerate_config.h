@@ -34,8 +34,8 @@ struct AccelerateConfig {
 // mapping, no distributed_type, an unknown key (as accelerate: "had unknown
 // keys"), a compute_environment or distributed_type accelerate does not
 // know, a value of the wrong type for a key the launch uses, values nested
-// deeper than 64 levels or printing to over 1 MiB in all (YAML aliases of
-// aliases).
+// deeper than 64 levels or printing to over 256 KiB in all (YAML aliases
+// of aliases).
 StatusOr<AccelerateConfig> LoadAccelerateConfig(const std::string& path);
 // The same on the file's `text` (JSON when `path` ends in .json).
 StatusOr<AccelerateConfig> ParseAccelerateConfig(const std::string& path,
