@@ -19,7 +19,7 @@ std::string At(const std::string& name, const YAML::Mark& mark) {
 // all (aliases repeat a mapping or a list without repeating its text: a
 // small file of aliases of aliases would flatten to gigabytes).
 constexpr int kMaxDepth = 64;
-constexpr size_t kMaxBytes = size_t{16} << 20;
+constexpr size_t kMaxBytes = size_t{1} << 20;
 
 struct FlattenLimits {
   size_t bytes_left = kMaxBytes;
