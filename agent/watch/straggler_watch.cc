@@ -1,8 +1,8 @@
 #include "agent/watch/straggler_watch.h"
 
 #include <cstdlib>
-#include <fstream>
 
+#include "common/file_util.h"
 #include "common/logging.h"
 
 namespace ddprun::agent {
@@ -10,14 +10,18 @@ namespace {
 
 constexpr auto kInterval = std::chrono::seconds(1);
 
+// A count and its newline; a worker's own file, so what is not a small
+// regular file (a FIFO would block the loop, a huge file stall it) is
+// read as no count.
+constexpr size_t kMaxStepFile = 64;
+
 // The count at the start of `path`; -1 when there is none (yet).
 int64_t ReadCount(const std::string& path) {
-  std::ifstream in(path);
-  std::string text;
-  if (!in || !std::getline(in, text) || text.empty()) return -1;
+  StatusOr<std::string> text = ReadRegularFile(path, kMaxStepFile);
+  if (!text.ok() || text->empty()) return -1;
   char* end = nullptr;
-  const long long n = std::strtoll(text.c_str(), &end, 10);
-  return end == text.c_str() || n < 0 ? -1 : n;
+  const long long n = std::strtoll(text->c_str(), &end, 10);
+  return end == text->c_str() || n < 0 ? -1 : n;
 }
 
 }  // namespace
