@@ -87,7 +87,7 @@ std::vector<ThreadStack> ParseFaulthandlerDump(std::string_view text) {
     if (end == std::string_view::npos) end = text.size();
     std::string_view line = text.substr(pos, end - pos);
     pos = end + 1;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    while (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     bool current = StartsWith(line, "Current thread 0x");
     if (current || StartsWith(line, "Thread 0x")) {
       ThreadStack t;

@@ -72,12 +72,20 @@ exec -a "$0" "$(dirname -- "${{BASH_SOURCE[0]}}")/ddprun" "$@"
 # dist-packages under ../lib/pythonX.Y) and execs its binary there, so the
 # process is the binary's: pid, signals, exit code. PYTHON_EXEC: run as
 # venv/bin/ddprun without activating the venv, the workers get the venv's
-# interpreter, as the venv's torchrun would give them.
+# interpreter, as the venv's torchrun would give them. A symlink to the
+# script (~/bin/ddprun -> venv/bin/ddprun) is followed to the script itself
+# first: the package lies beside the script, not beside the link.
 PATH_SCRIPT = """#!/bin/sh
 # {name}: the ddprun launcher of the ddprun package installed beside this
-# script (pip install ddprun-*.whl); see `{name} --help`. No subshell, no
-# interpreter: the only process started is the launcher itself.
-case $0 in */*) here=${{0%/*}} ;; *) here=. ;; esac
+# script (pip install ddprun-*.whl); see `{name} --help`. No interpreter;
+# no subshell unless started through a symlink (readlink, once per link):
+# the only process left is the launcher itself.
+case $0 in */*) self=$0 ;; *) self=./$0 ;; esac
+while [ -L "$self" ]; do
+  link=$(readlink -- "$self") || break
+  case $link in /*) self=$link ;; *) self=${{self%/*}}/$link ;; esac
+done
+here=${{self%/*}}
 for pkg in "$here"/../lib/python3*/site-packages/ddprun \\
            "$here"/../lib/python3*/dist-packages/ddprun \\
            "$here"/../lib64/python3*/site-packages/ddprun; do

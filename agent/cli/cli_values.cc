@@ -220,6 +220,9 @@ StatusOr<HostPort> ParseHostPort(const std::string& source,
     }
   }
   if (hp.host.empty()) return Invalid(source, text, "empty host");
+  if (hp.host.find_first_of("[]") != std::string::npos) {
+    return Invalid(source, text, "brackets inside the host");
+  }
   if (has_port) {
     auto port = ParsePort(source, port_text, true);
     if (!port.ok()) return Invalid(source, text, "port must be 0..65535");

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/process/signal_names.h"
+#include "common/file_util.h"
 #include "common/logging.h"
 
 namespace ddprun::agent {
@@ -25,19 +26,24 @@ const char kDocsLine[] =
     "To enable traceback see: "
     "https://pytorch.org/docs/stable/elastic/errors.html";
 
-bool ReadFile(const std::string& path, std::string* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  *out = ss.str();
-  return true;
-}
-
-// Python's int() of a JSON number or numeric string; false when neither.
+// Python's int() of a JSON number or numeric string; false when neither,
+// or when it is beyond what a time_t of seconds holds.
 bool ToTimestamp(const json& v, int64_t* out) {
+  if (v.is_number_integer()) {
+    if (v.is_number_unsigned() &&
+        v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+      return false;
+    }
+    *out = v.get<int64_t>();
+    return true;
+  }
   if (v.is_number()) {
-    *out = static_cast<int64_t>(v.get<double>());
+    const double d = v.get<double>();
+    // 2^63: the first double an int64_t cannot hold.
+    if (!(d > -9223372036854775808.0 && d < 9223372036854775808.0)) {
+      return false;
+    }
+    *out = static_cast<int64_t>(d);
     return true;
   }
   if (v.is_string()) {
@@ -95,14 +101,25 @@ bool ParseErrorData(const json& data, ProcessFailure* f) {
 
 std::string LocalIsoTime(int64_t ts) {
   time_t t = static_cast<time_t>(ts);
-  struct tm tm;
-  localtime_r(&t, &tm);
+  struct tm tm {};
+  if (localtime_r(&t, &tm) == nullptr) return std::to_string(ts);
   char buf[64];
   strftime(buf, sizeof(buf), "%Y-%m-%d_%H:%M:%S", &tm);
   return buf;
 }
 
 }  // namespace
+
+bool ParseErrorFile(const std::string& text, ProcessFailure* f) {
+  bool too_deep = false;
+  json::parser_callback_t depth_check =
+      [&too_deep](int depth, json::parse_event_t, json&) {
+        if (depth > kMaxErrorFileDepth) too_deep = true;
+        return !too_deep;
+      };
+  json data = json::parse(text, depth_check, /*allow_exceptions=*/false);
+  return !too_deep && !data.is_discarded() && ParseErrorData(data, f);
+}
 
 ProcessFailure MakeProcessFailure(int local_rank, int global_rank, int pid,
                                   int exitcode, const std::string& error_file,
@@ -113,14 +130,20 @@ ProcessFailure MakeProcessFailure(int local_rank, int global_rank, int pid,
   f.pid = pid;
   f.exitcode = exitcode;
   f.error_file = error_file;
-  struct stat st;
   bool parsed = false;
-  if (!error_file.empty() && ::stat(error_file.c_str(), &st) == 0 &&
-      S_ISREG(st.st_mode) && ReadFile(error_file, &f.error_json)) {
-    json data = json::parse(f.error_json, nullptr, /*allow_exceptions=*/false);
-    parsed = !data.is_discarded() && ParseErrorData(data, &f);
-    if (!parsed) {
-      DDP_LOG(WARNING) << "ignoring malformed error file " << error_file;
+  struct stat st;
+  if (!error_file.empty() && ::stat(error_file.c_str(), &st) == 0) {
+    // Read without trusting the worker: a FIFO put there would block the
+    // agent's loop, a huge file exhaust its memory.
+    StatusOr<std::string> text = ReadRegularFile(error_file, kMaxErrorFile);
+    if (!text.ok()) {
+      DDP_LOG(WARNING) << "ignoring error file " << text.status().message();
+    } else {
+      f.error_json = std::move(text).value();
+      parsed = ParseErrorFile(f.error_json, &f);
+      if (!parsed) {
+        DDP_LOG(WARNING) << "ignoring malformed error file " << error_file;
+      }
     }
   }
   if (!parsed) {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,13 +28,26 @@ struct ProcessFailure {
   int64_t timestamp = 0;  // seconds since the epoch (file's, else now)
 };
 
+// The largest error file read (a Python traceback is kilobytes).
+inline constexpr size_t kMaxErrorFile = size_t{8} << 20;
+// JSON nested deeper than this is not an error file (and would overflow
+// the stack when written back out).
+inline constexpr int kMaxErrorFileDepth = 256;
+
 // Reads `error_file` if it exists and fills a ProcessFailure. A file that is
 // not valid JSON or lacks the schema's fields is treated as missing (with a
-// warning) instead of aborting the report. `now_wall` (epoch seconds) is the
-// timestamp of failures without a file.
+// warning) instead of aborting the report, and so is one that is not a
+// regular file (a FIFO does not block) or is over kMaxErrorFile bytes.
+// `now_wall` (epoch seconds) is the timestamp of failures without a file.
 ProcessFailure MakeProcessFailure(int local_rank, int global_rank, int pid,
                                   int exitcode, const std::string& error_file,
                                   double now_wall);
+
+// Fills f->traceback and f->timestamp from an error file's text; false when
+// it is not JSON (or nested deeper than kMaxErrorFileDepth) or follows
+// neither of torchrun's forms (f is then unspecified). What
+// MakeProcessFailure does with a file's content.
+bool ParseErrorFile(const std::string& text, ProcessFailure* f);
 
 // Index of the root cause: the earliest timestamp, the first one on ties.
 // `failures` must not be empty.

@@ -1,8 +1,8 @@
 #include "agent/elastic/progress_budget.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <fstream>
+
+#include "agent/watch/step_file.h"
 
 namespace ddprun::agent {
 
@@ -21,12 +21,7 @@ bool ProgressBudget::OnFailedAttempt(bool restart, int64_t steps) {
 int64_t MaxStepCount(const std::vector<std::string>& step_files) {
   int64_t best = -1;
   for (const std::string& path : step_files) {
-    std::ifstream in(path);
-    std::string text;
-    if (!in || !std::getline(in, text) || text.empty()) continue;
-    char* end = nullptr;
-    const long long n = std::strtoll(text.c_str(), &end, 10);
-    if (end != text.c_str() && n >= 0) best = std::max<int64_t>(best, n);
+    best = std::max<int64_t>(best, ReadStepFile(path).steps);
   }
   return best;
 }

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "common/file_util.h"
+
 namespace ddprun::agent {
 namespace {
 
@@ -84,6 +86,13 @@ StepFile ParseStepFile(std::string_view text) {
     if (!repeated) out.scalars.emplace_back(std::string(name), v);
   }
   return out;
+}
+
+StepFile ReadStepFile(const std::string& path) {
+  if (path.empty()) return {};
+  StatusOr<std::string> text = ReadRegularFile(path, kMaxStepFileBytes);
+  if (!text.ok()) return {};
+  return ParseStepFile(*text);
 }
 
 }  // namespace ddprun::agent

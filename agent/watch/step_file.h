@@ -36,6 +36,13 @@ inline constexpr size_t kMaxScalarNameBytes = 32;
 // the server accepts (rendezvous_state.cc, CheckProgress).
 StepFile ParseStepFile(std::string_view text);
 
+// The step file at `path`, read without blocking the caller: the worker
+// owns the file, so what is not a regular file of at most kMaxStepFileBytes
+// (a FIFO would block the agent's loop, a huge file stall it) reads as no
+// count, as a missing file does.
+inline constexpr size_t kMaxStepFileBytes = 4096;
+StepFile ReadStepFile(const std::string& path);
+
 // 1..32 bytes of [A-Za-z0-9_.:/-] (a Prometheus label value and a JSON key
 // that needs no care).
 bool ValidScalarName(std::string_view name);

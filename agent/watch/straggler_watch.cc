@@ -1,27 +1,12 @@
 #include "agent/watch/straggler_watch.h"
 
-#include <fstream>
-#include <sstream>
-
+#include "agent/watch/step_file.h"
 #include "common/logging.h"
 
 namespace ddprun::agent {
 namespace {
 
 constexpr auto kInterval = std::chrono::seconds(1);
-// A step file is a count and a few scalars; more is not one.
-constexpr size_t kMaxStepFileBytes = 4096;
-
-// The step file at `path`; steps -1 when there is none (yet).
-StepFile ReadStepFile(const std::string& path) {
-  if (path.empty()) return {};
-  std::ifstream in(path);
-  if (!in) return {};
-  std::string text(kMaxStepFileBytes, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
-  return ParseStepFile(text);
-}
 
 }  // namespace
 

@@ -1,6 +1,7 @@
 #include "examples/formats/jsonl_reader.h"
 
 #include <fstream>
+#include <sstream>
 
 namespace ddprun::examples {
 namespace {
@@ -12,9 +13,17 @@ std::string Where(const std::string& path, const JsonlRecord& r) {
 }  // namespace
 
 StatusOr<std::vector<JsonlRecord>> ReadJsonl(const std::string& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) return NotFoundError("cannot open JSONL file " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseJsonl(text.str(), path);
+}
+
+StatusOr<std::vector<JsonlRecord>> ParseJsonl(const std::string& text,
+                                              const std::string& name) {
   std::vector<JsonlRecord> records;
+  std::istringstream in(text);
   std::string line;
   int number = 0;
   while (std::getline(in, line)) {
@@ -25,10 +34,10 @@ StatusOr<std::vector<JsonlRecord>> ReadJsonl(const std::string& path) {
     record.value =
         nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (record.value.is_discarded()) {
-      return InvalidArgumentError(Where(path, record) + "invalid JSON");
+      return InvalidArgumentError(Where(name, record) + "invalid JSON");
     }
     if (!record.value.is_object()) {
-      return InvalidArgumentError(Where(path, record) +
+      return InvalidArgumentError(Where(name, record) +
                                   "expected a JSON object per line");
     }
     records.push_back(std::move(record));

@@ -18,6 +18,9 @@ struct JsonlRecord {
 // Reads `path`. Errors: NOT_FOUND if it cannot be opened; INVALID_ARGUMENT
 // "<path>:<line>: ..." for a line that is not a JSON object.
 StatusOr<std::vector<JsonlRecord>> ReadJsonl(const std::string& path);
+// The same from `text`; `name` stands for the path in errors.
+StatusOr<std::vector<JsonlRecord>> ParseJsonl(const std::string& text,
+                                              const std::string& name);
 
 // Field `key` of `record` as a string / number / array; INVALID_ARGUMENT
 // "<path>:<line>: missing or non-string field 'question'" otherwise.

@@ -10,7 +10,7 @@
 
 #include <nifti2_io.h>
 
-#include "examples/formats/media_limits.h"
+#include "examples/formats/nifti_volume.h"
 
 namespace ddprun::examples {
 namespace {
@@ -19,28 +19,6 @@ struct NiftiFree {
   void operator()(nifti_image* nim) const { nifti_image_free(nim); }
 };
 using NiftiPtr = std::unique_ptr<nifti_image, NiftiFree>;
-
-StatusOr<torch::ScalarType> TorchType(int datatype) {
-  switch (datatype) {
-    case DT_UINT8:
-      return torch::kUInt8;
-    case DT_INT8:
-      return torch::kInt8;
-    case DT_INT16:
-      return torch::kInt16;
-    case DT_INT32:
-      return torch::kInt32;
-    case DT_INT64:
-      return torch::kInt64;
-    case DT_FLOAT32:
-      return torch::kFloat32;
-    case DT_FLOAT64:
-      return torch::kFloat64;
-    default:
-      return InvalidArgumentError("unsupported NIfTI datatype " +
-                                  std::to_string(datatype));
-  }
-}
 
 std::string Shape(const torch::Tensor& t) {
   std::string s;
@@ -52,56 +30,13 @@ std::string Shape(const torch::Tensor& t) {
 }  // namespace
 
 StatusOr<torch::Tensor> ReadNifti(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    return NotFoundError("NIfTI file not found: " + path);
-  }
-  nifti_set_debug_level(0);  // Our message names the file; keep stderr clean.
-  NiftiPtr header(nifti_image_read(path.c_str(), /*read_data=*/0));
-  if (!header) {
-    return InvalidArgumentError(path +
-                                ": not a readable NIfTI file (bad header)");
-  }
-  if (header->ndim < 1 || header->ndim > 4) {
-    return InvalidArgumentError(path + ": expected a 3D or 4D volume, got " +
-                                std::to_string(header->ndim) + " dimensions");
-  }
-  StatusOr<torch::ScalarType> type = TorchType(header->datatype);
-  if (!type.ok())
-    return InvalidArgumentError(path + ": " + type.status().message());
-  // Checked before nifti_image_load allocates: a small .nii.gz may declare
-  // a huge volume.
-  std::vector<int64_t> dims;
-  for (int i = 1; i <= header->ndim; ++i) dims.push_back(header->dim[i]);
-  DDP_RETURN_IF_ERROR(CheckVolumeVoxels(path, dims));
-  if (nifti_image_load(header.get()) != 0 || header->data == nullptr) {
-    return InvalidArgumentError(
-        path + ": truncated or unreadable image data (" +
-        std::to_string(header->nvox) + " voxels expected)");
-  }
-  const int64_t nx = header->nx, ny = std::max<int64_t>(header->ny, 1),
-                nz = std::max<int64_t>(header->nz, 1),
-                nt = header->ndim >= 4 ? std::max<int64_t>(header->nt, 1) : 1;
-  torch::Tensor out;
-  if (*type == torch::kFloat32) {
-    // The common case: the tensor takes over the library's buffer (malloc'd
-    // by nifti_image_load) instead of copying it, one pass less per volume
-    // on the loading thread, which at 2 ranks on 2 cores is the training
-    // thread.
-    void* data = header->data;
-    header->data = nullptr;
-    out = torch::from_blob(data, {nt, nz, ny, nx}, [](void* p) { free(p); },
-                           torch::TensorOptions().dtype(torch::kFloat32));
-  } else {
-    out = torch::from_blob(header->data, {nt, nz, ny, nx},
-                           torch::TensorOptions().dtype(*type))
-              .to(torch::kFloat32);
-  }
-  if (header->scl_slope != 0.0 &&
-      (header->scl_slope != 1.0 || header->scl_inter != 0.0)) {
-    out = out * header->scl_slope + header->scl_inter;
-  }
-  return out;
+  DDP_ASSIGN_OR_RETURN(NiftiVolume volume, ReadNiftiVolume(path));
+  // The tensor takes the buffer over (malloc'd: free is its deleter).
+  const auto& s = volume.shape;
+  return torch::from_blob(
+      volume.data.release(), {s[0], s[1], s[2], s[3]},
+      [](void* p) { std::free(p); },
+      torch::TensorOptions().dtype(torch::kFloat32));
 }
 
 StatusOr<torch::Tensor> ReadNiftiChecked(const std::string& path,

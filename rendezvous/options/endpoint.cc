@@ -77,6 +77,12 @@ StatusOr<Endpoint> ParseEndpoint(const std::string& text, int default_port) {
   if (e.host.empty()) {
     return InvalidArgumentError("endpoint '" + text + "' has no host");
   }
+  // No host or address has brackets: "[[::1]:5" would reach gRPC as the
+  // host "[::1", and print as an endpoint that does not parse back.
+  if (e.host.find_first_of("[]") != std::string::npos) {
+    return InvalidArgumentError("endpoint '" + text + "': bad host '" + e.host +
+                                "'");
+  }
   if (port_text.empty()) {
     e.port = default_port;
   } else {

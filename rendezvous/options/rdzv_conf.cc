@@ -58,8 +58,10 @@ StatusOr<double> ParseSeconds(const std::string& source, const std::string& key,
   char* end = nullptr;
   const double seconds = std::strtod(value.c_str(), &end);
   if (value.empty() || std::isspace(static_cast<unsigned char>(value[0])) ||
-      *end != '\0' || !(seconds > 0) || seconds > 1e6) {
-    return Bad(source, key, value, "a positive number of seconds");
+      *end != '\0' || !(seconds >= 0.001) || seconds > 1e6) {
+    // Under 1 ms, a timeout or interval would be 0 ms: a heartbeat loop
+    // that never waits.
+    return Bad(source, key, value, "a number of seconds in 0.001..1000000");
   }
   return seconds;
 }

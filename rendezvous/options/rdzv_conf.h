@@ -20,7 +20,7 @@ namespace ddprun::rendezvous {
 using RdzvConf = std::map<std::string, std::string>;
 
 enum class RdzvConfKind {
-  kSeconds,  // a number of seconds in (0, 1e6], fractions allowed
+  kSeconds,  // a number of seconds in [0.001, 1e6], fractions allowed
   kCount,    // an integer in 0..1000
   kBool,     // 1/true/t/yes/y/on or 0/false/f/no/n/off (any case)
   kText,     // any non-empty text

@@ -110,6 +110,11 @@ StatusOr<RendezvousOptions> ParseRendezvousOptions(
   while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) {
     token.pop_back();
   }
+  if (token.empty() && conf.count("token") != 0) {
+    return InvalidArgumentError(
+        "rdzv_conf token: only line ends; an empty token would turn "
+        "authentication off");
+  }
   if (token.empty() && conf.count("token_file") != 0) {
     return InvalidArgumentError(
         "rdzv_conf token_file=" + conf.at("token_file") +

@@ -128,6 +128,85 @@ TEST_CASE("WriteFileAtomically: an error names the step and keeps the target",
   CHECK(Names(dir.path()) == std::vector<std::string>{"blocked"});
 }
 
+TEST_CASE(
+    "WriteFileAtomically: a symlink planted at the temporary name is not "
+    "written through",
+    "[common][file]") {
+  TempDir dir;
+  const std::string path = dir.path() + "/ckpt.pt";
+  const std::string victim = dir.path() + "/victim";
+  std::ofstream(victim) << "precious";
+  const std::string planted = path + ".tmp." + std::to_string(getpid());
+  REQUIRE(symlink(victim.c_str(), planted.c_str()) == 0);
+  std::string used;
+  AtomicWriteOptions options;
+  options.before_rename = [&](const std::string& tmp) { used = tmp; };
+  REQUIRE(WriteFileAtomically(path, {"new"}, options).ok());
+  CHECK(Read(victim) == "precious");
+  CHECK(used == planted + ".1");
+  struct stat st {};
+  REQUIRE(lstat(path.c_str(), &st) == 0);
+  CHECK(S_ISREG(st.st_mode));
+  CHECK(Read(path) == "new");
+  REQUIRE(lstat(planted.c_str(), &st) == 0);  // not ours: left alone
+  CHECK(S_ISLNK(st.st_mode));
+}
+
+TEST_CASE(
+    "RemoveAbandonedTempFile: a crashed writer's file goes, a write in "
+    "flight and a symlink stay",
+    "[common][file]") {
+  TempDir dir;
+  const std::string crashed = dir.path() + "/a.pt.tmp.99999999";
+  std::ofstream(crashed) << "torn";
+  CHECK(RemoveAbandonedTempFile(crashed));
+  CHECK(access(crashed.c_str(), F_OK) != 0);
+  const std::string link = dir.path() + "/b.pt.tmp.1";
+  REQUIRE(symlink("/etc/hostname", link.c_str()) == 0);
+  CHECK_FALSE(RemoveAbandonedTempFile(link));
+  CHECK_FALSE(RemoveAbandonedTempFile(dir.path() + "/missing.tmp.1"));
+  // Another writer between its fsync and its rename (another job sharing
+  // the folder): its file stays and its rename succeeds.
+  const std::string path = dir.path() + "/c.pt";
+  bool kept = false;
+  AtomicWriteOptions options;
+  options.before_rename = [&](const std::string& tmp) {
+    kept = !RemoveAbandonedTempFile(tmp) && access(tmp.c_str(), F_OK) == 0;
+  };
+  REQUIRE(WriteFileAtomically(path, {"in flight"}, options).ok());
+  CHECK(kept);
+  CHECK(Read(path) == "in flight");
+  CHECK(Names(dir.path()).size() == 2);  // c.pt and the symlink
+}
+
+TEST_CASE(
+    "ReadRegularFile: reads a file, refuses a FIFO without blocking and a "
+    "file over the limit",
+    "[common][file]") {
+  TempDir dir;
+  const std::string plain = dir.path() + "/plain";
+  std::ofstream(plain) << "12 steps";
+  StatusOr<std::string> text = ReadRegularFile(plain, 100);
+  REQUIRE(text.ok());
+  CHECK(*text == "12 steps");
+  CHECK(ReadRegularFile(plain, 8).ok());
+  StatusOr<std::string> big = ReadRegularFile(plain, 7);
+  REQUIRE_FALSE(big.ok());
+  CHECK(big.status().code() == StatusCode::kResourceExhausted);
+  CHECK(big.status().message() == plain + ": 8 bytes, over the limit of 7");
+  const std::string fifo = dir.path() + "/fifo";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  StatusOr<std::string> blocked = ReadRegularFile(fifo, 100);
+  REQUIRE_FALSE(blocked.ok());
+  CHECK(blocked.status().message() == fifo + ": not a regular file");
+  CHECK_FALSE(ReadRegularFile(dir.path(), 100).ok());
+  StatusOr<std::string> missing = ReadRegularFile(dir.path() + "/no", 100);
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.status().code() == StatusCode::kNotFound);
+  // /dev/zero never ends: refused as a device, not read.
+  CHECK_FALSE(ReadRegularFile("/dev/zero", 100).ok());
+}
+
 TEST_CASE("Path helpers: Dirname, Basename, FindOnPath", "[common][file]") {
   CHECK(Dirname("a/b/c") == "a/b");
   CHECK(Dirname("c") == ".");

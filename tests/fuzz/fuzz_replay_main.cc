@@ -9,12 +9,17 @@
 //   <name>_fuzz_replay --write_seeds DIR   (writes the target's built-in
 //                                            seeds, if it has any)
 //
-// Exit 0 when every input ran; an invariant violation aborts (non-zero).
+// Exit 0 when every input ran; an invariant violation aborts (non-zero),
+// and the failing input is written to ./fuzz-failure-<pid> (its first
+// bytes printed in hex).
 // A target may add seeds built in code by defining DdprunFuzzSeeds()
 // (fuzz_seeds.h); otherwise the corpus directories are the seeds.
 #include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -89,9 +94,44 @@ std::string Mutate(std::string s, const std::vector<std::string>& corpus,
   return s;
 }
 
+// The input being run, for the report of one that aborts or crashes.
+const std::string* g_current = nullptr;
+
+// On an invariant violation (abort) or a crash: the input into
+// ./fuzz-failure-<pid> and its first bytes in hex on stderr, so that it can
+// be replayed and added to the corpus. Only async-signal-safe calls.
+void ReportInput(int sig) {
+  if (g_current != nullptr) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "fuzz-failure-%d", ::getpid());
+    const int fd = ::open(name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      (void)!::write(fd, g_current->data(), g_current->size());
+      ::close(fd);
+    }
+    char line[160];
+    int n = std::snprintf(line, sizeof(line),
+                          "failing input: %zu bytes, written to %s; first "
+                          "bytes:\n",
+                          g_current->size(), name);
+    (void)!::write(2, line, static_cast<size_t>(n));
+    const size_t shown = g_current->size() < 256 ? g_current->size() : 256;
+    for (size_t i = 0; i < shown; ++i) {
+      n = std::snprintf(line, sizeof(line), "%02x%s",
+                        static_cast<unsigned char>((*g_current)[i]),
+                        (i % 32 == 31 || i + 1 == shown) ? "\n" : " ");
+      (void)!::write(2, line, static_cast<size_t>(n));
+    }
+  }
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
 void Run(const std::string& input) {
+  g_current = &input;
   LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(input.data()),
                          input.size());
+  g_current = nullptr;
 }
 
 }  // namespace
@@ -140,6 +180,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: no seeds: name a corpus folder\n", self);
     return 2;
   }
+  for (int sig : {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL}) {
+    std::signal(sig, ReportInput);
+  }
   for (const auto& input : corpus) Run(input);
   std::mt19937_64 rng(seed);
   const auto deadline =
@@ -151,8 +194,9 @@ int main(int argc, char** argv) {
     Run(Mutate(corpus[rng() % corpus.size()], corpus, max_len, rng));
     ++runs;
   }
-  std::printf("%s: %llu inputs (%zu corpus), seed %llu, no invariant violated\n",
-              self, static_cast<unsigned long long>(runs), corpus.size(),
-              static_cast<unsigned long long>(seed));
+  std::printf(
+      "%s: %llu inputs (%zu corpus), seed %llu, no invariant violated\n", self,
+      static_cast<unsigned long long>(runs), corpus.size(),
+      static_cast<unsigned long long>(seed));
   return 0;
 }

@@ -444,6 +444,14 @@ def case_venv(args):
         # The venv not on PATH: as `/path/venv/bin/ddprun ...` runs.
         env = clean_env()
         check_dispatch(vbin, env, version)
+        # Through a symlink elsewhere (~/bin/ddprun -> venv/bin/ddprun).
+        linked = os.path.join(tmp, "linked")
+        os.makedirs(linked)
+        os.symlink(os.path.join(vbin, "ddprun"),
+                   os.path.join(linked, "ddprun"))
+        _, out = run([os.path.join(linked, "ddprun"), "--version"], env=env)
+        check(out.strip() == "ddprun " + version,
+              "a symlink to bin/ddprun printed %r" % out)
         _, out = run([vpy, "-m", "ddprun", "--version"], env=env)
         check(out.strip() == "ddprun " + version,
               "python -m ddprun --version printed %r" % out)

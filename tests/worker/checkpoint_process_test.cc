@@ -1,11 +1,18 @@
-// Kill-and-resume tests of Checkpointer with real ranks (rank_helper train).
+// Checkpointer: kill-and-resume with real ranks (rank_helper train), the
+// memory a resume takes (rank_helper ckpt_memory), and, in this process
+// (a standalone World, metadata-only checkpoints), the rotation and the
+// files in a reused or shared folder. No Torch header here: checkpoint.h
+// needs only c10's Device.
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <regex>
 #include <sstream>
@@ -16,9 +23,12 @@
 #include "ddprun_catch.h"
 #include "tests/common/remove_at_exit.h"
 
+#include "common/file_util.h"
+#include "ddprun/worker/checkpoint.h"
 #include "ddprun/worker/errors.h"
 #include "tests/worker/rank_process.h"
 
+namespace w = ddprun::worker;
 namespace wt = ddprun::worker::testing;
 
 namespace {
@@ -160,6 +170,63 @@ void RunKillResume(bool sharded) {
   }
 }
 
+// The steps of the complete checkpoints in `dir`, in ListComplete's order.
+std::vector<int64_t> Steps(const std::string& dir) {
+  std::vector<int64_t> steps;
+  for (const std::string& path : w::Checkpointer::ListComplete(dir)) {
+    // .../ckpt-000000000042.pt
+    steps.push_back(std::stoll(path.substr(path.rfind('/') + 6, 12)));
+  }
+  return steps;
+}
+
+std::string FileName(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "ckpt-%012lld.pt",
+                static_cast<long long>(step));
+  return name;
+}
+
+// checkpoint.h's trailer, written here from its description.
+std::string Trailer(const std::string& payload, uint64_t generation) {
+  uint64_t hash = 1469598103934665603ull;
+  for (unsigned char c : payload) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  const uint64_t length = payload.size();
+  std::string t = "DDPCKPT1";
+  t.append(reinterpret_cast<const char*>(&length), 8);
+  t.append(reinterpret_cast<const char*>(&hash), 8);
+  t.append(reinterpret_cast<const char*>(&generation), 8);
+  return t;
+}
+
+// Metadata only: no model, no optimizer, no RNG (no Torch needed here).
+w::CheckpointParts NoParts() {
+  w::CheckpointParts parts;
+  parts.rng = false;
+  return parts;
+}
+
+w::TrainState AtStep(int64_t step) {
+  w::TrainState s;
+  s.step = step;
+  s.epoch = step / 100;
+  return s;
+}
+
+// Bytes this process has read so far (/proc/self/io rchar).
+uint64_t BytesRead() {
+  std::ifstream io("/proc/self/io");
+  std::string key;
+  uint64_t value = 0;
+  while (io >> key >> value) {
+    if (key == "rchar:") return value;
+  }
+  return 0;
+}
+
 }  // namespace
 
 TEST_CASE("Checkpointer: kill at random points, resume loses <= 1 interval",
@@ -170,4 +237,160 @@ TEST_CASE("Checkpointer: kill at random points, resume loses <= 1 interval",
 TEST_CASE("Checkpointer: sharded optimizer state survives kill and resume",
           "[worker][process][checkpoint]") {
   RunKillResume(/*sharded=*/true);
+}
+
+TEST_CASE(
+    "Checkpointer: resuming holds the checkpoint's tensors once, not a copy "
+    "of the file",
+    "[worker][process][checkpoint]") {
+  // A 64 MiB model: saved by one process, loaded by a fresh one, which
+  // reports how far the load raised its peak resident size.
+  const std::string dir = TempDir();
+  const std::string helper = wt::BinPath("worker_rank_helper");
+  const std::vector<std::string> save = {helper, "ckpt_memory", dir, "save",
+                                         "4096"};
+  wt::RankProcess saver(save, {{"OMP_NUM_THREADS", "1"}});
+  REQUIRE(saver.Wait(std::chrono::seconds(120)));
+  INFO(saver.Output());
+  REQUIRE(saver.exit_code() == 0);
+  wt::RankProcess loader({helper, "ckpt_memory", dir, "load", "4096"},
+                         {{"OMP_NUM_THREADS", "1"}});
+  REQUIRE(loader.Wait(std::chrono::seconds(120)));
+  const std::string out = loader.Output();
+  INFO(out);
+  REQUIRE(loader.exit_code() == 0);
+  std::smatch m;
+  REQUIRE(std::regex_search(
+      out, m, std::regex("load_peak_kib (-?\\d+) file_kib (\\d+)")));
+  const double peak = std::stod(m[1]), file = std::stod(m[2]);
+  // The tensors themselves (1x) and buffers; the file read whole into
+  // memory, then parsed, cost 2-3x.
+  CHECK(file > 60 * 1024);
+  CHECK(peak / file < 1.3);
+}
+
+TEST_CASE(
+    "Checkpointer: a run writing lower steps into a folder holding higher "
+    "ones keeps its own checkpoints and resumes from them",
+    "[worker][checkpoint]") {
+  const std::string dir = TempDir();
+  w::World world;
+  {
+    w::Checkpointer earlier(world, {dir, 100, /*keep_last=*/2});
+    earlier.Save(AtStep(500), NoParts());
+    earlier.Save(AtStep(1000), NoParts());
+  }
+  // A new run in the same output folder, from step 0 (it did not resume).
+  w::Checkpointer run(world, {dir, 10, /*keep_last=*/2});
+  const std::string first = run.Save(AtStep(10), NoParts());
+  // The rotation kept the highest steps and deleted the file just written.
+  CHECK(w::Checkpointer::IsComplete(first));
+  CHECK(Steps(dir) == std::vector<int64_t>{1000, 10});
+  // A restart now resumes from this run's step 10, not the other's 1000.
+  std::optional<w::TrainState> resumed = run.LoadLatest(NoParts());
+  REQUIRE(resumed.has_value());
+  CHECK(resumed->step == 10);
+  run.Save(AtStep(20), NoParts());
+  CHECK(Steps(dir) == std::vector<int64_t>{10, 20});  // the last two written
+  CHECK(run.LoadLatest(NoParts())->step == 20);
+  // keep_last 1: the file just written is the one kept.
+  w::Checkpointer one(world, {dir, 10, /*keep_last=*/1});
+  const std::string kept = one.Save(AtStep(5), NoParts());
+  CHECK(w::Checkpointer::IsComplete(kept));
+  CHECK(Steps(dir) == std::vector<int64_t>{5});
+}
+
+TEST_CASE(
+    "Checkpointer: saving reads the trailers of the files it keeps, "
+    "not the files",
+    "[worker][checkpoint]") {
+  const std::string dir = TempDir();
+  w::World world;
+  // Two complete checkpoints of 32 MiB each, as a larger model's would be.
+  std::string payload(size_t{32} << 20, '\0');
+  std::mt19937_64 rng(7);
+  for (size_t i = 0; i < payload.size(); i += 8) {
+    const uint64_t v = rng();
+    std::memcpy(&payload[i], &v, 8);
+  }
+  const std::string trailer = Trailer(payload, 0);
+  for (int64_t step : {1, 2}) {
+    REQUIRE(ddprun::WriteFileAtomically(dir + "/" + FileName(step), {payload, trailer})
+                .ok());
+  }
+  w::Checkpointer run(world, {dir, 1, /*keep_last=*/3});
+  const uint64_t before = BytesRead();
+  run.Save(AtStep(3), NoParts());
+  const uint64_t read = BytesRead() - before;
+  INFO("Save read " << read << " bytes");
+  CHECK(read < (uint64_t{1} << 20));
+  CHECK(Steps(dir) == std::vector<int64_t>{1, 2, 3});
+}
+
+TEST_CASE(
+    "Checkpointer: a symlink planted at the temporary name is not written "
+    "through, and another job's write in flight survives the rotation",
+    "[worker][checkpoint]") {
+  const std::string dir = TempDir();
+  const std::string outside = TempDir();
+  w::World world;
+  w::Checkpointer run(world, {dir, 5, /*keep_last=*/2});
+  const std::string victim = outside + "/victim";
+  std::ofstream(victim) << "precious";
+  const std::string final_path = dir + "/" + FileName(5);
+  const std::string planted = final_path + ".tmp." + std::to_string(::getpid());
+  REQUIRE(::symlink(victim.c_str(), planted.c_str()) == 0);
+  // A writer that crashed before its rename left its temporary file.
+  const std::string crashed = dir + "/" + FileName(4) + ".tmp.99999";
+  std::ofstream(crashed) << "torn";
+  // Another job sharing the folder, between its fsync and its rename.
+  std::promise<void> in_flight;
+  std::promise<void> go_on;
+  std::shared_future<void> go = go_on.get_future().share();
+  ddprun::AtomicWriteOptions other;
+  other.before_rename = [&](const std::string&) {
+    in_flight.set_value();
+    go.wait();
+  };
+  auto other_job = std::async(std::launch::async, [&] {
+    return ddprun::WriteFileAtomically(dir + "/other_job_best.pt", {"theirs"}, other);
+  });
+  in_flight.get_future().wait();
+
+  const std::string saved = run.Save(AtStep(5), NoParts());
+  go_on.set_value();
+  const ddprun::Status theirs = other_job.get();
+  CHECK(theirs.ok());
+  CHECK(ReadText(dir + "/other_job_best.pt") == "theirs");
+  CHECK(ReadText(victim) == "precious");
+  struct stat st {};
+  REQUIRE(::lstat(saved.c_str(), &st) == 0);
+  CHECK(S_ISREG(st.st_mode));
+  CHECK(w::Checkpointer::IsComplete(saved));
+  CHECK(::access(crashed.c_str(), F_OK) != 0);  // leftovers still go
+}
+
+
+TEST_CASE(
+    "Checkpointer::LoadFile: a complete file whose payload torch cannot "
+    "parse is a WorkerError naming the file",
+    "[worker][checkpoint]") {
+  // fuzz/checkpoint's input: a metadata-only checkpoint with one byte of
+  // its TorchScript text changed, under a trailer that matches it (a
+  // payload damaged before it was hashed). Torch's parser threw a
+  // std::runtime_error, which no caller expected of a checkpoint.
+  std::string payload = ReadText(std::string(DDPRUN_SOURCE_DIR) +
+                                 "/tests/fuzz/corpus/checkpoint/"
+                                 "torchscript_parse_error_escaped");
+  REQUIRE(payload.size() > 32);
+  payload.resize(payload.size() - 32);  // its stale trailer
+  const std::string path = TempDir() + "/" + FileName(7);
+  std::ofstream(path, std::ios::binary) << payload << Trailer(payload, 1);
+  REQUIRE(w::Checkpointer::IsComplete(path));
+  try {
+    w::Checkpointer::LoadFile(path, NoParts());
+    FAIL("a payload torch cannot parse loaded");
+  } catch (const w::WorkerError& e) {
+    CHECK_THAT(e.what(), Catch::Contains(path + " cannot be read"));
+  }
 }

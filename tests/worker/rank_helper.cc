@@ -6,8 +6,10 @@
 //   rank_helper sampler N SEED EPOCH SHUFFLE DROP_LAST
 //   rank_helper throw KIND            (RunMain error file)
 //   rank_helper train CKPT_DIR STEPS EVERY LOG   (checkpoint/resume)
+//   rank_helper ckpt_memory CKPT_DIR save|load N  (resume's peak memory)
 //   rank_helper zero OUT STEPS BATCH sharded|offload|plain
 //   rank_helper syncbn OUT DIMS
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -127,9 +129,8 @@ void CheckCollectives(const w::World& world, const std::string& how) {
   }
   // Reduce-scatter: rank r keeps elements [5r, 5r+5) of the sum.
   at::Tensor rs = world.ReduceScatter(at::arange(5 * n, at::kFloat) + r);
-  CHECK_OR_THROW(rs.numel() == 5 &&
-                     rs[4].item<float>() == n * (5.0f * r + 4) +
-                                                n * (n - 1) / 2.0f,
+  CHECK_OR_THROW(rs.numel() == 5 && rs[4].item<float>() ==
+                                        n * (5.0f * r + 4) + n * (n - 1) / 2.0f,
                  "reduce_scatter " + how);
   world.Barrier();
 }
@@ -139,8 +140,8 @@ int Collectives(bool shm) {
   CheckCollectives(world, "process group");
   if (shm) {
     std::string why;
-    std::shared_ptr<w::SharedMemoryGroup> group = w::JoinSharedMemoryGroup(
-        world, world.collective_timeout(), &why);
+    std::shared_ptr<w::SharedMemoryGroup> group =
+        w::JoinSharedMemoryGroup(world, world.collective_timeout(), &why);
     CHECK_OR_THROW(group != nullptr, "no shared memory group: " + why);
     world.AttachSharedMemory(group);
     w::World copy = world;  // copies share the attachment
@@ -251,11 +252,11 @@ int Ddp(const std::string& out, int steps, int batch, int accum,
         "unused parameter got a gradient");
   if (r == 0) WriteFloats(out, FlatParams(*net));
   if (net->bn) {
-    std::printf("rank %d buffers %.9g %.9g %lld\n", r,
-                net->bn->running_mean.sum().item<double>(),
-                net->bn->running_var.sum().item<double>(),
-                static_cast<long long>(
-                    net->bn->num_batches_tracked.item<int64_t>()));
+    std::printf(
+        "rank %d buffers %.9g %.9g %lld\n", r,
+        net->bn->running_mean.sum().item<double>(),
+        net->bn->running_var.sum().item<double>(),
+        static_cast<long long>(net->bn->num_batches_tracked.item<int64_t>()));
   }
   size_t bytes = 0;
   for (size_t b : ddp.bucket_bytes()) bytes += b;
@@ -356,6 +357,48 @@ int Train(const std::string& dir, int total, int every, const std::string& log,
     if (cp.ShouldSave(s)) cp.Save({0, s, s, {{"lr", 1e-3}}}, parts);
   }
   if (r == 0) WriteFloats(dir + "/final.bin", FlatParams(*net));
+  return 0;
+}
+
+// This process's peak resident size so far (VmHWM), in KiB.
+long PeakRssKib() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  long kib = 0;
+  while (status >> key) {
+    if (key == "VmHWM:") {
+      status >> kib;
+      return kib;
+    }
+    status.ignore(1 << 16, '\n');
+  }
+  return 0;
+}
+
+// An N x N linear layer saved to DIR at step 1 ("save"), or loaded from
+// there into a fresh one ("load"), which prints how far the load raised
+// the process's peak memory: "load_peak_kib K file_kib F".
+int CheckpointMemory(const std::string& dir, const std::string& what, int n) {
+  w::World world;
+  torch::nn::Linear net(torch::nn::LinearOptions(n, n).bias(false));
+  w::CheckpointParts parts;
+  parts.model = net.ptr().get();
+  parts.rng = false;
+  w::Checkpointer cp(world, {dir, 1, 1});
+  if (what == "save") {
+    cp.Save({0, 1, 1, {}}, parts);
+    return 0;
+  }
+  net->weight.detach().zero_();  // touched: counted before the load
+  const long before = PeakRssKib();
+  CHECK_OR_THROW(cp.LoadLatest(parts).has_value(), "no checkpoint to load");
+  const long after = PeakRssKib();
+  struct stat st {};
+  ::stat((dir + "/ckpt-000000000001.pt").c_str(), &st);
+  std::printf("load_peak_kib %ld file_kib %ld\n", after - before,
+              static_cast<long>(st.st_size / 1024));
+  CHECK_OR_THROW(net->weight.abs().sum().item<double>() > 0,
+                 "the load did not restore the weights");
   return 0;
 }
 
@@ -620,8 +663,7 @@ int main(int argc, char** argv) {
     }
     if (mode == "ddp") {
       return Ddp(a.at(2), std::stoi(a.at(3)), std::stoi(a.at(4)),
-                 a.size() > 5 ? std::stoi(a[5]) : 1,
-                 a.size() > 6 ? a[6] : "");
+                 a.size() > 5 ? std::stoi(a[5]) : 1, a.size() > 6 ? a[6] : "");
     }
     if (mode == "sampler") {
       return Sampler(std::stoll(a.at(2)), std::stoi(a.at(3)),
@@ -635,6 +677,9 @@ int main(int argc, char** argv) {
     if (mode == "syncbn") {
       return SyncBn(a.at(2), std::stoi(a.at(3)), std::stoi(a.at(4)),
                     std::stoi(a.at(5)));
+    }
+    if (mode == "ckpt_memory") {
+      return CheckpointMemory(a.at(2), a.at(3), std::stoi(a.at(4)));
     }
     if (mode == "amp") return Amp();
     if (mode == "host_store") {

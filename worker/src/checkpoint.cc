@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -23,12 +24,10 @@
 #include "ddprun/worker/errors.h"
 #include "ddprun/worker/rng_fork.h"
 #include "ddprun/worker/sharded_adam.h"
+#include "worker/src/checkpoint_file.h"
 
 namespace ddprun::worker {
 namespace {
-
-constexpr char kMagic[8] = {'D', 'D', 'P', 'C', 'K', 'P', 'T', '1'};
-constexpr size_t kTrailerSize = 32;  // magic, length, hash, reserved
 
 // Where the model lives (CPU when there is no model or no parameter).
 c10::Device ModelDevice(const torch::nn::Module* model) {
@@ -41,53 +40,6 @@ c10::Device ModelDevice(const torch::nn::Module* model) {
 std::function<void(const std::string&)>& BeforeRenameHook() {
   static std::function<void(const std::string&)> hook;
   return hook;
-}
-
-uint64_t Fnv1a(const char* data, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; ++i) {
-    h ^= static_cast<unsigned char>(data[i]);
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-std::string FileName(int64_t step) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "ckpt-%012lld.pt",
-                static_cast<long long>(step));
-  return buf;
-}
-
-// Step of a final checkpoint name, or -1.
-int64_t StepOf(const std::string& name) {
-  long long step = -1;
-  char tail[8] = {0};
-  if (name.size() != std::strlen("ckpt-000000000000.pt")) return -1;
-  if (std::sscanf(name.c_str(), "ckpt-%12lld.%2s", &step, tail) != 2) return -1;
-  return std::string(tail) == "pt" ? step : -1;
-}
-
-// Reads `path` and returns the payload if the trailer and hash match.
-bool ReadVerified(const std::string& path, std::string* payload) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  std::string data;
-  char buf[1 << 16];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof(buf))) > 0) data.append(buf, n);
-  ::close(fd);
-  if (n < 0 || data.size() < kTrailerSize) return false;
-  const char* t = data.data() + data.size() - kTrailerSize;
-  if (std::memcmp(t, kMagic, 8) != 0) return false;
-  uint64_t len, hash;
-  std::memcpy(&len, t + 8, 8);
-  std::memcpy(&hash, t + 16, 8);
-  if (len != data.size() - kTrailerSize) return false;
-  if (Fnv1a(data.data(), len) != hash) return false;
-  data.resize(len);
-  *payload = std::move(data);
-  return true;
 }
 
 void MakeDirs(const std::string& dir) {
@@ -142,6 +94,57 @@ int64_t ReadInt64(torch::serialize::InputArchive& a, const std::string& key) {
   return t.item<int64_t>();
 }
 
+// A save of `step` into a folder holding higher steps written before it:
+// an earlier run's, one this run did not resume from (a reused output
+// folder). Said once per Checkpointer (*warned).
+void WarnOfOtherRun(const CheckpointOptions& options,
+                    const std::vector<CheckpointEntry>& before, int64_t step,
+                    bool* warned) {
+  if (*warned) return;
+  const CheckpointEntry* later = nullptr;
+  for (const CheckpointEntry& e : before) {
+    if (e.step > step && (later == nullptr || e.step > later->step)) {
+      later = &e;
+    }
+  }
+  if (later == nullptr) return;
+  *warned = true;
+  DDP_LOG(WARNING) << "checkpoint dir " << options.dir << " holds "
+                   << Basename(later->path) << " (step " << later->step
+                   << "), written before this run's step " << step
+                   << " and not resumed from: this run's checkpoints are "
+                      "the newest (a restart resumes from them), and the "
+                      "rotation keeps the last "
+                   << options.keep_last << " written";
+}
+
+// Keeps the newest keep_last rotated checkpoints of `options.dir` and
+// removes what crashed writers left.
+void Rotate(const CheckpointOptions& options, const std::string& written) {
+  // The newest keep_last by write order; the file just written is the
+  // newest of all (its generation is above every other), so it stays even
+  // where an earlier run left higher steps.
+  std::vector<CheckpointEntry> complete = ListCheckpoints(options.dir);
+  size_t excess = complete.size() > static_cast<size_t>(options.keep_last)
+                      ? complete.size() - options.keep_last
+                      : 0;
+  for (size_t i = 0; i < excess; ++i) {
+    if (complete[i].path != written) ::unlink(complete[i].path.c_str());
+  }
+  // Leftovers of crashed writers; another job's write in flight in a shared
+  // folder holds its file's lock and stays. Named files' leftovers go with
+  // the next periodic save.
+  if (DIR* d = ::opendir(options.dir.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      const std::string n = e->d_name;
+      if (n.find(".pt.tmp.") != std::string::npos) {
+        RemoveAbandonedTempFile(options.dir + "/" + n);
+      }
+    }
+    ::closedir(d);
+  }
+}
+
 }  // namespace
 
 Checkpointer::Checkpointer(World world, CheckpointOptions options)
@@ -160,14 +163,15 @@ void Checkpointer::SetBeforeRenameHookForTesting(
 
 std::string Checkpointer::Save(const TrainState& state,
                                const CheckpointParts& parts) {
-  return Write(FileName(state.step), state, parts, /*rotate=*/true);
+  return Write(CheckpointFileName(state.step), state, parts, /*rotate=*/true);
 }
 
 std::string Checkpointer::SaveNamed(const std::string& file_name,
                                     const TrainState& state,
                                     const CheckpointParts& parts) {
   if (file_name.empty() || file_name.find('/') != std::string::npos ||
-      StepOf(file_name) >= 0 || file_name.find(".tmp.") != std::string::npos) {
+      CheckpointStepOf(file_name) >= 0 ||
+      file_name.find(".tmp.") != std::string::npos) {
     throw ConfigError("checkpoint name '" + file_name +
                       "' must be a plain file name other than ckpt-<step>.pt");
   }
@@ -223,61 +227,58 @@ std::string Checkpointer::Write(const std::string& file_name,
 
   const std::string final_path = options_.dir + "/" + file_name;
   if (world_.is_main()) {
-    std::ostringstream os;
-    archive.save_to(os);
-    std::string data = os.str();
-    char trailer[kTrailerSize] = {0};
-    uint64_t len = data.size();
-    uint64_t hash = Fnv1a(data.data(), data.size());
-    std::memcpy(trailer, kMagic, 8);
-    std::memcpy(trailer + 8, &len, 8);
-    std::memcpy(trailer + 16, &hash, 8);
-    // A full disk costs the partial file too: the previous checkpoint
-    // stays the newest complete one.
+    // Trailers only (32 bytes a file): saving never reads back what it
+    // keeps.
+    const std::vector<CheckpointEntry> before = ListCheckpoints(options_.dir);
+    CheckpointTrailer trailer;
+    trailer.generation = 1;
+    for (const CheckpointEntry& e : before) {
+      trailer.generation = std::max(trailer.generation, e.generation + 1);
+    }
+    if (rotate)
+      WarnOfOtherRun(options_, before, state.step, &warned_other_run_);
+    // Streamed to the file with its hash: no copy of the checkpoint in
+    // memory. A full disk costs the partial file too: the previous
+    // checkpoint stays the newest complete one.
+    Fnv1a64 hash;
+    auto write = [&](int fd) -> int {
+      int err = 0;
+      try {
+        archive.save_to([&](const void* buf, size_t n) -> size_t {
+          if (err == 0) {
+            err = WriteFullyErrno(
+                fd, std::string_view(static_cast<const char*>(buf), n));
+          }
+          if (err != 0) return 0;  // torch throws on a short write
+          hash.Add(buf, n);
+          trailer.length += n;
+          return n;
+        });
+      } catch (const std::exception&) {
+        if (err == 0) err = EIO;
+      }
+      trailer.hash = hash.value();
+      return err != 0 ? err
+                      : WriteFullyErrno(fd, EncodeCheckpointTrailer(trailer));
+    };
     AtomicWriteOptions atomic;
     atomic.before_rename = BeforeRenameHook();
-    Status written = WriteFileAtomically(
-        final_path, {data, std::string_view(trailer, kTrailerSize)}, atomic);
+    Status written = WriteFileAtomicallyWith(final_path, write, atomic);
     if (!written.ok()) throw WorkerError("checkpoint: " + written.message());
-    // Retention and leftovers of crashed writers (named files are outside
-    // the rotation; their leftovers go with the next periodic save).
-    if (rotate) {
-      std::vector<std::string> complete = ListComplete(options_.dir);
-      for (size_t i = 0; i + options_.keep_last < complete.size(); ++i) {
-        ::unlink(complete[i].c_str());
-      }
-      if (DIR* d = ::opendir(options_.dir.c_str())) {
-        while (dirent* e = ::readdir(d)) {
-          std::string n = e->d_name;
-          if (n.find(".pt.tmp.") != std::string::npos) {
-            ::unlink((options_.dir + "/" + n).c_str());
-          }
-        }
-        ::closedir(d);
-      }
-    }
+    if (rotate) Rotate(options_, final_path);
   }
   world_.Barrier();
   return final_path;
 }
 
 std::vector<std::string> Checkpointer::ListComplete(const std::string& dir) {
-  std::vector<std::pair<int64_t, std::string>> found;
-  if (DIR* d = ::opendir(dir.c_str())) {
-    while (dirent* e = ::readdir(d)) {
-      int64_t step = StepOf(e->d_name);
-      if (step >= 0) found.emplace_back(step, dir + "/" + e->d_name);
-    }
-    ::closedir(d);
-  }
-  std::sort(found.begin(), found.end());
   std::vector<std::string> out;
-  for (auto& [step, path] : found) {
-    std::string payload;
-    if (ReadVerified(path, &payload)) {
-      out.push_back(path);
+  for (const CheckpointEntry& e : ListCheckpoints(dir)) {
+    std::optional<CheckpointFile> f = CheckpointFile::Open(e.path);
+    if (f && f->Verify()) {
+      out.push_back(e.path);
     } else {
-      DDP_LOG(WARNING) << "checkpoint " << path
+      DDP_LOG(WARNING) << "checkpoint " << e.path
                        << " is incomplete or corrupt; ignored";
     }
   }
@@ -286,96 +287,135 @@ std::vector<std::string> Checkpointer::ListComplete(const std::string& dir) {
 
 namespace {
 
-TrainState LoadVerifiedFile(const std::string& path,
-                            const CheckpointParts& parts, int rank) {
-  std::string payload;
-  if (!ReadVerified(path, &payload)) {
-    throw WorkerError("checkpoint " + path + " is missing or corrupt");
-  }
-  // Onto the CPU first: without a device, tensors go back to the device
-  // they were saved from, so every rank would materialise rank 0's state on
-  // cuda:0 (and a GPU checkpoint would not load on a CPU-only machine).
-  torch::serialize::InputArchive archive;
-  archive.load_from(payload.data(), payload.size(), c10::Device(c10::kCPU));
-  // Model and optimizer state go where the model lives: an optimizer loaded
-  // onto the CPU under a CUDA model fails at its first step. Metadata and
-  // RNG states stay on the CPU (the CPU generator only takes CPU state).
+// The first line of a torch error (its message without the C++ trace).
+std::string FirstLine(const std::string& text) {
+  return text.substr(0, text.find('\n'));
+}
+
+// Loads a checkpoint whose hash was verified into `parts`. Torch's errors
+// (a payload that is not an archive of ours: c10::Error, the TorchScript
+// parser's std::runtime_error) become WorkerError naming `path`.
+TrainState LoadArchive(const CheckpointFile& file, const std::string& path,
+                       const CheckpointParts& parts, int rank) {
+  // Straight to where the model lives (an optimizer loaded onto the CPU
+  // under a CUDA model fails at its first step), read from the file where
+  // it lies: the checkpoint's tensors exist once, with no copy of the file
+  // and no second archive. Without a device, tensors would go back to the
+  // device they were saved from: every rank would materialise rank 0's
+  // state on cuda:0, and a GPU checkpoint would not load on a CPU-only
+  // machine.
   const c10::Device device = ModelDevice(parts.model);
-  torch::serialize::InputArchive on_device;
-  if (!device.is_cpu()) {
-    on_device.load_from(payload.data(), payload.size(), device);
-  }
-  torch::serialize::InputArchive& state_archive =
-      device.is_cpu() ? archive : on_device;
+  torch::serialize::InputArchive archive;
   TrainState state;
-  state.epoch = ReadInt64(archive, "meta/epoch");
-  state.step = ReadInt64(archive, "meta/step");
-  state.batch_in_epoch = ReadInt64(archive, "meta/batch_in_epoch");
-  c10::IValue names;
-  archive.read("meta/scalar_names", names);
-  at::Tensor values;
-  archive.read("meta/scalar_values", values);
-  std::stringstream ss(names.toStringRef());
-  std::string name;
-  for (int64_t i = 0; std::getline(ss, name) && i < values.numel(); ++i) {
-    state.scalars[name] = values[i].item<double>();
-  }
-  if (parts.model != nullptr) {
-    torch::serialize::InputArchive sub;
-    if (!state_archive.try_read("model", sub)) {
-      throw WorkerError("checkpoint " + path + " has no model state");
+  try {
+    archive.load_from(
+        [&file](uint64_t pos, void* buf, size_t n) {
+          return file.ReadPayload(pos, buf, n);
+        },
+        [&file] { return static_cast<size_t>(file.trailer().length); }, device);
+    state.epoch = ReadInt64(archive, "meta/epoch");
+    state.step = ReadInt64(archive, "meta/step");
+    state.batch_in_epoch = ReadInt64(archive, "meta/batch_in_epoch");
+    c10::IValue names;
+    archive.read("meta/scalar_names", names);
+    at::Tensor values;
+    archive.read("meta/scalar_values", values);
+    values = values.to(c10::kCPU, at::kDouble).reshape({-1});
+    std::stringstream ss(names.toStringRef());
+    std::string name;
+    for (int64_t i = 0; std::getline(ss, name) && i < values.numel(); ++i) {
+      state.scalars[name] = values[i].item<double>();
     }
-    LoadModule(*parts.model, sub, "");
-  }
-  if (parts.optimizer != nullptr) {
-    torch::serialize::InputArchive sub;
-    if (!state_archive.try_read("optimizer", sub)) {
-      throw WorkerError("checkpoint " + path + " has no optimizer state");
+    if (parts.model != nullptr) {
+      torch::serialize::InputArchive sub;
+      if (!archive.try_read("model", sub)) {
+        throw WorkerError("checkpoint " + path + " has no model state");
+      }
+      LoadModule(*parts.model, sub, "");
     }
-    parts.optimizer->load(sub);
-  }
-  if (parts.sharded_optimizer != nullptr) {
-    torch::serialize::InputArchive sub;
-    if (!state_archive.try_read("sharded_optimizer", sub)) {
-      throw WorkerError("checkpoint " + path +
-                        " has no sharded optimizer state");
+    if (parts.optimizer != nullptr) {
+      torch::serialize::InputArchive sub;
+      if (!archive.try_read("optimizer", sub)) {
+        throw WorkerError("checkpoint " + path + " has no optimizer state");
+      }
+      parts.optimizer->load(sub);
     }
-    parts.sharded_optimizer->Load(sub);
-  }
-  if (parts.rng) {
-    for (auto& [kind, gen] : DefaultGenerators(device)) {
-      at::Tensor state_t;
-      if (archive.try_read("rng/" + kind + "/" + std::to_string(rank),
-                           state_t) ||
-          archive.try_read("rng/" + kind + "/0", state_t)) {
-        std::lock_guard<std::mutex> lock(gen.mutex());
-        gen.set_state(state_t);
+    if (parts.sharded_optimizer != nullptr) {
+      torch::serialize::InputArchive sub;
+      if (!archive.try_read("sharded_optimizer", sub)) {
+        throw WorkerError("checkpoint " + path +
+                          " has no sharded optimizer state");
+      }
+      parts.sharded_optimizer->Load(sub);
+    }
+    if (parts.rng) {
+      for (auto& [kind, gen] : DefaultGenerators(device)) {
+        at::Tensor state_t;
+        if (archive.try_read("rng/" + kind + "/" + std::to_string(rank),
+                             state_t) ||
+            archive.try_read("rng/" + kind + "/0", state_t)) {
+          // Generators take their state as a CPU byte tensor.
+          state_t = state_t.to(c10::kCPU);
+          std::lock_guard<std::mutex> lock(gen.mutex());
+          gen.set_state(state_t);
+        }
       }
     }
+  } catch (const c10::Error& e) {
+    throw WorkerError("checkpoint " + path + " cannot be read: " +
+                      FirstLine(e.what_without_backtrace()));
+  } catch (const WorkerError&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception& e) {
+    // The TorchScript parser's std::runtime_error on a payload that is not
+    // an archive of ours (found by fuzz/checkpoint).
+    throw WorkerError("checkpoint " + path + " cannot be read: " +
+                      FirstLine(e.what()));
   }
   return state;
+}
+
+// Opens and verifies `path`; WorkerError when it is missing or corrupt.
+CheckpointFile OpenVerified(const std::string& path) {
+  std::optional<CheckpointFile> file = CheckpointFile::Open(path);
+  if (!file || !file->Verify()) {
+    throw WorkerError("checkpoint " + path + " is missing or corrupt");
+  }
+  return std::move(*file);
 }
 
 }  // namespace
 
 bool Checkpointer::IsComplete(const std::string& path) {
-  std::string payload;
-  return ReadVerified(path, &payload);
+  std::optional<CheckpointFile> file = CheckpointFile::Open(path);
+  return file && file->Verify();
 }
 
 TrainState Checkpointer::LoadFile(const std::string& path,
                                   const CheckpointParts& parts) {
   const char* rank = std::getenv("RANK");
-  return LoadVerifiedFile(path, parts, rank != nullptr ? std::atoi(rank) : 0);
+  return LoadArchive(OpenVerified(path), path, parts,
+                     rank != nullptr ? std::atoi(rank) : 0);
 }
 
 std::optional<TrainState> Checkpointer::LoadLatest(
     const CheckpointParts& parts) {
   int64_t step = -1;
+  std::optional<CheckpointFile> newest;
   if (world_.is_main()) {
-    std::vector<std::string> complete = ListComplete(options_.dir);
-    if (!complete.empty()) {
-      step = StepOf(complete.back().substr(complete.back().rfind('/') + 1));
+    // Newest first by write order; only the one resumed from is read whole.
+    std::vector<CheckpointEntry> entries = ListCheckpoints(options_.dir);
+    for (auto e = entries.rbegin(); e != entries.rend() && step < 0; ++e) {
+      newest = CheckpointFile::Open(e->path);
+      if (newest && newest->Verify()) {
+        step = e->step;
+      } else {
+        newest.reset();
+        DDP_LOG(WARNING) << "checkpoint " << e->path
+                         << " is incomplete or corrupt; ignored";
+      }
     }
   }
   if (world_.distributed()) {
@@ -384,11 +424,13 @@ std::optional<TrainState> Checkpointer::LoadLatest(
     step = t.cpu().item<int64_t>();
   }
   if (step < 0) return std::nullopt;
-  TrainState state = LoadVerifiedFile(options_.dir + "/" + FileName(step),
-                                      parts, world_.rank());
+  const std::string path = options_.dir + "/" + CheckpointFileName(step);
+  TrainState state =
+      LoadArchive(newest ? std::move(*newest) : OpenVerified(path), path, parts,
+                  world_.rank());
   DDP_LOG(INFO) << "rank " << world_.rank() << " resumed from "
-                << FileName(step) << " (epoch " << state.epoch << ", step "
-                << state.step << ")";
+                << CheckpointFileName(step) << " (epoch " << state.epoch
+                << ", step " << state.step << ")";
   return state;
 }
 

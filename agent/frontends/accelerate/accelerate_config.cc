@@ -115,11 +115,17 @@ double Base60(const std::string& body) {
   return value;
 }
 
+constexpr size_t kMaxNumberText = 256;
+
 // A plain scalar as PyYAML's SafeLoader/FullLoader constructs it.
 PyValue PlainScalar(const std::string& t) {
   if (t.empty() || t == "~" || t == "null" || t == "Null" || t == "NULL") {
     return PyValue::None();
   }
+  // std::regex recurses per character (a scalar of 100 000 digits
+  // overflowed the stack): a text this long is taken as the string it is
+  // (PyYAML would make a number of it that no key of accelerate's takes).
+  if (t.size() > kMaxNumberText) return PyValue::Str(t);
   if (std::regex_match(t, BoolRe())) {
     const char c = t[0];
     return PyValue::Bool(c == 'y' || c == 'Y' || c == 't' || c == 'T' ||
@@ -181,55 +187,90 @@ std::string ReprOf(const PyValue& v) {
   return out + "'";
 }
 
-PyValue FromYaml(const YAML::Node& node) {
-  if (node.IsNull()) return PyValue::None();
-  if (node.IsScalar()) {
-    const std::string text = node.Scalar();
-    return node.Tag() == "?" ? PlainScalar(text) : PyValue::Str(text);
-  }
-  std::string repr;
-  if (node.IsSequence()) {
-    for (const auto& item : node) {
-      repr += (repr.empty() ? "" : ", ") + ReprOf(FromYaml(item));
-    }
-    return PyValue::List("[" + repr + "]");
-  }
-  for (const auto& kv : node) {
-    repr += (repr.empty() ? "" : ", ") + ReprOf(FromYaml(kv.first)) + ": " +
-            ReprOf(FromYaml(kv.second));
-  }
-  return PyValue::List("{" + repr + "}");
-}
+// What one config may hold: values nested this deep, or printing longer in
+// all (YAML aliases repeat a value without repeating its text: a small
+// file of aliases of aliases would print to gigabytes).
+constexpr int kMaxDepth = 64;
+constexpr size_t kMaxPrinted = size_t{256} << 10;
+// What a value costs beyond its text, so that aliases of short values
+// cannot make the walk itself long.
+constexpr size_t kValueCost = 8;
 
-PyValue FromJson(const nlohmann::json& j) {
-  switch (j.type()) {
-    case nlohmann::json::value_t::null:
-      return PyValue::None();
-    case nlohmann::json::value_t::boolean:
-      return PyValue::Bool(j.get<bool>());
-    case nlohmann::json::value_t::number_integer:
-    case nlohmann::json::value_t::number_unsigned:
-      return PyValue::Int(j.get<long long>());
-    case nlohmann::json::value_t::number_float:
-      return PyValue::Float(j.get<double>());
-    case nlohmann::json::value_t::string:
-      return PyValue::Str(j.get<std::string>());
-    default:
-      break;
-  }
-  std::string repr;
-  if (j.is_array()) {
-    for (const auto& item : j) {
-      repr += (repr.empty() ? "" : ", ") + ReprOf(FromJson(item));
+struct ValueTooLarge {};
+
+// Reads values into PyValues within the limits above; throws ValueTooLarge
+// past them (caught in ReadEntries).
+class ValueReader {
+ public:
+  PyValue FromYaml(const YAML::Node& node, int depth = 0) {
+    Spend(kValueCost, depth);
+    if (node.IsNull()) return PyValue::None();
+    if (node.IsScalar()) {
+      const std::string text = node.Scalar();
+      Spend(text.size(), depth);
+      return node.Tag() == "?" ? PlainScalar(text) : PyValue::Str(text);
     }
-    return PyValue::List("[" + repr + "]");
+    std::string repr;
+    if (node.IsSequence()) {
+      for (const auto& item : node) {
+        Append(&repr, ReprOf(FromYaml(item, depth + 1)), depth);
+      }
+      return PyValue::List("[" + repr + "]");
+    }
+    for (const auto& kv : node) {
+      Append(&repr,
+             ReprOf(FromYaml(kv.first, depth + 1)) + ": " +
+                 ReprOf(FromYaml(kv.second, depth + 1)),
+             depth);
+    }
+    return PyValue::List("{" + repr + "}");
   }
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    repr += (repr.empty() ? "" : ", ") + ReprOf(PyValue::Str(it.key())) + ": " +
-            ReprOf(FromJson(it.value()));
+
+  PyValue FromJson(const nlohmann::json& j, int depth = 0) {
+    Spend(kValueCost, depth);
+    switch (j.type()) {
+      case nlohmann::json::value_t::null:
+        return PyValue::None();
+      case nlohmann::json::value_t::boolean:
+        return PyValue::Bool(j.get<bool>());
+      case nlohmann::json::value_t::number_integer:
+      case nlohmann::json::value_t::number_unsigned:
+        return PyValue::Int(j.get<long long>());
+      case nlohmann::json::value_t::number_float:
+        return PyValue::Float(j.get<double>());
+      case nlohmann::json::value_t::string:
+        return PyValue::Str(j.get<std::string>());
+      default:
+        break;
+    }
+    std::string repr;
+    if (j.is_array()) {
+      for (const auto& item : j) {
+        Append(&repr, ReprOf(FromJson(item, depth + 1)), depth);
+      }
+      return PyValue::List("[" + repr + "]");
+    }
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      Append(&repr,
+             ReprOf(PyValue::Str(it.key())) + ": " +
+                 ReprOf(FromJson(it.value(), depth + 1)),
+             depth);
+    }
+    return PyValue::List("{" + repr + "}");
   }
-  return PyValue::List("{" + repr + "}");
-}
+
+ private:
+  void Spend(size_t n, int depth) {
+    if (depth > kMaxDepth || n > left_) throw ValueTooLarge{};
+    left_ -= n;
+  }
+  void Append(std::string* repr, const std::string& item, int depth) {
+    Spend(item.size() + 2, depth);
+    *repr += (repr->empty() ? "" : ", ") + item;
+  }
+
+  size_t left_ = kMaxPrinted;
+};
 
 // One top-level entry: a section (a mapping, or null = empty) or a value.
 struct RawEntry {
@@ -238,8 +279,10 @@ struct RawEntry {
   std::map<std::string, PyValue> mapping;
 };
 
-StatusOr<std::map<std::string, RawEntry>> ReadEntries(const std::string& path,
-                                                      const std::string& text) {
+// ReadEntries within ValueReader's limits (throws ValueTooLarge).
+StatusOr<std::map<std::string, RawEntry>> ReadEntriesWithin(
+    const std::string& path, const std::string& text) {
+  ValueReader reader;
   std::map<std::string, RawEntry> out;
   const bool json =
       path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
@@ -254,10 +297,10 @@ StatusOr<std::map<std::string, RawEntry>> ReadEntries(const std::string& path,
       if (it.value().is_object()) {
         e.is_mapping = true;
         for (auto s = it.value().begin(); s != it.value().end(); ++s) {
-          e.mapping[s.key()] = FromJson(s.value());
+          e.mapping[s.key()] = reader.FromJson(s.value());
         }
       } else {
-        e.value = FromJson(it.value());
+        e.value = reader.FromJson(it.value());
       }
       out[it.key()] = std::move(e);
     }
@@ -279,14 +322,27 @@ StatusOr<std::map<std::string, RawEntry>> ReadEntries(const std::string& path,
     if (kv.second.IsMap()) {
       e.is_mapping = true;
       for (const auto& s : kv.second) {
-        e.mapping[s.first.Scalar()] = FromYaml(s.second);
+        e.mapping[s.first.Scalar()] = reader.FromYaml(s.second);
       }
     } else {
-      e.value = FromYaml(kv.second);
+      e.value = reader.FromYaml(kv.second);
     }
     out[kv.first.Scalar()] = std::move(e);
   }
   return out;
+}
+
+StatusOr<std::map<std::string, RawEntry>> ReadEntries(const std::string& path,
+                                                      const std::string& text) {
+  try {
+    return ReadEntriesWithin(path, text);
+  } catch (const ValueTooLarge&) {
+    return InvalidArgumentError(
+        "--config_file " + path + ": values nested deeper than " +
+        std::to_string(kMaxDepth) + " levels or longer than " +
+        std::to_string(kMaxPrinted >> 10) +
+        " KiB in all (YAML aliases of aliases?)");
+  }
 }
 
 }  // namespace
@@ -319,7 +375,12 @@ StatusOr<AccelerateConfig> LoadAccelerateConfig(const std::string& path) {
   }
   std::stringstream ss;
   ss << in.rdbuf();
-  DDP_ASSIGN_OR_RETURN(auto entries, ReadEntries(path, ss.str()));
+  return ParseAccelerateConfig(path, ss.str());
+}
+
+StatusOr<AccelerateConfig> ParseAccelerateConfig(const std::string& path,
+                                                 const std::string& text) {
+  DDP_ASSIGN_OR_RETURN(auto entries, ReadEntries(path, text));
   auto bad = [&path](const std::string& why) {
     return InvalidArgumentError("--config_file " + path + ": " + why);
   };

@@ -33,15 +33,21 @@ struct AccelerateConfig {
 // Errors (kInvalidArgument, one line naming the file): unreadable, not a
 // mapping, no distributed_type, an unknown key (as accelerate: "had unknown
 // keys"), a compute_environment or distributed_type accelerate does not
-// know, a value of the wrong type for a key the launch uses.
+// know, a value of the wrong type for a key the launch uses, values nested
+// deeper than 64 levels or printing to over 256 KiB in all (YAML aliases
+// of aliases).
 StatusOr<AccelerateConfig> LoadAccelerateConfig(const std::string& path);
+// The same on the file's `text` (JSON when `path` ends in .json).
+StatusOr<AccelerateConfig> ParseAccelerateConfig(const std::string& path,
+                                                 const std::string& text);
 
 // A plain (unquoted, untagged) YAML scalar as PyYAML's loader resolves it
 // (YAML 1.1, yaml/resolver.py and constructor.py): null (``, `~`, `null`),
 // bool (`yes`/`no`/`on`/`off`/`true`/`false` in three casings), int (`42`,
 // `0x1A`, `0b101`, octal `0755`, `1_000`, sexagesimal `1:30`), float (`1.10`
 // is 1.1, `.5`, `1.0e+3`, `.inf`, `.nan`); anything else is a string: an
-// IP `10.1.2.3`, `1e3`, `-.5`, `0x`, `08`.
+// IP `10.1.2.3`, `1e3`, `-.5`, `0x`, `08`, and any text over 256
+// characters.
 PyValue ResolveYamlPlainScalar(const std::string& text);
 
 // accelerate's default_config_file: $HF_HOME/accelerate/default_config.yaml,

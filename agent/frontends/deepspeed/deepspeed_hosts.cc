@@ -115,11 +115,12 @@ StatusOr<ResourcePool> ParseHostfile(const std::string& source,
       return InvalidArgumentError(source + ":" + std::to_string(line_no) +
                                   ": " + why + " in '" + line + "'");
     };
-    // ^(\S+)\s+slots=(\d+)
-    const auto ws = line.find_first_of(" \t");
+    // ^(\S+)\s+slots=(\d+): a host is one word (a '\r' inside ends it, as
+    // Python's \s does).
+    const auto ws = line.find_first_of(" \t\r\f\v");
     const auto val = ws == std::string::npos
                          ? std::string::npos
-                         : line.find_first_not_of(" \t", ws);
+                         : line.find_first_not_of(" \t\r\f\v", ws);
     if (val == std::string::npos || line.compare(val, 6, "slots=") != 0) {
       return bad("expected 'HOST slots=N'");
     }

@@ -898,8 +898,8 @@ TEST_CASE("CliParser: --rdzv_conf keys are checked on every backend", "[cli]") {
     CHECK(Contains(unknown, "is_host"));
     flags.back() = "--rdzv_conf=is_host=1,join_timeout=abc";
     CHECK(Contains(ParseErr(With(flags)),
-                   "--rdzv_conf join_timeout=abc: expected a positive number "
-                   "of seconds"));
+                   "--rdzv_conf join_timeout=abc: expected a number of "
+                   "seconds in 0.001..1000000"));
   }
   CHECK(Contains(ParseErr({Script()}, {{"PET_RDZV_CONF", "bogus=1"}}),
                  "PET_RDZV_CONF: unknown key 'bogus'"));

@@ -52,20 +52,33 @@ struct CheckpointOptions {
   std::string dir;  // created if missing
   // Save every this many steps (ShouldSave); 0 disables periodic saves.
   int64_t every_steps = 100;
-  // Complete checkpoints kept; older ones are deleted after a save.
+  // Rotated checkpoints kept: after a save, all but the keep_last last
+  // written are deleted.
   int keep_last = 2;
 };
 
 // Atomic checkpoints written by rank 0 and read by every rank.
 // File: <dir>/ckpt-<step, 12 digits>.pt = a torch archive followed by a
 // 32-byte trailer (magic "DDPCKPT1", payload length, FNV-1a 64 hash of the
-// payload). Rank 0 writes "<name>.tmp.<pid>", fsyncs it, renames it over the
-// final name and fsyncs the directory, so a crash at any point leaves either
-// the previous checkpoint set or the new complete file; a file whose trailer
-// or hash does not match (torn copy, disk error) is skipped with a warning.
+// payload, generation: the file's place in the folder's write order).
+// Rank 0 streams the archive into a fresh "<name>.tmp.<pid>" (O_EXCL, never
+// through a file or symlink already there), fsyncs it, renames it over the
+// final name and fsyncs the directory, so a crash at any point leaves
+// either the previous checkpoint set or the new complete file; a file whose
+// trailer or hash does not match (torn copy, disk error) is skipped with a
+// warning.
+// "Newest" is by write order, not by step: a run that writes lower steps
+// into a folder holding an earlier run's higher ones (a reused output
+// folder, a run that did not resume from them) finds its own checkpoints
+// the newest: LoadLatest resumes from them, and the rotation keeps the
+// keep_last last written (never the file just written), so the earlier
+// run's go as this one's accumulate (a warning says so at the first such
+// save). Saving reads only the 32-byte trailers of the files it keeps;
+// loading reads the chosen file twice (its hash, then its tensors) and
+// holds its tensors once, not a copy of the file.
 // Assumes `dir` is visible to every rank (shared file system or one node).
 // Errors: I/O failures throw WorkerError (ConfigError for an unusable
-// dir). Not thread-safe.
+// dir), as does a file torch cannot read (naming it). Not thread-safe.
 class Checkpointer {
  public:
   Checkpointer(World world, CheckpointOptions options);
@@ -88,13 +101,13 @@ class Checkpointer {
   std::string SaveNamed(const std::string& file_name, const TrainState& state,
                         const CheckpointParts& parts);
 
-  // Collective: rank 0 picks the newest complete checkpoint and broadcasts
-  // its step; every rank loads that file into `parts`. Returns nullopt (and
-  // leaves parts untouched) when the directory holds none.
+  // Collective: rank 0 picks the newest complete checkpoint (by write
+  // order) and broadcasts its step; every rank loads that file into `parts`.
+  // Returns nullopt (and leaves parts untouched) when the directory holds none.
   std::optional<TrainState> LoadLatest(const CheckpointParts& parts);
 
-  // Complete, verified checkpoint files in `dir`, oldest first (local, no
-  // collective).
+  // Complete, verified checkpoint files in `dir`, oldest first by write
+  // order (local, no collective; reads each whole).
   static std::vector<std::string> ListComplete(const std::string& dir);
 
   // Loads one file without any collective (tools, tests); RNG state of
@@ -122,6 +135,7 @@ class Checkpointer {
 
   World world_;
   CheckpointOptions options_;
+  bool warned_other_run_ = false;
 };
 
 }  // namespace ddprun::worker
