@@ -70,7 +70,7 @@ function(ddprun_fuzz_runs)
   if(NOT names)
     return()
   endif()
-  set(DDPRUN_FUZZ_SECONDS 10 CACHE STRING
+  set(DDPRUN_FUZZ_SECONDS 5 CACHE STRING
     "Seconds of libFuzzer per target in fuzz/libfuzzer")
   set(run ${DDPRUN_FUZZ_DIR}/run_libfuzzer.sh)
   if(DDPRUN_FUZZ_LIBFUZZER)
