@@ -301,6 +301,9 @@ TEST_CASE(
     "worker::Conv3d: a batch of one equals torch's layer, on the fast kernel",
     "[ddpm][unit]") {
   OneIntraOpThread one_thread;
+  // The process's one convolution check (its native probe would count as
+  // a slow_conv3d call below) runs first.
+  worker::EnsureCpuConvolutionsAgree();
   torch::manual_seed(11);
   namespace nn = torch::nn;
   for (auto options : {nn::Conv3dOptions(32, 16, 3).padding(1),  // 2D slices
