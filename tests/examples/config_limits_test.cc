@@ -47,7 +47,7 @@ TEST_CASE(
   auto entries = ParseConfigText(text, "bomb.yaml");
   REQUIRE_FALSE(entries.ok());
   CHECK_THAT(entries.status().message(),
-             Catch::StartsWith("bomb.yaml:") &&
+             Catch::Matchers::StartsWith("bomb.yaml:") &&
                  Catch::Contains("YAML aliases of aliases"));
   // An alias used a few times, as the guides' stage settings do, is fine.
   auto stages = ParseConfigText(

@@ -48,7 +48,8 @@ TEST_CASE(
   const std::string truncated = Volume("truncated.nii");
   StatusOr<NiftiVolume> t = ReadNiftiVolume(truncated);
   REQUIRE_FALSE(t.ok());
-  CHECK_THAT(t.status().message(), Catch::StartsWith(truncated + ": "));
+  CHECK_THAT(t.status().message(),
+             Catch::Matchers::StartsWith(truncated + ": "));
   CHECK(ReadNiftiVolume(Volume("absent.nii")).status().code() ==
         StatusCode::kNotFound);
   const MediaLimits saved = GetMediaLimits();

@@ -258,8 +258,8 @@ TEST_CASE("LiveView: health, readiness, the page and its files", "[http]") {
   HttpResponse js = f.Get("/static/uPlot.iife.min.js");
   CHECK(js.status == 200);
   CHECK(js.content_type == "text/javascript; charset=utf-8");
-  CHECK_THAT(js.body,
-             Catch::StartsWith("/*! https://github.com/leeoniya/uPlot"));
+  CHECK_THAT(js.body, Catch::Matchers::StartsWith(
+                          "/*! https://github.com/leeoniya/uPlot"));
   CHECK_THAT(f.Get("/static/uPlot.LICENSE").body,
              Catch::Contains("The MIT License"));
   CHECK(f.Get("/static/nope.js").status == 404);

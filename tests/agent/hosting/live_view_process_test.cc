@@ -112,8 +112,9 @@ TEST_CASE(
   Ddprun run(dir, {"--standalone", "--http_port", "0", "--http_host", "0.0.0.0",
                    "--no_python", "true"});
   CHECK(run.Wait(30s) == 2);
-  CHECK_THAT(run.Stderr(), Catch::StartsWith("ddprun: error: --http_host "
-                                             "0.0.0.0 is not a loopback"));
+  CHECK_THAT(run.Stderr(),
+             Catch::Matchers::StartsWith("ddprun: error: --http_host "
+                                         "0.0.0.0 is not a loopback"));
   TempDir dir2;
   Ddprun empty(dir2,
                {"--standalone", "--http_port", "0", "--no_python", "true"},
