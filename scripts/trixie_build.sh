@@ -153,9 +153,16 @@ if ! grep -q 'DDPRUN_WORKER_WITH_CUDA=1' "$build/compile_commands.json" && [[ $v
 fi
 if [[ $with_launcher == 0 && $run_tests == 1 ]]; then
   # What the selected tests run; the launcher-side test programs are absent.
-  targets=(worker_tests examples_formats_test examples_common_test
-           examples_survival_test examples_segmentation_test examples_vqa_test
-           examples_ddpm_test examples_contract_test outputs_test)
+  # Every test program of those folders this configuration defines (a
+  # program left out here ran from an older build of a cached root).
+  targets=()
+  for t in worker_tests outputs_test examples_formats_test examples_common_test \
+           examples_ddpm_unit_test examples_cascade_unit_test examples_survival_test \
+           examples_segmentation_test examples_vqa_test examples_ddpm_test \
+           examples_cascade_test examples_contract_test examples_scaling_test \
+           examples_last_batch_test; do
+    ninja -C "$build" -t query "$t" >/dev/null 2>&1 && targets+=("$t")
+  done
 fi
 # DDPRUN_BUILD_TARGETS: only these (e.g. the CUDA check's quick run).
 [[ -n ${DDPRUN_BUILD_TARGETS:-} ]] && read -r -a targets <<<"$DDPRUN_BUILD_TARGETS"
