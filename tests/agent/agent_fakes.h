@@ -99,6 +99,26 @@ class FakeLauncher : public ProcessLauncher {
   EventLoop* loop_;
 };
 
+// Keeps what the agent hands a rendezvous client with its heartbeats (the
+// step rates, the restart count); every other call does nothing.
+class RecordingRendezvous : public rendezvous::RendezvousClient {
+ public:
+  std::string Backend() const override { return "recording"; }
+  void Join(const rendezvous::JoinRequest&, Clock::TimePoint,
+            JoinDone) override {}
+  void SetEventHandler(EventHandler) override {}
+  void ReportFailure(int64_t, const std::string&, bool, FailureDone) override {}
+  void ReportSuccess(int64_t, Clock::Duration, Done) override {}
+  void Leave(std::function<void()> done) override { done(); }
+  void SetStepRates(std::vector<rendezvous::RankStepRate> r) override {
+    rates = std::move(r);
+  }
+  void SetWorkerRestarts(int n) override { restarts = n; }
+
+  std::vector<rendezvous::RankStepRate> rates;
+  int restarts = 0;
+};
+
 // Answers on the loop, as the real clients do. With `hold_join`,
 // `hold_barrier` or `hold_failure` set, that call stays in flight until
 // Leave() (which cancels it) or Release().

@@ -15,8 +15,9 @@
 
 #include "ddprun_catch.h"
 
-#include "agent/watch/straggler_watch.h"
 #include "agent/elastic/failure_report.h"
+#include "agent/watch/straggler_watch.h"
+#include "tests/agent/agent_fakes.h"
 #include "tests/common/manual_event_loop.h"
 #include "tests/common/remove_at_exit.h"
 
@@ -26,7 +27,7 @@ namespace {
 std::string TempDir() {
   char tmpl[] = "/tmp/ddprun_worker_files_XXXXXX";
   REQUIRE(mkdtemp(tmpl) != nullptr);
-  return testing::RemoveAtExit(tmpl);
+  return ddprun::testing::RemoveAtExit(tmpl);
 }
 
 // Waits up to 5 s for `done`; past that, opens and closes `fifo` for
@@ -42,22 +43,6 @@ bool FinishesWithin5s(std::future<T>& done, const std::string& fifo) {
   done.wait();
   return false;
 }
-
-// Keeps the step rates the watch hands over; the rest is never called.
-class RatesSink : public rendezvous::RendezvousClient {
- public:
-  std::string Backend() const override { return "sink"; }
-  void Join(const rendezvous::JoinRequest&, Clock::TimePoint,
-            JoinDone) override {}
-  void SetEventHandler(EventHandler) override {}
-  void ReportFailure(int64_t, const std::string&, bool, FailureDone) override {}
-  void ReportSuccess(int64_t, Clock::Duration, Done) override {}
-  void Leave(std::function<void()> done) override { done(); }
-  void SetStepRates(std::vector<rendezvous::RankStepRate> rates) override {
-    last = std::move(rates);
-  }
-  std::vector<rendezvous::RankStepRate> last;
-};
 
 // The peak resident size of this process so far, in KiB.
 long PeakRssKib() {
@@ -82,8 +67,8 @@ TEST_CASE(
     REQUIRE(truncate(huge.c_str(), int64_t{1} << 30) == 0);  // sparse
     std::ofstream(good) << "12\n";
   }
-  testing::ManualEventLoop loop;
-  RatesSink sink;
+  ddprun::testing::ManualEventLoop loop;
+  agent::testing::RecordingRendezvous sink;
   StragglerWatch watch(&loop, StragglerPolicy{}, &sink);
   watch.Start({{0, 0, 100, fifo}, {1, 1, 101, huge}, {2, 2, 102, good}});
   // The watch reads once a second, on the loop; the loop runs here in a
@@ -93,8 +78,8 @@ TEST_CASE(
   REQUIRE(FinishesWithin5s(tick, fifo));
   // Every worker is reported (the live view lists them all); only the
   // regular, small file gives a count.
-  REQUIRE(sink.last.size() == 3);
-  for (const rendezvous::RankStepRate& r : sink.last) {
+  REQUIRE(sink.rates.size() == 3);
+  for (const rendezvous::RankStepRate& r : sink.rates) {
     INFO("rank " << r.rank);
     CHECK(r.steps == (r.rank == 2 ? 12 : 0));
   }

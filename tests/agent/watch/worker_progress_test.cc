@@ -11,6 +11,7 @@
 #include "agent/watch/step_file.h"
 #include "agent/watch/straggler_watch.h"
 #include "ddprun_catch.h"
+#include "tests/agent/agent_fakes.h"
 #include "tests/common/manual_event_loop.h"
 #include "tests/support/http_client.h"
 #include "tests/support/process.h"
@@ -52,25 +53,6 @@ TEST_CASE(
   CHECK_FALSE(ValidScalarName("a b"));
 }
 
-// Records what the agent would send with its heartbeats.
-class RecordingClient : public rendezvous::RendezvousClient {
- public:
-  std::string Backend() const override { return "recording"; }
-  void Join(const rendezvous::JoinRequest&, Clock::TimePoint,
-            JoinDone) override {}
-  void SetEventHandler(EventHandler) override {}
-  void ReportFailure(int64_t, const std::string&, bool, FailureDone) override {}
-  void ReportSuccess(int64_t, Clock::Duration, Done) override {}
-  void Leave(std::function<void()> done) override { done(); }
-  void SetStepRates(std::vector<rendezvous::RankStepRate> r) override {
-    rates = std::move(r);
-  }
-  void SetWorkerRestarts(int n) override { restarts = n; }
-
-  std::vector<rendezvous::RankStepRate> rates;
-  int restarts = 0;
-};
-
 void Write(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::trunc) << text;
 }
@@ -79,9 +61,9 @@ TEST_CASE(
     "StragglerWatch: every worker's pid, state, rate and scalars go "
     "with the heartbeats",
     "[agent][progress]") {
-  testing::TempDir dir;
-  testing::ManualEventLoop loop;
-  RecordingClient client;
+  ddprun::testing::TempDir dir;
+  ddprun::testing::ManualEventLoop loop;
+  agent::testing::RecordingRendezvous client;
   StragglerPolicy policy;
   policy.slow_for = seconds(2);
   StragglerWatch watch(&loop, policy, &client);
@@ -134,9 +116,9 @@ TEST_CASE(
     "StragglerWatch: scalars beyond the heartbeat's budget are left "
     "out",
     "[agent][progress]") {
-  testing::TempDir dir;
-  testing::ManualEventLoop loop;
-  RecordingClient client;
+  ddprun::testing::TempDir dir;
+  ddprun::testing::ManualEventLoop loop;
+  agent::testing::RecordingRendezvous client;
   StragglerWatch watch(&loop, StragglerPolicy{}, &client);
   std::vector<StragglerWatch::Target> targets;
   std::string text = "1\n";
@@ -165,36 +147,37 @@ TEST_CASE(
     "HealthCheck: 200 while the agent's loop runs, 503 once it has "
     "not for the timeout",
     "[agent][health]") {
-  testing::ManualEventLoop loop;
+  ddprun::testing::ManualEventLoop loop;
   std::string state = "rendezvous";
   HealthCheck health(
       &loop, [&state] { return state; }, seconds(60));
   StatusOr<int> port = health.Start("127.0.0.1", 0);
   REQUIRE(port.ok());
   loop.RunUntilIdle();
-  testing::HttpAnswer a = testing::HttpCall(*port, "GET", "/healthz");
+  ddprun::testing::HttpAnswer a =
+      ddprun::testing::HttpCall(*port, "GET", "/healthz");
   CHECK(a.status == 200);
   CHECK_THAT(a.body, Catch::Contains("\"status\": \"ok\""));
   CHECK_THAT(a.body, Catch::Contains("\"state\": \"rendezvous\""));
-  CHECK(testing::HttpCall(*port, "GET", "/").status == 200);
-  CHECK(testing::HttpCall(*port, "GET", "/other").status == 404);
-  CHECK(testing::HttpCall(*port, "POST", "/").status == 405);
+  CHECK(ddprun::testing::HttpCall(*port, "GET", "/").status == 200);
+  CHECK(ddprun::testing::HttpCall(*port, "GET", "/other").status == 404);
+  CHECK(ddprun::testing::HttpCall(*port, "POST", "/").status == 405);
   // The loop keeps beating: healthy however long the rendezvous takes.
   state = "running";
   loop.Advance(seconds(120));
-  a = testing::HttpCall(*port, "GET", "/healthz");
+  a = ddprun::testing::HttpCall(*port, "GET", "/healthz");
   CHECK(a.status == 200);
   CHECK_THAT(a.body, Catch::Contains("\"state\": \"running\""));
   // The loop is stuck (time passes, no timer runs): unhealthy after 60 s.
   auto* clock = static_cast<FakeClock*>(loop.clock());
   clock->Advance(seconds(59));
-  CHECK(testing::HttpCall(*port, "GET", "/healthz").status == 200);
+  CHECK(ddprun::testing::HttpCall(*port, "GET", "/healthz").status == 200);
   clock->Advance(seconds(2));
-  a = testing::HttpCall(*port, "GET", "/healthz");
+  a = ddprun::testing::HttpCall(*port, "GET", "/healthz");
   CHECK(a.status == 503);
   CHECK_THAT(a.body, Catch::Contains("unhealthy"));
   health.Stop();
-  CHECK(testing::HttpCall(*port, "GET", "/healthz").status == 0);
+  CHECK(ddprun::testing::HttpCall(*port, "GET", "/healthz").status == 0);
 }
 
 TEST_CASE("HealthCheckPort: torch's rule for the variable's value",
