@@ -282,8 +282,14 @@ TEST_CASE(
     "--mixed_precision=fp16) trains in reduced precision",
     "[cascade][ddprun][accelerate]") {
   const std::string out = FreshDir("cascade_accelerate");
+  // ddprun-accelerate lies beside the launcher under test (this build's, or
+  // the prebuilt one the LibTorch 2.6 leg names), not beside the trainers.
+  const std::string accelerate =
+      (std::filesystem::path(DDPRUN_LAUNCHER_BIN).parent_path() /
+       "ddprun-accelerate")
+          .string();
   CommandResult r = RunCommand(
-      Bin("ddprun-accelerate") +
+      accelerate +
           " --multi_gpu --num_processes=2 --mixed_precision=fp16 " +
           Bin("cascade_trainer") + " --config " + SyntheticConfig() +
           " --output_dir " + out + " --debug --gradient_checkpointing",
