@@ -249,7 +249,11 @@ std::string Checkpointer::Write(const std::string& file_name,
             err = WriteFullyErrno(
                 fd, std::string_view(static_cast<const char*>(buf), n));
           }
-          if (err != 0) return 0;  // torch throws on a short write
+          // After a failed write the rest is discarded but reported as
+          // written: torch throws on a short write, and LibTorch 1.13's
+          // writer then writes its end record from its destructor, where
+          // a second throw aborts the process (a full disk was SIGABRT).
+          if (err != 0) return n;
           hash.Add(buf, n);
           trailer.length += n;
           return n;
