@@ -1,31 +1,43 @@
 // live_view_load: does a flood of live-view requests delay heartbeats?
 //
 //   live_view_load [--nodes 256] [--ranks 8] [--rps 1000] [--seconds 10]
-//                  [--rounds 2] [--max_ratio R]
+//                  [--rounds 2] [--max_ratio R] [--max_p99_ms M]
+//                  [--snapshot_ttl_ms T]
 //
-// A real rendezvous server (in this process, 127.0.0.1:0) with its live
-// view (127.0.0.1:0) holds one job of --nodes simulated agents, each with
-// --ranks workers reporting steps, a rate and two scalars. Every agent
-// heartbeats once a second (spread evenly over the second, over 16 gRPC
-// connections, as the real agents do), each heartbeat's latency measured
-// by its sender. Alternating phases of --seconds each: heartbeats alone
-// (the reference), then heartbeats while 8 keep-alive HTTP clients send
-// GET /api/v1/jobs at --rps in all (paced, open-loop), once taking the
-// JSON as it is ("identity") and once gzipped, as browsers ask for it.
-// Prints p50/p99 of the heartbeat latency per phase and the ratio of the
-// p99s (each loaded phase / the phase alone, medians over --rounds), the
-// HTTP rate reached and its latency, and how long the view holds the
-// state's mutex for one snapshot. With --max_ratio, exits 1 when the
-// identity ratio exceeds it.
+// A real rendezvous server (127.0.0.1:0) with its live view (127.0.0.1:0)
+// holds one job of --nodes simulated agents, each with --ranks workers
+// reporting steps, a rate and two scalars. Every agent heartbeats once a
+// second (spread evenly over the second, over 16 gRPC connections, as the
+// real agents do), each heartbeat's latency measured by its sender.
+// Alternating phases of --seconds each: heartbeats alone (the reference),
+// then heartbeats while 8 keep-alive HTTP clients send GET /api/v1/jobs at
+// --rps in all (paced, open-loop), once taking the JSON as it is
+// ("identity") and once gzipped, as browsers ask for it. Prints p50/p99 of
+// the heartbeat latency per phase and the ratio of the p99s (each loaded
+// phase / the phase alone, medians over --rounds), the HTTP rate reached
+// and its latency, and how long the view holds the state's mutex for one
+// snapshot.
 //
-// Both sides share this machine's CPUs: the load generator stands in for
-// browsers elsewhere, so it runs niced (as the view's threads do), and the
-// reference phase runs the same heartbeat senders.
+// The server runs in a process of its own on half of this machine's CPUs
+// (one of two), the agents and browsers in this one on the other half: on
+// a cluster they are other machines, and in one process they would share
+// gRPC's thread pools and the server's cores. What is measured is what the
+// server's own cores do with heartbeats while they also serve the view.
+//
+// Exits 1 on a failed heartbeat or HTTP request, when the view answered
+// less than 90 % of the requests asked in a loaded phase, and, with
+// --max_ratio or --max_p99_ms, when the identity ratio or the loaded
+// phases' heartbeat p99 (the higher of the two, median over rounds)
+// exceeds it.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
+#include <spawn.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,6 +45,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <iostream>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -44,6 +58,8 @@
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/http/live_view.h"
 #include "rendezvous/server/rendezvous_server.h"
+
+extern char** environ;
 
 namespace ddprun::rendezvous {
 namespace {
@@ -57,7 +73,49 @@ struct Options {
   double seconds = 10;
   int rounds = 2;
   double max_ratio = 0;
+  double max_p99_ms = 0;
+  int snapshot_ttl_ms = -1;  // the view's default
+  bool serve = false;        // internal: the server process
+  std::string server_cpus;   // internal: its CPUs, e.g. "0" or "0-7"
 };
+
+// The CPUs this process may run on, in order.
+std::vector<int> AllowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+// Pins this process (every thread it starts from now on) to `cpus`.
+bool PinTo(const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) CPU_SET(c, &set);
+  return !cpus.empty() && ::sched_setaffinity(0, sizeof(set), &set) == 0;
+}
+
+std::string CpuList(const std::vector<int>& cpus) {
+  std::string out;
+  for (int c : cpus) out += (out.empty() ? "" : ",") + std::to_string(c);
+  return out;
+}
+
+std::vector<int> ParseCpuList(const std::string& text) {
+  std::vector<int> cpus;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    cpus.push_back(std::atoi(text.substr(at, end - at).c_str()));
+    at = end + 1;
+  }
+  return cpus;
+}
 
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -218,7 +276,9 @@ void HttpLoad(int port, double rate, bool gzip, Steady::time_point until,
   auto next = Steady::now();
   std::string buf;
   buf.resize(1 << 20);
-  while (next < until) {
+  // Open loop, but a client that fell behind (an answer slower than its
+  // period) stops at the phase's end with the rest: heartbeats stop there.
+  while (next < until && Steady::now() < until) {
     std::this_thread::sleep_until(next);
     next += std::chrono::duration_cast<Steady::duration>(period);
     const auto sent = Steady::now();
@@ -321,7 +381,15 @@ Phase RunPhase(Job* job, const Options& o, int http_port, Load load) {
   return p;
 }
 
-int Run(const Options& o) {
+// The server process: the rendezvous server and its live view, pinned to
+// --server_cpus. Prints "ready <grpc port> <http port>", then answers each
+// "copy" line on stdin with the snapshot timing line; returns at EOF.
+int Serve(const Options& o) {
+  if (!o.server_cpus.empty() && !PinTo(ParseCpuList(o.server_cpus))) {
+    fprintf(stderr, "cannot pin the server to CPUs %s: %s\n",
+            o.server_cpus.c_str(), std::strerror(errno));
+    return 1;
+  }
   RendezvousServer server;
   ServerOptions so;
   so.limits.heartbeat_rate_per_s = 0;
@@ -334,29 +402,160 @@ int Run(const Options& o) {
   http::LiveView view(&server);
   http::LiveViewOptions vo;
   vo.version = "bench";
+  if (o.snapshot_ttl_ms >= 0) {
+    vo.snapshot_ttl = std::chrono::milliseconds(o.snapshot_ttl_ms);
+  }
   auto http_port = view.Start(vo);
   if (!http_port.ok()) {
     fprintf(stderr, "live view: %s\n", http_port.status().ToString().c_str());
     return 1;
   }
-  Job job("127.0.0.1:" + std::to_string(*port), o.nodes, o.ranks);
+  printf("ready %d %d\n", *port, *http_port);
+  fflush(stdout);
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (line != "copy") continue;
+    // The view's one moment under the state's mutex: a copy of Status and
+    // the newest stack dumps (LiveView::Snapshot), timed here the same
+    // way, with every node's last progress in it.
+    std::vector<double> copies;
+    for (int i = 0; i < 20; ++i) {
+      const auto t0 = Steady::now();
+      server.ReadState([](const RendezvousState& state) {
+        StatusOr<v1::StatusResponse> all = state.GetStatus("");
+        for (const v1::JobStatus& j : all->jobs()) {
+          (void)state.PeekStacks(j.rdzv_id());
+        }
+      });
+      copies.push_back(
+          std::chrono::duration<double, std::milli>(Steady::now() - t0)
+              .count());
+    }
+    printf(
+        "state copy under the mutex: median %.2f ms, max %.2f ms (at most "
+        "10 a second)\n",
+        Percentile(copies, 0.5), Percentile(copies, 1.0));
+    fflush(stdout);
+  }
+  view.Stop();
+  server.Shutdown(std::chrono::seconds(1));
+  return 0;
+}
+
+// The server process as seen from here: started pinned, its ports read
+// back; ended (stdin closed, waited for) on destruction.
+class ServerProcess {
+ public:
+  ~ServerProcess() {
+    if (to_ >= 0) ::close(to_);
+    if (from_ != nullptr) fclose(from_);
+    if (pid_ > 0) {
+      int status = 0;
+      (void)::waitpid(pid_, &status, 0);
+    }
+  }
+
+  bool Start(const Options& o, const std::string& cpus) {
+    int in[2], out[2];
+    if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) {
+      return false;
+    }
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, in[0], 0);
+    posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+    std::vector<std::string> args = {"/proc/self/exe", "--serve",
+                                     "--snapshot_ttl_ms",
+                                     std::to_string(o.snapshot_ttl_ms)};
+    if (!cpus.empty()) {
+      args.push_back("--server_cpus");
+      args.push_back(cpus);
+    }
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const int rc = ::posix_spawn(&pid_, "/proc/self/exe", &actions, nullptr,
+                                 argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(in[0]);
+    ::close(out[1]);
+    to_ = in[1];
+    from_ = fdopen(out[0], "r");
+    if (rc != 0) {
+      pid_ = 0;
+      return false;
+    }
+    const std::string ready = ReadLine();
+    return std::sscanf(ready.c_str(), "ready %d %d", &grpc_port_,
+                       &http_port_) == 2;
+  }
+
+  // The server's snapshot timing line.
+  std::string CopyTiming() {
+    if (::write(to_, "copy\n", 5) != 5) return "";
+    return ReadLine();
+  }
+
+  int grpc_port() const { return grpc_port_; }
+  int http_port() const { return http_port_; }
+
+ private:
+  std::string ReadLine() {
+    char line[512];
+    if (from_ == nullptr || fgets(line, sizeof(line), from_) == nullptr) {
+      return "";
+    }
+    return line;
+  }
+
+  pid_t pid_ = 0;
+  int to_ = -1;
+  FILE* from_ = nullptr;
+  int grpc_port_ = 0;
+  int http_port_ = 0;
+};
+
+int Run(const Options& o) {
+  // The server on the first half of the CPUs (at least one), the clients
+  // on the rest; on one CPU, both on it.
+  const std::vector<int> cpus = AllowedCpus();
+  std::vector<int> server_cpus, client_cpus;
+  if (cpus.size() >= 2) {
+    const size_t half = cpus.size() / 2;
+    server_cpus.assign(cpus.begin(), cpus.begin() + half);
+    client_cpus.assign(cpus.begin() + half, cpus.end());
+  }
+  ServerProcess server;
+  if (!server.Start(o, CpuList(server_cpus))) {
+    fprintf(stderr, "the server process did not start\n");
+    return 1;
+  }
+  if (!client_cpus.empty() && !PinTo(client_cpus)) {
+    fprintf(stderr, "cannot pin the clients to CPUs %s: %s\n",
+            CpuList(client_cpus).c_str(), std::strerror(errno));
+    return 1;
+  }
+  Job job("127.0.0.1:" + std::to_string(server.grpc_port()), o.nodes, o.ranks);
   if (!job.Form()) {
     fprintf(stderr, "the round of %d nodes did not form\n", o.nodes);
     return 1;
   }
   printf(
       "%d nodes x %d ranks, heartbeats 1/s per node, %d GET "
-      "/api/v1/jobs/s in the loaded phases, %.0f s per phase\n",
-      o.nodes, o.ranks, o.rps, o.seconds);
+      "/api/v1/jobs/s in the loaded phases, %.0f s per phase; server on "
+      "CPU %s, agents and browsers on CPU %s\n",
+      o.nodes, o.ranks, o.rps, o.seconds,
+      server_cpus.empty() ? "any" : CpuList(server_cpus).c_str(),
+      client_cpus.empty() ? "any" : CpuList(client_cpus).c_str());
   printf("%-7s %-9s %8s %8s %8s %8s %10s %10s %10s %9s\n", "round", "phase",
          "beats", "p50_ms", "p99_ms", "max_ms", "http_rps", "http_p50",
          "http_p99", "body_KB");
-  std::vector<double> ratios, gzip_ratios;
+  std::vector<double> ratios, gzip_ratios, loaded_p99s;
   int rc = 0;
   for (int round = 1; round <= o.rounds; ++round) {
-    Phase alone = RunPhase(&job, o, *http_port, Load::kNone);
-    Phase identity = RunPhase(&job, o, *http_port, Load::kIdentity);
-    Phase gzip = RunPhase(&job, o, *http_port, Load::kGzip);
+    Phase alone = RunPhase(&job, o, server.http_port(), Load::kNone);
+    Phase identity = RunPhase(&job, o, server.http_port(), Load::kIdentity);
+    Phase gzip = RunPhase(&job, o, server.http_port(), Load::kGzip);
     for (const auto& [name, p] :
          {std::make_pair("alone", alone), std::make_pair("identity", identity),
           std::make_pair("gzip", gzip)}) {
@@ -368,39 +567,32 @@ int Run(const Options& o) {
                p.beat_errors, p.http_failures);
         rc = 1;
       }
+      // The load must have been served for the phase to measure it.
+      if (std::string(name) != "alone" && p.http_rps < 0.9 * o.rps) {
+        printf("  %s: the view answered %.0f requests/s of the %d asked\n",
+               name, p.http_rps, o.rps);
+        rc = 1;
+      }
     }
     ratios.push_back(alone.p99 > 0 ? identity.p99 / alone.p99 : 0);
     gzip_ratios.push_back(alone.p99 > 0 ? gzip.p99 / alone.p99 : 0);
+    loaded_p99s.push_back(std::max(identity.p99, gzip.p99));
     fflush(stdout);
   }
-  // The view's one moment under the state's mutex: a copy of Status and
-  // the newest stack dumps (LiveView::Snapshot), timed here the same way,
-  // with every node's last progress in it.
-  std::vector<double> copies;
-  for (int i = 0; i < 20; ++i) {
-    const auto t0 = Steady::now();
-    server.ReadState([](const RendezvousState& state) {
-      StatusOr<v1::StatusResponse> all = state.GetStatus("");
-      for (const v1::JobStatus& j : all->jobs()) {
-        (void)state.PeekStacks(j.rdzv_id());
-      }
-    });
-    copies.push_back(
-        std::chrono::duration<double, std::milli>(Steady::now() - t0).count());
-  }
-  printf(
-      "state copy under the mutex: median %.2f ms, max %.2f ms (at most "
-      "10 a second)\n",
-      Percentile(copies, 0.5), Percentile(copies, 1.0));
+  printf("%s", server.CopyTiming().c_str());
   const double ratio = Percentile(ratios, 0.5);
+  const double loaded_p99 = Percentile(loaded_p99s, 0.5);
   printf(
       "heartbeat p99 loaded / alone: identity %.2f, gzip %.2f (medians "
       "of %d rounds)\n",
       ratio, Percentile(gzip_ratios, 0.5), o.rounds);
-  view.Stop();
-  server.Shutdown(std::chrono::seconds(1));
   if (o.max_ratio > 0 && ratio > o.max_ratio) {
     printf("FAIL: ratio %.2f > --max_ratio %.2f\n", ratio, o.max_ratio);
+    rc = 1;
+  }
+  if (o.max_p99_ms > 0 && loaded_p99 > o.max_p99_ms) {
+    printf("FAIL: loaded heartbeat p99 %.2f ms > --max_p99_ms %.2f\n",
+           loaded_p99, o.max_p99_ms);
     rc = 1;
   }
   return rc;
@@ -433,10 +625,19 @@ int main(int argc, char** argv) {
       o.rounds = static_cast<int>(next());
     } else if (a == "--max_ratio") {
       o.max_ratio = next();
+    } else if (a == "--max_p99_ms") {
+      o.max_p99_ms = next();
+    } else if (a == "--snapshot_ttl_ms") {
+      o.snapshot_ttl_ms = static_cast<int>(next());
+    } else if (a == "--serve") {
+      o.serve = true;
+    } else if (a == "--server_cpus" && i + 1 < argc) {
+      o.server_cpus = argv[++i];
     } else {
       fprintf(stderr,
               "usage: %s [--nodes N] [--ranks R] [--rps N] [--seconds S] "
-              "[--rounds K] [--max_ratio X]\n",
+              "[--rounds K] [--max_ratio X] [--max_p99_ms M] "
+              "[--snapshot_ttl_ms T]\n",
               argv[0]);
       return 2;
     }
@@ -446,5 +647,5 @@ int main(int argc, char** argv) {
     fprintf(stderr, "%s: every value must be positive\n", argv[0]);
     return 2;
   }
-  return ddprun::rendezvous::Run(o);
+  return o.serve ? ddprun::rendezvous::Serve(o) : ddprun::rendezvous::Run(o);
 }

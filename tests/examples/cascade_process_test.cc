@@ -289,8 +289,7 @@ TEST_CASE(
        "ddprun-accelerate")
           .string();
   CommandResult r = RunCommand(
-      accelerate +
-          " --multi_gpu --num_processes=2 --mixed_precision=fp16 " +
+      accelerate + " --multi_gpu --num_processes=2 --mixed_precision=fp16 " +
           Bin("cascade_trainer") + " --config " + SyntheticConfig() +
           " --output_dir " + out + " --debug --gradient_checkpointing",
       300);
