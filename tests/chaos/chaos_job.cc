@@ -1,5 +1,7 @@
 #include "tests/chaos/chaos_job.h"
 
+#include <signal.h>
+
 #include "ddprun_catch.h"
 
 namespace ddprun::chaos {
@@ -66,6 +68,26 @@ double CheckRecovered(const Scenario& s, const Workload& w, const Expect& e) {
   const double took = restart->t - e.t0;
   PrintRecovery(e.what, took);
   return took;
+}
+
+double KillAgentSurvivorFinishes(Scenario& s, const Workload& w, Child& victim,
+                                 Child& survivor, const std::string& what,
+                                 std::chrono::seconds survivor_deadline) {
+  Expect e;
+  e.what = what;
+  e.exact = false;  // the survivor goes on alone: world 2 -> 1
+  e.spends_budget = false;
+  e.t0 = WallNow();
+  e.saved_before = s.LastSaved();
+  victim.Kill(SIGKILL);
+  CHECK(victim.Wait(5s) == 128 + SIGKILL);
+  const int code = survivor.Wait(survivor_deadline);
+  INFO(s.Logs());
+  REQUIRE(code == 0);
+  std::optional<Event> restart = s.StartAfter(e.t0);
+  REQUIRE(restart.has_value());
+  CHECK(restart->world == 1);
+  return CheckRecovered(s, w, e);
 }
 
 }  // namespace ddprun::chaos

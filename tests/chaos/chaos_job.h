@@ -3,6 +3,7 @@
 // Shared steps of the chaos scenarios: a 2-node grpc job on loopback and the
 // checks every scenario makes once it is over.
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,17 @@ struct Expect {
 // `saved_before` (at most one checkpoint interval lost), prints the
 // recovery line and returns the recovery time in seconds (-1 if none).
 double CheckRecovered(const Scenario& s, const Workload& w, const Expect& e);
+
+// A node lost while the job trains: kills agent `victim` with SIGKILL
+// (checks it died of it within 5 s) and expects `survivor` to finish the job
+// alone: exit 0 within `survivor_deadline`, a restart after the kill with
+// world size 1, then CheckRecovered for `what` (within 1e-4 of the
+// uninterrupted run; the lost node spends no restart budget; resumed from
+// the newest checkpoint at the kill or a newer one). Returns the recovery
+// time in seconds.
+double KillAgentSurvivorFinishes(Scenario& s, const Workload& w, Child& victim,
+                                 Child& survivor, const std::string& what,
+                                 std::chrono::seconds survivor_deadline);
 
 // The newest checkpoint saved before wall time `t` (0 if none).
 int64_t SavedBefore(const std::vector<Event>& events, double t);

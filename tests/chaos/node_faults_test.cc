@@ -35,6 +35,17 @@ bool WaitTrainingTogether(Scenario& s, int world, int64_t step) {
       30s);
 }
 
+// A 2-node job with `rdzv_conf` against the server on `port`, once it saved
+// checkpoint 10.
+void StartJobUntilSaved(Scenario& s, const Workload& w, int port,
+                        const std::string& rdzv_conf) {
+  TwoNodes nodes;
+  nodes.port = port;
+  nodes.rdzv_conf = rdzv_conf;
+  StartTwoNodes(s, nodes, w);
+  if (!s.WaitSaved(10)) FAIL("no checkpoint 10\n" << s.Logs());
+}
+
 // A job resubmitted after a failure: one agent with both ranks resumes from
 // the checkpoints the failed job left and must reach the uninterrupted
 // result bit for bit.
@@ -69,25 +80,11 @@ TEST_CASE("chaos: agent SIGKILL with --nnodes=1:2, the survivor finishes",
   nodes.nnodes = "1:2";
   nodes.rdzv_conf = kNodeLossRdzvConf;
   StartTwoNodes(s, nodes, w);
-  Child& a = s.agent(0);
-  Child& b = s.agent(1);
   if (!WaitTrainingTogether(s, 2, 10))
     FAIL("not training together\n" << s.Logs());
-  Expect e;
-  e.what = "agent SIGKILL (MIN satisfied)";
-  e.exact = false;  // the survivor goes on alone: world 2 -> 1
-  e.spends_budget = false;
-  e.t0 = WallNow();
-  e.saved_before = s.LastSaved();
-  b.Kill(SIGKILL);
-  CHECK(b.Wait(5s) == 128 + SIGKILL);
-  const int code = a.Wait(40s);
-  INFO(s.Logs());
-  REQUIRE(code == 0);
-  std::optional<Event> restart = s.StartAfter(e.t0);
-  REQUIRE(restart.has_value());
-  CHECK(restart->world == 1);
-  CheckRecovered(s, w, e);
+  KillAgentSurvivorFinishes(s, w, /*victim=*/s.agent(1),
+                            /*survivor=*/s.agent(0),
+                            "agent SIGKILL (MIN satisfied)", 40s);
 }
 
 TEST_CASE("chaos: agent SIGKILL with --nnodes=2:2 fails clearly in bounds",
@@ -96,15 +93,11 @@ TEST_CASE("chaos: agent SIGKILL with --nnodes=2:2 fails clearly in bounds",
   Workload w;
   auto& server = s.StartServer(0);
   REQUIRE(server.port() > 0);
-  TwoNodes nodes;
-  nodes.port = server.port();
-  nodes.rdzv_conf =
-      "heartbeat_timeout=2,last_call_timeout=1,join_timeout=4,"
-      "connection_lost_timeout=20";
-  StartTwoNodes(s, nodes, w);
+  StartJobUntilSaved(s, w, server.port(),
+                     "heartbeat_timeout=2,last_call_timeout=1,join_timeout=4,"
+                     "connection_lost_timeout=20");
   Child& a = s.agent(0);
   Child& b = s.agent(1);
-  if (!s.WaitSaved(10)) FAIL("no checkpoint 10\n" << s.Logs());
   const auto killed = SteadyClock::now();
   const int64_t saved_before = s.LastSaved();
   b.Kill(SIGKILL);
@@ -139,15 +132,11 @@ TEST_CASE("chaos: rendezvous server SIGKILL and restart mid-training",
   REQUIRE(port > 0);
   // The restarted server waits heartbeat_timeout for the agents to
   // re-register their round; 4 s leaves room for a loaded machine.
-  TwoNodes nodes;
-  nodes.port = port;
-  nodes.rdzv_conf =
-      "heartbeat_timeout=4,last_call_timeout=1,join_timeout=20,"
-      "connection_lost_timeout=20";
-  StartTwoNodes(s, nodes, w);
+  StartJobUntilSaved(s, w, port,
+                     "heartbeat_timeout=4,last_call_timeout=1,join_timeout=20,"
+                     "connection_lost_timeout=20");
   Child& a = s.agent(0);
   Child& b = s.agent(1);
-  if (!s.WaitSaved(10)) FAIL("no checkpoint 10\n" << s.Logs());
   const double t0 = WallNow();
   const auto killed = SteadyClock::now();
   server.child().Kill(SIGKILL);
@@ -204,22 +193,11 @@ TEST_CASE(
   Child& b = s.StartAgent("b", flags(1), w);
   if (!WaitTrainingTogether(s, 2, 10))
     FAIL("not training together\n" << s.Logs());
-  Expect e;
-  e.what = "agent hosting the rendezvous SIGKILL (failover)";
-  e.exact = false;  // the survivor goes on alone: world 2 -> 1
-  e.spends_budget = false;
-  e.t0 = WallNow();
-  e.saved_before = s.LastSaved();
-  a.Kill(SIGKILL);
-  CHECK(a.Wait(5s) == 128 + SIGKILL);
-  const int code = b.Wait(60s);
+  const double took = KillAgentSurvivorFinishes(
+      s, w, /*victim=*/a, /*survivor=*/b,
+      "agent hosting the rendezvous SIGKILL (failover)", 60s);
   INFO(s.Logs());
-  REQUIRE(code == 0);
   CHECK(ReadFile(s.dir() + "/b.err").find("hosts it now") != std::string::npos);
-  std::optional<Event> restart = s.StartAfter(e.t0);
-  REQUIRE(restart.has_value());
-  CHECK(restart->world == 1);
-  const double took = CheckRecovered(s, w, e);
   // b, on the same host, takes the port over at its first unanswered
   // heartbeat (heartbeat_interval, 1 s by default), long before
   // connection_lost_timeout (20 s) would end it.
