@@ -16,7 +16,7 @@
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/options/rendezvous_options.h"
 #include "rendezvous/server/rendezvous_server.h"
-#include "tests/rendezvous/sync_client.h"
+#include "tests/rendezvous/rendezvous_fixture.h"
 #include "tests/support/process.h"
 
 namespace ddprun::rendezvous {
@@ -24,6 +24,7 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
+using testing::RendezvousFixture;
 using testing::SyncClient;
 using Steady = std::chrono::steady_clock;
 
@@ -36,32 +37,22 @@ ServerOptions Hosted(const std::string& own_host) {
   return o;
 }
 
-GrpcClientOptions ClientOptions(int port) {
-  GrpcClientOptions o;
-  o.endpoint = "127.0.0.1:" + std::to_string(port);
-  o.rendezvous.heartbeat_interval = milliseconds(200);
-  o.rendezvous.heartbeat_timeout = milliseconds(2000);
+// A test agent of `rdzv` (RendezvousFixture::AgentOptions) with a 300 ms
+// last call.
+GrpcClientOptions ClientOptions(const RendezvousFixture& rdzv) {
+  GrpcClientOptions o = rdzv.AgentOptions();
   o.rendezvous.last_call_timeout = milliseconds(300);
-  o.rendezvous.join_timeout = seconds(20);
   return o;
 }
 
+// Node `node` of job "job", 2 nodes of one rank each.
 JoinRequest Request(const std::string& node) {
-  JoinRequest r;
-  r.run_id = "job";
-  r.node_id = node;
-  r.local_world_size = 1;
-  r.local_addr = "127.0.0.1";
-  r.min_nodes = 2;
-  r.max_nodes = 2;
-  r.max_restarts = 1;
-  return r;
+  return testing::AgentRequest(node, 2, 2, /*nproc=*/1);
 }
 
 // One Heartbeat of an observer that is no node of the job.
-v1::HeartbeatResponse Observe(int port) {
-  auto stub = v1::Rendezvous::NewStub(grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+v1::HeartbeatResponse Observe(const RendezvousFixture& rdzv) {
+  auto stub = rdzv.Stub();
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
   v1::HeartbeatRequest req;
@@ -96,9 +87,7 @@ TEST_CASE(
     "GrpcFailover: the successor hosts at its standby and every client moves "
     "there, a call in flight included",
     "[rendezvous][grpc][failover]") {
-  auto primary = std::make_unique<RendezvousServer>();
-  auto port = primary->Start("127.0.0.1", 0, Hosted("127.0.0.1"));
-  REQUIRE(port.ok());
+  RendezvousFixture primary(Hosted("127.0.0.1"));
   StatusOr<int> standby_port = FreePort(kStandbyHost);
   REQUIRE(standby_port.ok());
   const std::string standby =
@@ -106,9 +95,9 @@ TEST_CASE(
 
   // node0 stands by on the hosting host (never the successor); node1 on
   // "another host", and hosts there when asked.
-  GrpcClientOptions o0 = ClientOptions(*port);
-  o0.standby_endpoint = "127.0.0.1:" + std::to_string(*port);
-  GrpcClientOptions o1 = ClientOptions(*port);
+  GrpcClientOptions o0 = ClientOptions(primary);
+  o0.standby_endpoint = primary.endpoint();
+  GrpcClientOptions o1 = ClientOptions(primary);
   o1.standby_endpoint = standby;
   RendezvousServer successor;
   std::atomic<int> hosted{0};
@@ -117,20 +106,18 @@ TEST_CASE(
     return successor.Start(kStandbyHost, *standby_port, Hosted(kStandbyHost))
         .ok();
   };
-  auto c0 = SyncClient::Grpc(o0);
-  auto c1 = SyncClient::Grpc(o1);
-  REQUIRE(c0.ok());
-  REQUIRE(c1.ok());
+  auto c0 = RendezvousFixture::Client(o0);
+  auto c1 = RendezvousFixture::Client(o1);
   auto j0 = std::async(std::launch::async, [&] {
-    return (*c0)->Join(Request("node0"), Steady::now() + seconds(15));
+    return c0->Join(Request("node0"), Steady::now() + seconds(15));
   });
-  auto r1 = (*c1)->Join(Request("node1"), Steady::now() + seconds(15));
+  auto r1 = c1->Join(Request("node1"), Steady::now() + seconds(15));
   auto r0 = j0.get();
   REQUIRE(r0.ok());
   REQUIRE(r1.ok());
 
   // Every heartbeat reply names node1's standby.
-  v1::HeartbeatResponse seen = Observe(*port);
+  v1::HeartbeatResponse seen = Observe(primary);
   CHECK(seen.failover());
   CHECK(seen.successor_endpoint() == standby);
   CHECK(seen.successor_node_id() == "node1");
@@ -141,13 +128,13 @@ TEST_CASE(
   // node0 waits in the exit barrier on the primary when it goes away: its
   // call is retried and must follow the move.
   auto barrier0 = std::async(std::launch::async, [&] {
-    return (*c0)->ReportSuccess(r0->round, seconds(20));
+    return c0->ReportSuccess(r0->round, seconds(20));
   });
   // The barrier call is on its way (nothing shows it parked before the
   // primary goes; a parked or a retried call must both follow the move).
   std::this_thread::sleep_for(milliseconds(300));
   const auto gone = Steady::now();
-  primary->Shutdown(milliseconds(0));  // all its state lost
+  primary.Shutdown(milliseconds(0));  // all its state lost
 
   // Both nodes re-register their running round with the successor.
   v1::StatusResponse status;
@@ -165,32 +152,26 @@ TEST_CASE(
   CHECK(hosted.load() == 1);
   // And the job ends well there: node0's barrier call (in flight across
   // the move) and node1's meet on the successor.
-  CHECK((*c1)->ReportSuccess(r1->round, seconds(10)).ok());
+  CHECK(c1->ReportSuccess(r1->round, seconds(10)).ok());
   CHECK(barrier0.get().ok());
-  c0->reset();
-  c1->reset();
+  c0.reset();
+  c1.reset();
   successor.Shutdown(milliseconds(0));
 }
 
 TEST_CASE("GrpcFailover: no successor when every standby is on the host",
           "[rendezvous][grpc][failover]") {
-  RendezvousServer server;
-  auto port = server.Start("127.0.0.1", 0, Hosted("127.0.0.1"));
-  REQUIRE(port.ok());
-  GrpcClientOptions o = ClientOptions(*port);
-  o.standby_endpoint = "127.0.0.1:" + std::to_string(*port);
+  RendezvousFixture rdzv(Hosted("127.0.0.1"));
+  GrpcClientOptions o = ClientOptions(rdzv);
+  o.standby_endpoint = rdzv.endpoint();
   std::vector<std::unique_ptr<SyncClient>> clients;
-  for (int i = 0; i < 2; ++i) {
-    auto c = SyncClient::Grpc(o);
-    REQUIRE(c.ok());
-    clients.push_back(std::move(c).value());
-  }
+  for (int i = 0; i < 2; ++i) clients.push_back(rdzv.Client(o));
   auto j0 = std::async(std::launch::async, [&] {
     return clients[0]->Join(Request("node0"), Steady::now() + seconds(15));
   });
   REQUIRE(clients[1]->Join(Request("node1"), Steady::now() + seconds(15)).ok());
   REQUIRE(j0.get().ok());
-  v1::HeartbeatResponse seen = Observe(*port);
+  v1::HeartbeatResponse seen = Observe(rdzv);
   CHECK(seen.failover());
   CHECK(seen.successor_endpoint().empty());
   CHECK(seen.successor_node_id().empty());

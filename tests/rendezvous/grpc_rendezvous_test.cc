@@ -1,15 +1,13 @@
 // The real thing on loopback: RendezvousServer on 127.0.0.1:0 and
 // GrpcRendezvousClient agents, each on a loop thread of its own, called
-// through SyncClient (tests/rendezvous/sync_client.h) from test threads.
+// from test threads (tests/rendezvous/rendezvous_fixture.h).
 #include "ddprun_catch.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
 #include <atomic>
-#include <condition_variable>
 #include <cstdio>
 #include <future>
-#include <mutex>
 #include <set>
 #include <thread>
 #include <vector>
@@ -20,7 +18,7 @@
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/options/rendezvous_options.h"
 #include "rendezvous/server/rendezvous_server.h"
-#include "tests/rendezvous/sync_client.h"
+#include "tests/rendezvous/rendezvous_fixture.h"
 #include "tests/support/process.h"
 
 namespace ddprun::rendezvous {
@@ -28,98 +26,18 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-using testing::SyncClient;
+using testing::AgentRequest;
+using testing::EventLog;
+using testing::JoinAll;
+using testing::RendezvousFixture;
 using Steady = std::chrono::steady_clock;
-
-std::unique_ptr<SyncClient> MakeClient(int port,
-                                       const std::string& token = "") {
-  auto c = SyncClient::Grpc(testing::LoopbackClientOptions(port, token));
-  REQUIRE(c.ok());
-  return std::move(c).value();
-}
-
-JoinRequest Request(const std::string& node, int min, int max, int nproc = 2,
-                    int max_restarts = 1) {
-  JoinRequest r;
-  r.run_id = "job";
-  r.node_id = node;
-  r.local_world_size = nproc;
-  r.local_addr = "127.0.0.1";
-  r.min_nodes = min;
-  r.max_nodes = max;
-  r.max_restarts = max_restarts;
-  return r;
-}
-
-// Records events from a client (delivered on its loop thread).
-class EventLog {
- public:
-  RendezvousClient::EventHandler Handler() {
-    return [this](const RendezvousEvent& e) {
-      std::lock_guard<std::mutex> lock(mu_);
-      events_.push_back(e);
-      cv_.notify_all();
-    };
-  }
-  // Waits until an event arrives or `timeout` passes.
-  std::optional<RendezvousEvent> Wait(Clock::Duration timeout) {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_for(lock, timeout, [this] { return !events_.empty(); })) {
-      return std::nullopt;
-    }
-    return events_.front();
-  }
-  size_t size() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return events_.size();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<RendezvousEvent> events_;
-};
 
 Clock::TimePoint In(Clock::Duration d) { return Steady::now() + d; }
 
-// Joins `clients` concurrently (one thread each) and returns the results.
-std::vector<StatusOr<RendezvousResult>> JoinAll(
-    std::vector<std::unique_ptr<SyncClient>>& clients, int min, int max,
-    std::vector<int> nprocs = {}, int max_restarts = 1) {
-  std::vector<std::future<StatusOr<RendezvousResult>>> futures;
-  for (size_t i = 0; i < clients.size(); ++i) {
-    const int nproc = i < nprocs.size() ? nprocs[i] : 2;
-    futures.push_back(std::async(std::launch::async, [&, i, nproc] {
-      return clients[i]->Join(
-          Request("node" + std::to_string(i), min, max, nproc, max_restarts),
-          In(seconds(15)));
-    }));
-  }
-  std::vector<StatusOr<RendezvousResult>> out;
-  for (auto& f : futures) out.push_back(f.get());
-  return out;
-}
-
-v1::StatusResponse ServerStatus(int port, const std::string& token = "") {
-  auto stub = v1::Rendezvous::NewStub(grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
-  if (!token.empty()) ctx.AddMetadata("x-ddprun-token", token);
-  v1::StatusResponse resp;
-  grpc::Status s = stub->Status(&ctx, v1::StatusRequest(), &resp);
-  REQUIRE(s.ok());
-  return resp;
-}
-
 TEST_CASE("GrpcRendezvous: four agents complete a round with consistent ranks",
           "[rendezvous][grpc]") {
-  RendezvousServer server;
-  auto port = server.Start("127.0.0.1", 0, ServerOptions());
-  REQUIRE(port.ok());
-  REQUIRE(*port > 0);
-  std::vector<std::unique_ptr<SyncClient>> clients;
-  for (int i = 0; i < 4; ++i) clients.push_back(MakeClient(*port));
+  RendezvousFixture rdzv;
+  auto clients = rdzv.Agents(4);
   auto results = JoinAll(clients, 4, 4, {1, 2, 3, 4});
   std::set<int> group_ranks;
   std::set<int> ranks;
@@ -143,33 +61,26 @@ TEST_CASE("GrpcRendezvous: four agents complete a round with consistent ranks",
 
 TEST_CASE("GrpcRendezvous: a wrong token is refused and changes nothing",
           "[rendezvous][grpc]") {
-  RendezvousServer server;
   ServerOptions options;
   options.token = "s3cret";
-  auto port = server.Start("127.0.0.1", 0, options);
-  REQUIRE(port.ok());
-  auto bad = MakeClient(*port, "guess");
-  auto r = bad->Join(Request("intruder", 1, 1), In(seconds(5)));
+  RendezvousFixture rdzv(options);
+  auto bad = rdzv.Agent("guess");
+  auto r = bad->Join(AgentRequest("intruder", 1, 1), In(seconds(5)));
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().code() == StatusCode::kUnauthenticated);
   CHECK_THAT(r.status().message(), Catch::Contains("token"));
-  CHECK(ServerStatus(*port, "s3cret").jobs_size() == 0);
-  auto good = MakeClient(*port, "s3cret");
-  auto ok = good->Join(Request("friend", 1, 1), In(seconds(5)));
+  CHECK(rdzv.Status("s3cret").jobs_size() == 0);
+  auto good = rdzv.Agent("s3cret");
+  auto ok = good->Join(AgentRequest("friend", 1, 1), In(seconds(5)));
   REQUIRE(ok.ok());
-  CHECK(ServerStatus(*port, "s3cret").jobs_size() == 1);
+  CHECK(rdzv.Status("s3cret").jobs_size() == 1);
 }
 
 TEST_CASE("GrpcRendezvous: a silent agent is dropped and the others re-join",
           "[rendezvous][grpc]") {
-  RendezvousServer server;
-  auto port = server.Start("127.0.0.1", 0, ServerOptions());
-  REQUIRE(port.ok());
-  std::vector<std::unique_ptr<SyncClient>> clients;
-  for (int i = 0; i < 3; ++i) clients.push_back(MakeClient(*port));
+  RendezvousFixture rdzv;
   EventLog survivor0, survivor1;
-  clients[0]->SetEventHandler(survivor0.Handler());
-  clients[1]->SetEventHandler(survivor1.Handler());
+  auto clients = rdzv.Agents(3, {&survivor0, &survivor1});
   auto results = JoinAll(clients, 2, 3);
   for (auto& r : results) REQUIRE(r.ok());
   // Real time on purpose: nothing may happen while the job is healthy.
@@ -200,23 +111,18 @@ TEST_CASE("GrpcRendezvous: a silent agent is dropped and the others re-join",
 
 TEST_CASE("GrpcRendezvous: a third agent joining 1:3 scales the job up",
           "[rendezvous][grpc]") {
-  RendezvousServer server;
-  auto port = server.Start("127.0.0.1", 0, ServerOptions());
-  REQUIRE(port.ok());
-  std::vector<std::unique_ptr<SyncClient>> clients;
-  for (int i = 0; i < 2; ++i) clients.push_back(MakeClient(*port));
+  RendezvousFixture rdzv;
   EventLog events0, events1;
-  clients[0]->SetEventHandler(events0.Handler());
-  clients[1]->SetEventHandler(events1.Handler());
+  auto clients = rdzv.Agents(2, {&events0, &events1});
   // min 1: the round starts after last_call (500 ms) with two nodes.
   auto first = JoinAll(clients, 1, 3);
   for (auto& r : first) {
     REQUIRE(r.ok());
     CHECK(r->group_world_size == 2);
   }
-  auto late = MakeClient(*port);
+  auto late = rdzv.Agent();
   auto late_join = std::async(std::launch::async, [&] {
-    return late->Join(Request("node2", 1, 3), In(seconds(15)));
+    return late->Join(AgentRequest("node2", 1, 3), In(seconds(15)));
   });
   auto e0 = events0.Wait(seconds(3));
   auto e1 = events1.Wait(seconds(3));
@@ -240,17 +146,15 @@ TEST_CASE("GrpcRendezvous: a third agent joining 1:3 scales the job up",
 
 TEST_CASE("GrpcRendezvous: Leave during a parked Join cancels it",
           "[rendezvous][grpc]") {
-  RendezvousServer server;
-  auto port = server.Start("127.0.0.1", 0, ServerOptions());
-  REQUIRE(port.ok());
-  auto client = MakeClient(*port);
+  RendezvousFixture rdzv;
+  auto client = rdzv.Agent();
   auto join = std::async(std::launch::async, [&] {
-    return client->Join(Request("quitter", 2, 2), In(seconds(15)));
+    return client->Join(AgentRequest("quitter", 2, 2), In(seconds(15)));
   });
   // Wait until the server has the node parked.
   ddprun::testing::WaitUntil(
       [&] {
-        auto st = ServerStatus(*port);
+        auto st = rdzv.Status();
         return st.jobs_size() == 1 && st.jobs(0).nodes_size() == 1;
       },
       seconds(5), milliseconds(20));
@@ -261,7 +165,7 @@ TEST_CASE("GrpcRendezvous: Leave during a parked Join cancels it",
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().code() == StatusCode::kCancelled);
   // No ghost participant left behind (the empty job may already be gone).
-  auto st = ServerStatus(*port);
+  auto st = rdzv.Status();
   for (const auto& job : st.jobs()) CHECK(job.nodes_size() == 0);
 }
 
@@ -269,11 +173,8 @@ TEST_CASE(
     "GrpcRendezvous: workers failing because a node died spend no "
     "budget",
     "[rendezvous][grpc]") {
-  RendezvousServer server;
-  auto port = server.Start("127.0.0.1", 0, ServerOptions());
-  REQUIRE(port.ok());
-  std::vector<std::unique_ptr<SyncClient>> clients;
-  for (int i = 0; i < 3; ++i) clients.push_back(MakeClient(*port));
+  RendezvousFixture rdzv;
+  auto clients = rdzv.Agents(3);
   // max_restarts 0: any spent restart would fail the job.
   auto first = JoinAll(clients, 2, 3, {}, /*max_restarts=*/0);
   for (auto& r : first) REQUIRE(r.ok());
@@ -295,13 +196,9 @@ TEST_CASE(
     "GrpcRendezvous: worker failure restarts every node with one "
     "global count",
     "[rendezvous][grpc]") {
-  RendezvousServer server;
-  auto port = server.Start("127.0.0.1", 0, ServerOptions());
-  REQUIRE(port.ok());
-  std::vector<std::unique_ptr<SyncClient>> clients;
-  for (int i = 0; i < 2; ++i) clients.push_back(MakeClient(*port));
+  RendezvousFixture rdzv;
   EventLog other;
-  clients[1]->SetEventHandler(other.Handler());
+  auto clients = rdzv.Agents(2, {nullptr, &other});
   auto first = JoinAll(clients, 2, 2);
   REQUIRE(first[0].ok());
   auto restart =
@@ -321,17 +218,14 @@ TEST_CASE(
   auto exhausted = clients[1]->ReportFailure(second[1]->round, "again", true);
   REQUIRE(exhausted.ok());
   CHECK_FALSE(*exhausted);
-  auto late = clients[0]->Join(Request("node0", 2, 2), In(seconds(3)));
+  auto late = clients[0]->Join(AgentRequest("node0", 2, 2), In(seconds(3)));
   CHECK(late.status().code() == StatusCode::kFailedPrecondition);
 }
 
 TEST_CASE("GrpcRendezvous: exit barrier waits for all and times out",
           "[rendezvous][grpc]") {
-  RendezvousServer server;
-  auto port = server.Start("127.0.0.1", 0, ServerOptions());
-  REQUIRE(port.ok());
-  std::vector<std::unique_ptr<SyncClient>> clients;
-  for (int i = 0; i < 2; ++i) clients.push_back(MakeClient(*port));
+  RendezvousFixture rdzv;
+  auto clients = rdzv.Agents(2);
   auto results = JoinAll(clients, 2, 2);
   REQUIRE(results[0].ok());
   const int64_t round = results[0]->round;
@@ -346,22 +240,18 @@ TEST_CASE("GrpcRendezvous: exit barrier waits for all and times out",
   std::this_thread::sleep_for(milliseconds(200));
   REQUIRE(clients[1]->ReportSuccess(round, seconds(10)).ok());
   CHECK(pending.get().ok());
-  auto status = ServerStatus(*port);
+  auto status = rdzv.Status();
   REQUIRE(status.jobs_size() == 1);
   CHECK(status.jobs(0).state() == v1::JobStatus::STATE_SUCCEEDED);
 }
 
 TEST_CASE("GrpcRendezvous: join_timeout fails the job with a clear error",
           "[rendezvous][grpc]") {
-  RendezvousServer server;
-  auto port = server.Start("127.0.0.1", 0, ServerOptions());
-  REQUIRE(port.ok());
-  GrpcClientOptions o;
-  o.endpoint = "127.0.0.1:" + std::to_string(*port);
+  RendezvousFixture rdzv;
+  GrpcClientOptions o = rdzv.ClientOptions();
   o.rendezvous.join_timeout = milliseconds(700);
-  auto client = SyncClient::Grpc(o);
-  REQUIRE(client.ok());
-  auto r = (*client)->Join(Request("lonely", 2, 2), In(seconds(10)));
+  auto client = rdzv.Client(o);
+  auto r = client->Join(AgentRequest("lonely", 2, 2), In(seconds(10)));
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().code() == StatusCode::kDeadlineExceeded);
   CHECK_THAT(r.status().message(),
@@ -370,31 +260,23 @@ TEST_CASE("GrpcRendezvous: join_timeout fails the job with a clear error",
 
 TEST_CASE("GrpcRendezvous: a restarted server keeps a healthy job running",
           "[rendezvous][grpc]") {
-  auto server = std::make_unique<RendezvousServer>();
-  auto port = server->Start("127.0.0.1", 0, ServerOptions());
-  REQUIRE(port.ok());
-  std::vector<std::unique_ptr<SyncClient>> clients;
-  for (int i = 0; i < 2; ++i) clients.push_back(MakeClient(*port));
+  RendezvousFixture rdzv;
   EventLog events0, events1;
-  clients[0]->SetEventHandler(events0.Handler());
-  clients[1]->SetEventHandler(events1.Handler());
+  auto clients = rdzv.Agents(2, {&events0, &events1});
   auto results = JoinAll(clients, 2, 2);
   for (auto& r : results) REQUIRE(r.ok());
 
-  server->Shutdown(milliseconds(100));  // all state lost
+  rdzv.Shutdown(milliseconds(100));  // all state lost
   // The server stays away for a while on purpose (an outage, not a
   // condition).
   std::this_thread::sleep_for(milliseconds(500));
-  server = std::make_unique<RendezvousServer>();
-  auto again = server->Start("127.0.0.1", *port, ServerOptions());
-  REQUIRE(again.ok());
-  REQUIRE(*again == *port);
+  rdzv.StartAgain();
 
   // The agents re-register their round through heartbeats.
   v1::StatusResponse status;
   ddprun::testing::WaitUntil(
       [&] {
-        status = ServerStatus(*port);
+        status = rdzv.Status();
         return status.jobs_size() == 1 && status.jobs(0).nodes_size() == 2;
       },
       seconds(5), milliseconds(100));
@@ -416,25 +298,22 @@ TEST_CASE("GrpcRendezvous: a restarted server keeps a healthy job running",
 
 TEST_CASE("GrpcRendezvous: a Join parked across a server restart completes",
           "[rendezvous][grpc]") {
-  auto server = std::make_unique<RendezvousServer>();
-  auto port = server->Start("127.0.0.1", 0, ServerOptions());
-  REQUIRE(port.ok());
-  auto early = MakeClient(*port);
+  RendezvousFixture rdzv;
+  auto early = rdzv.Agent();
   auto early_join = std::async(std::launch::async, [&] {
-    return early->Join(Request("early", 2, 2), In(seconds(15)));
+    return early->Join(AgentRequest("early", 2, 2), In(seconds(15)));
   });
   // Parked on server 1.
   REQUIRE(ddprun::testing::WaitUntil(
       [&] {
-        auto st = ServerStatus(*port);
+        auto st = rdzv.Status();
         return st.jobs_size() == 1 && st.jobs(0).nodes_size() == 1;
       },
       seconds(5), milliseconds(20)));
-  server->Shutdown(milliseconds(100));
-  server = std::make_unique<RendezvousServer>();
-  REQUIRE(server->Start("127.0.0.1", *port, ServerOptions()).ok());
-  auto late = MakeClient(*port);
-  auto late_result = late->Join(Request("late", 2, 2), In(seconds(15)));
+  rdzv.Shutdown(milliseconds(100));
+  rdzv.StartAgain();
+  auto late = rdzv.Agent();
+  auto late_result = late->Join(AgentRequest("late", 2, 2), In(seconds(15)));
   auto early_result = early_join.get();
   REQUIRE(early_result.ok());
   REQUIRE(late_result.ok());
@@ -445,12 +324,8 @@ TEST_CASE("GrpcRendezvous: a Join parked across a server restart completes",
 
 TEST_CASE("GrpcRendezvous: oversized and malformed requests are refused",
           "[rendezvous][grpc]") {
-  RendezvousServer server;
-  auto port = server.Start("127.0.0.1", 0, ServerOptions());
-  REQUIRE(port.ok());
-  auto stub = v1::Rendezvous::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(*port),
-                          grpc::InsecureChannelCredentials()));
+  RendezvousFixture rdzv;
+  auto stub = rdzv.Stub();
   v1::JoinRequest big;
   big.set_rdzv_id("job");
   big.mutable_config()->set_min_nodes(1);
@@ -481,16 +356,13 @@ TEST_CASE("GrpcRendezvous: oversized and malformed requests are refused",
     CHECK(s.error_code() == grpc::StatusCode::NOT_FOUND);
     CHECK_THAT(s.error_message(), Catch::Contains("unknown rendezvous 'nope'"));
   }
-  CHECK(ServerStatus(*port).jobs_size() == 0);
+  CHECK(rdzv.Status().jobs_size() == 0);
 }
 
 TEST_CASE("GrpcRendezvous: ddprun-rendezvous --status prints the live job",
           "[rendezvous][grpc]") {
-  RendezvousServer server;
-  auto port = server.Start("127.0.0.1", 0, ServerOptions());
-  REQUIRE(port.ok());
-  std::vector<std::unique_ptr<SyncClient>> clients;
-  for (int i = 0; i < 2; ++i) clients.push_back(MakeClient(*port));
+  RendezvousFixture rdzv;
+  auto clients = rdzv.Agents(2);
   for (auto& r : JoinAll(clients, 2, 2)) REQUIRE(r.ok());
 
   auto run = [](const std::string& args, int* rc) {
@@ -505,7 +377,7 @@ TEST_CASE("GrpcRendezvous: ddprun-rendezvous --status prints the live job",
     *rc = WEXITSTATUS(pclose(p));
     return out;
   };
-  const std::string endpoint = "127.0.0.1:" + std::to_string(*port);
+  const std::string endpoint = rdzv.endpoint();
   int rc = -1;
   std::string table = run("--status " + endpoint, &rc);
   CHECK(rc == 0);
@@ -588,16 +460,12 @@ TEST_CASE("ParseRendezvousOptions: bad-host keys reach the server's job config",
   CHECK(Parse({{"bad_host_cooldown", "0"}}).status().code() ==
         StatusCode::kInvalidArgument);
 
-  RendezvousServer server;
-  auto port = server.Start("127.0.0.1", 0, ServerOptions());
-  REQUIRE(port.ok());
-  GrpcClientOptions o;
+  RendezvousFixture rdzv;
+  GrpcClientOptions o = rdzv.ClientOptions();
   o.rendezvous = *parsed;
-  o.endpoint = "127.0.0.1:" + std::to_string(*port);
-  auto client = SyncClient::Grpc(o);
-  REQUIRE(client.ok());
-  REQUIRE((*client)->Join(Request("a", 1, 1), In(seconds(5))).ok());
-  const v1::JobConfig config = ServerStatus(*port).jobs(0).config();
+  auto client = rdzv.Client(o);
+  REQUIRE(client->Join(AgentRequest("a", 1, 1), In(seconds(5))).ok());
+  const v1::JobConfig config = rdzv.Status().jobs(0).config();
   CHECK(config.bad_host_failures() == 3);
   CHECK(config.bad_host_window_ms() == 120000);
   CHECK(config.bad_host_cooldown_ms() == 30500);

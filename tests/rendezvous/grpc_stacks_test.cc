@@ -2,7 +2,7 @@
 // whose answers exceed one 64 KiB request, jobs whose dump exceeds gRPC's
 // 4 MB default message, and the per-address limits and job scope of the
 // server's rpcs. A RendezvousServer on 127.0.0.1:0 and GrpcRendezvousClient
-// agents (tests/rendezvous/sync_client.h).
+// agents (tests/rendezvous/rendezvous_fixture.h).
 #include "ddprun_catch.h"
 
 #include <atomic>
@@ -19,31 +19,16 @@
 #include "diagnosis/stack_summary.h"
 #include "rendezvous/server/rendezvous_server.h"
 #include "rendezvous/server/rendezvous_service.h"
-#include "tests/rendezvous/sync_client.h"
+#include "tests/rendezvous/rendezvous_fixture.h"
 
 namespace ddprun::rendezvous {
 namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
+using testing::AgentRequest;
+using testing::RendezvousFixture;
 using testing::SyncClient;
-
-std::unique_ptr<SyncClient> Client(int port) {
-  auto c = SyncClient::Grpc(testing::LoopbackClientOptions(port));
-  REQUIRE(c.ok());
-  return std::move(c).value();
-}
-
-JoinRequest Request(const std::string& node, int nproc) {
-  JoinRequest r;
-  r.run_id = "job";
-  r.node_id = node;
-  r.local_world_size = nproc;
-  r.local_addr = "127.0.0.1";
-  r.min_nodes = 2;
-  r.max_nodes = 2;
-  return r;
-}
 
 // A faulthandler main thread of exactly `bytes` bytes: waiting in
 // all_reduce at train.py:102, or (odd) loading data at train.py:88, padded
@@ -87,14 +72,14 @@ std::vector<diagnosis::StackSummary> Ranks(int first, int n, int group_rank,
 // dump with its ranks (rank `odd` elsewhere); node 0 gathers. Returns node
 // 0's answer.
 StatusOr<StacksAnswer> Gather(int nproc, int odd, size_t bytes) {
-  RendezvousServer server;
-  auto port = server.Start("127.0.0.1", 0, {});
-  REQUIRE(port.ok());
-  auto a = Client(*port), b = Client(*port);
+  RendezvousFixture server;
+  auto a = server.Agent(), b = server.Agent();
   auto ja = std::async(std::launch::async, [&] {
-    return a->Join(Request("a", nproc), Clock::Real()->Now() + seconds(15));
+    return a->Join(AgentRequest("a", 2, 2, nproc),
+                   Clock::Real()->Now() + seconds(15));
   });
-  auto jb = b->Join(Request("b", nproc), Clock::Real()->Now() + seconds(15));
+  auto jb =
+      b->Join(AgentRequest("b", 2, 2, nproc), Clock::Real()->Now() + seconds(15));
   REQUIRE(jb.ok());
   REQUIRE(ja.get().ok());
   const int offset_b = jb->rank_offset, offset_a = offset_b == 0 ? nproc : 0;
@@ -188,11 +173,6 @@ TEST_CASE("ConsoleLine: another node's frames and host cannot add lines",
 
 // --- the server's rpcs: job scope and per-address limits ------------------
 
-std::unique_ptr<v1::Rendezvous::Stub> Stub(int port) {
-  return v1::Rendezvous::NewStub(grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
-}
-
 template <typename Req, typename Resp, typename Method>
 grpc::Status Call(v1::Rendezvous::Stub* stub, Method method, const Req& req,
                   Resp* resp) {
@@ -231,10 +211,8 @@ TEST_CASE(
     "[rendezvous][grpc][hostile]") {
   ServerOptions options;
   options.only_rdzv_id = "mine";
-  RendezvousServer server;
-  auto port = server.Start("127.0.0.1", 0, options);
-  REQUIRE(port.ok());
-  auto stub = Stub(*port);
+  RendezvousFixture server(options);
+  auto stub = server.Stub();
   v1::JoinResponse joined;
   REQUIRE(Call(stub.get(), &v1::Rendezvous::Stub::Join,
                OneNodeJoin("mine", "a"), &joined)
@@ -285,10 +263,8 @@ TEST_CASE(
   options.limits.leave_rate_per_s = 0.5;
   options.limits.stacks_burst = 2;
   options.limits.stacks_rate_per_s = 0.5;
-  RendezvousServer server;
-  auto port = server.Start("127.0.0.1", 0, options);
-  REQUIRE(port.ok());
-  auto stub = Stub(*port);
+  RendezvousFixture server(options);
+  auto stub = server.Stub();
   v1::JoinResponse joined;
   REQUIRE(Call(stub.get(), &v1::Rendezvous::Stub::Join, OneNodeJoin("job", "a"),
                &joined)

@@ -26,7 +26,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "ddprun/v1/rendezvous.grpc.pb.h"
-#include "rendezvous/server/rendezvous_server.h"
+#include "tests/rendezvous/rendezvous_fixture.h"
 #include "tests/rendezvous/server_process.h"
 #include "tests/support/process.h"
 
@@ -189,10 +189,8 @@ TEST_CASE(
     "RendezvousServer: an impostor's refused heartbeats do not starve the "
     "node it impersonates",
     "[rendezvous][grpc][hostile]") {
-  RendezvousServer server;  // no token: anyone may call
-  auto port = server.Start("127.0.0.1", 0, ServerOptions());
-  REQUIRE(port.ok());
-  auto stub = Stub(std::to_string(*port));
+  testing::RendezvousFixture rdzv;  // no token: anyone may call
+  auto stub = rdzv.Stub();
   v1::JoinRequest join;
   join.set_rdzv_id("starve");
   *join.mutable_config() = OneToTwo();
@@ -209,7 +207,7 @@ TEST_CASE(
   std::atomic<bool> stop{false};
   std::atomic<int> impostor_calls{0};
   std::thread impostor([&] {
-    auto own = Stub(std::to_string(*port));
+    auto own = rdzv.Stub();
     while (!stop) {
       Heartbeat(own.get(), "starve", Node("victim", 666), round);
       ++impostor_calls;
@@ -238,10 +236,8 @@ TEST_CASE(
     "RendezvousServer: out-of-range rounds and oversized reasons are refused "
     "and change nothing",
     "[rendezvous][grpc][hostile]") {
-  RendezvousServer server;
-  auto port = server.Start("127.0.0.1", 0, ServerOptions());
-  REQUIRE(port.ok());
-  auto stub = Stub(std::to_string(*port));
+  testing::RendezvousFixture rdzv;
+  auto stub = rdzv.Stub();
   v1::JoinRequest join;
   join.set_rdzv_id("range");
   *join.mutable_config() = OneToTwo();
@@ -267,7 +263,7 @@ TEST_CASE(
   *spare.mutable_node() = Node("spare", 2);
   grpc::Status spare_status;
   std::thread parked([&] {
-    auto own = Stub(std::to_string(*port));
+    auto own = rdzv.Stub();
     v1::JoinResponse r;
     spare_status = Join(own.get(), spare, &r, seconds(20));
   });
@@ -337,14 +333,14 @@ TEST_CASE(
   *join.mutable_node() = Node("a", 1);
   v1::JoinResponse joined;
   REQUIRE(Join(stub.get(), join, &joined).ok());
-  testing::ProcessOptions o;
+  ddprun::testing::ProcessOptions o;
   o.argv = {std::string(DDPRUN_BIN_DIR) + "/ddprun-rendezvous", "--stacks",
             "127.0.0.1:" + port, "--rdzv_id", "job", "--stacks_timeout", "10"};
-  testing::Process stacks(o);
+  ddprun::testing::Process stacks(o);
   // The node learns of the dump in a heartbeat and answers with text meant
   // to forge a rank's line and clear the screen.
   uint64_t request = 0;
-  REQUIRE(testing::WaitUntil(
+  REQUIRE(ddprun::testing::WaitUntil(
       [&] {
         v1::HeartbeatResponse beat;
         if (!Heartbeat(stub.get(), "job", join.node(), joined.assignment(),

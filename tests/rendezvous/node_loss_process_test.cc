@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/server/rendezvous_server.h"
+#include "tests/rendezvous/rendezvous_fixture.h"
 #include "tests/support/process.h"
 
 namespace ddprun::rendezvous {
@@ -41,10 +41,10 @@ class AgentProcess {
   const std::string& output() const { return output_; }
 
  private:
-  static testing::ProcessOptions Options(const std::string& endpoint,
-                                         const std::string& node, int min,
-                                         int max) {
-    testing::ProcessOptions o;
+  static ddprun::testing::ProcessOptions Options(const std::string& endpoint,
+                                                 const std::string& node,
+                                                 int min, int max) {
+    ddprun::testing::ProcessOptions o;
     o.argv = {std::string(DDPRUN_BIN_DIR) + "/rdzv_test_agent", endpoint, node,
               std::to_string(min), std::to_string(max)};
     o.name = "agent_" + node;
@@ -52,7 +52,7 @@ class AgentProcess {
     return o;
   }
 
-  testing::Process process_;
+  ddprun::testing::Process process_;
   std::string output_;
 };
 
@@ -62,10 +62,8 @@ TEST_CASE(
     "[rendezvous][process]") {
   // rdzv_test_agent's job config: the client's default heartbeat_timeout.
   const double heartbeat_timeout_s = 3;
-  RendezvousServer server;
-  auto port = server.Start("127.0.0.1", 0, ServerOptions());
-  REQUIRE(port.ok());
-  const std::string endpoint = "127.0.0.1:" + std::to_string(*port);
+  testing::RendezvousFixture rdzv;
+  const std::string endpoint = rdzv.endpoint();
   AgentProcess a(endpoint, "a", 2, 3), b(endpoint, "b", 2, 3),
       c(endpoint, "c", 2, 3);
   const auto start_deadline = Steady::now() + std::chrono::seconds(20);

@@ -20,9 +20,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include "ddprun/v1/rendezvous.grpc.pb.h"
-#include "rendezvous/server/rendezvous_server.h"
+#include "tests/rendezvous/rendezvous_fixture.h"
 #include "tests/rendezvous/server_process.h"
-#include "tests/rendezvous/sync_client.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -68,14 +67,12 @@ TEST_CASE("ddprun-rendezvous: serves on the port it logs, stops on SIGTERM",
 
 TEST_CASE("ddprun-rendezvous: a busy port is a one-line error",
           "[rendezvous][process]") {
-  RendezvousServer holder;
-  auto port = holder.Start("127.0.0.1", 0, ServerOptions());
-  REQUIRE(port.ok());
+  testing::RendezvousFixture holder;
   ServerProcess server(
-      {"--host", "127.0.0.1", "--port", std::to_string(*port)});
+      {"--host", "127.0.0.1", "--port", std::to_string(holder.port())});
   CHECK(server.WaitExit() == 1);
   CHECK_THAT(server.log(), Catch::Contains("cannot listen on 127.0.0.1:" +
-                                           std::to_string(*port)));
+                                           std::to_string(holder.port())));
 }
 
 std::string ReadAll(const std::string& path) {
@@ -100,23 +97,16 @@ TEST_CASE("RendezvousServer: TLS with a CA-verified server certificate",
   ServerOptions options;
   options.tls_cert_pem = ReadAll(dir + "/cert.pem");
   options.tls_key_pem = ReadAll(dir + "/key.pem");
-  RendezvousServer server;
-  auto port = server.Start("127.0.0.1", 0, options);
-  REQUIRE(port.ok());
+  testing::RendezvousFixture rdzv(options);
 
-  GrpcClientOptions o;
-  o.endpoint = "127.0.0.1:" + std::to_string(*port);
+  GrpcClientOptions o = rdzv.ClientOptions();
   o.rendezvous.tls_ca_pem = options.tls_cert_pem;  // self-signed: its own CA
-  auto client = testing::SyncClient::Grpc(o);
-  REQUIRE(client.ok());
-  auto r = (*client)->Join(Solo("tls"), Steady::now() + seconds(10));
+  auto client = rdzv.Client(o);
+  auto r = client->Join(Solo("tls"), Steady::now() + seconds(10));
   REQUIRE(r.ok());
 
-  GrpcClientOptions plain;
-  plain.endpoint = o.endpoint;
-  auto insecure = testing::SyncClient::Grpc(plain);
-  REQUIRE(insecure.ok());
-  auto refused = (*insecure)->Join(Solo("plain"), Steady::now() + seconds(2));
+  auto insecure = rdzv.Client(rdzv.ClientOptions());
+  auto refused = insecure->Join(Solo("plain"), Steady::now() + seconds(2));
   CHECK_FALSE(refused.ok());
   std::system(("rm -rf " + dir).c_str());
 }
@@ -261,17 +251,12 @@ TEST_CASE("RendezvousServer: mutual TLS needs a client cert signed by the CA",
   options.tls_cert_pem = ReadAll(d + "/server.pem");
   options.tls_key_pem = ReadAll(d + "/server.key");
   options.tls_ca_pem = ReadAll(d + "/ca.pem");
-  RendezvousServer server;
-  auto port = server.Start("127.0.0.1", 0, options);
-  REQUIRE(port.ok());
+  testing::RendezvousFixture rdzv(options);
 
-  GrpcClientOptions o;
-  o.endpoint = "127.0.0.1:" + std::to_string(*port);
+  GrpcClientOptions o = rdzv.ClientOptions();
   o.rendezvous.tls_ca_pem = options.tls_ca_pem;
   auto join = [&](const GrpcClientOptions& opts, const std::string& node) {
-    auto client = testing::SyncClient::Grpc(opts);
-    REQUIRE(client.ok());
-    return (*client)->Join(Solo(node), Steady::now() + seconds(2)).ok();
+    return rdzv.Client(opts)->Join(Solo(node), Steady::now() + seconds(2)).ok();
   };
   CHECK_FALSE(join(o, "no-cert"));
   GrpcClientOptions rogue = o;
@@ -290,20 +275,15 @@ TEST_CASE("GrpcRendezvous: a rate-limited Join is retried after a backoff",
   ServerOptions options;
   options.limits.join_burst = 1;
   options.limits.join_rate_per_s = 4;  // one more Join every 250 ms
-  RendezvousServer server;
-  auto port = server.Start("127.0.0.1", 0, options);
-  REQUIRE(port.ok());
-  GrpcClientOptions o;
-  o.endpoint = "127.0.0.1:" + std::to_string(*port);
-  auto client = testing::SyncClient::Grpc(o);
-  REQUIRE(client.ok());
-  auto first = (*client)->Join(Solo("n0"), Steady::now() + seconds(10));
+  testing::RendezvousFixture rdzv(options);
+  auto client = rdzv.Client(rdzv.ClientOptions());
+  auto first = client->Join(Solo("n0"), Steady::now() + seconds(10));
   REQUIRE(first.ok());
   // At once again (a new round): refused by the server's limit, retried by
   // the client, admitted once the bucket refilled.
   const auto start = Steady::now();
   JoinRequest again = Solo("n0");
-  auto second = (*client)->Join(again, Steady::now() + seconds(10));
+  auto second = client->Join(again, Steady::now() + seconds(10));
   REQUIRE(second.ok());
   CHECK(second->round > first->round);
   CHECK(Steady::now() - start >= milliseconds(100));

@@ -43,7 +43,7 @@ class ServerProcess {
       return true;
     };
     bool exited = false;
-    testing::WaitUntil(
+    ddprun::testing::WaitUntil(
         [&] {
           exited = !process_.Running();
           return match() || exited;
@@ -70,11 +70,11 @@ class ServerProcess {
   const std::string& log() const { return log_; }
 
  private:
-  static testing::ProcessOptions Options(
+  static ddprun::testing::ProcessOptions Options(
       const std::vector<std::string>& args,
       const std::vector<std::pair<std::string, std::string>>& env,
       const std::vector<std::string>& wrapper) {
-    testing::ProcessOptions o;
+    ddprun::testing::ProcessOptions o;
     o.argv = wrapper;
     o.argv.push_back(std::string(DDPRUN_BIN_DIR) + "/ddprun-rendezvous");
     o.argv.insert(o.argv.end(), args.begin(), args.end());
@@ -84,7 +84,7 @@ class ServerProcess {
     return o;
   }
 
-  testing::Process process_;
+  ddprun::testing::Process process_;
   std::string log_;
 };
 

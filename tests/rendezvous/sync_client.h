@@ -113,22 +113,6 @@ class ThreadEventLoop : public EventLoop {
   std::thread thread_;  // last: starts once the rest is ready
 };
 
-// Client options for a server on 127.0.0.1:`port`, with timeouts short
-// enough for tests: heartbeats every 200 ms, 2 s without one drops a node
-// (not 1 s: a loaded 2-core CI box must not drop a healthy agent), a
-// first round's last call 0.5 s, 20 s to join.
-inline GrpcClientOptions LoopbackClientOptions(int port,
-                                               const std::string& token = "") {
-  GrpcClientOptions o;
-  o.endpoint = "127.0.0.1:" + std::to_string(port);
-  o.rendezvous.token = token;
-  o.rendezvous.heartbeat_interval = std::chrono::milliseconds(200);
-  o.rendezvous.heartbeat_timeout = std::chrono::milliseconds(2000);
-  o.rendezvous.last_call_timeout = std::chrono::milliseconds(500);
-  o.rendezvous.join_timeout = std::chrono::seconds(20);
-  return o;
-}
-
 // A RendezvousClient on its own ThreadEventLoop, called as if it blocked.
 class SyncClient {
  public:
