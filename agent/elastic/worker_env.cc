@@ -111,6 +111,11 @@ EnvMap BuildWorkerEnv(const LaunchOptions& options, const TorchVersion& torch,
       }
     }
     env["CUDA_VISIBLE_DEVICES"] = device;
+    // Every rank sees one GPU of its own while LOCAL_WORLD_SIZE still
+    // counts the node's ranks: ddprun's C++ worker would read that as N
+    // ranks sharing one GPU (Gloo on CUDA under `auto`, exit 2 under
+    // `nccl`; worker/backend_choice.h) without this.
+    env["DDPRUN_GPU_PER_RANK"] = "1";
   }
   return env;
 }

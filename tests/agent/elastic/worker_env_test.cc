@@ -193,8 +193,17 @@ TEST_CASE("BuildWorkerEnv: virtual local rank pins one device", "[agent]") {
   CHECK(env.at("LOCAL_RANK") == "0");
   CHECK(env.at("RANK") == "6");
   CHECK(env.at("CUDA_VISIBLE_DEVICES") == "6");
+  // ddprun's C++ worker must not read LOCAL_WORLD_SIZE ranks on one GPU
+  // (it would run Gloo on CUDA, or exit 2 with --backend nccl).
+  CHECK(env.at("DDPRUN_GPU_PER_RANK") == "1");
   EnvMap no_list = BuildWorkerEnv(o, o.torch_version, Round(), "j", 3, "e", {});
   CHECK(no_list.at("CUDA_VISIBLE_DEVICES") == "3");
+  CHECK(no_list.at("DDPRUN_GPU_PER_RANK") == "1");
+  o.virtual_local_rank = false;
+  EnvMap shared = BuildWorkerEnv(o, o.torch_version, Round(), "j", 2, "e",
+                                 {{"CUDA_VISIBLE_DEVICES", "4,5,6,7"}});
+  CHECK(shared.count("DDPRUN_GPU_PER_RANK") == 0);
+  CHECK(shared.at("CUDA_VISIBLE_DEVICES") == "4,5,6,7");
 }
 
 TEST_CASE("AddWatchEnv: ddprun's files, the dump signal, the Python hook",
