@@ -30,7 +30,7 @@
 #include "agent/process/asio_event_loop.h"
 #include "agent/process/boost_process_launcher.h"
 #include "agent/process/console.h"
-#include "agent/process/health_check.h"
+#include "agent/process/liveness_endpoint.h"
 #include "agent/process/numa_binding.h"
 #include "agent/process/signal_watcher.h"
 #include "agent/torch_probe/accelerator_count.h"
@@ -169,9 +169,8 @@ AgentOptions MakeAgentOptions(const LaunchOptions& launch, EnvMap env,
 // DDPRUN_HEALTH_CHECK_HOST names one. Null when the variable is unset, bad
 // (a warning, as torch's) or the port cannot be bound (a warning: the job
 // runs without it).
-std::unique_ptr<HealthCheck> StartHealthCheck(const EnvMap& env,
-                                              EventLoop* loop,
-                                              const ElasticAgent* agent) {
+std::unique_ptr<LivenessEndpoint> StartLivenessEndpoint(
+    const EnvMap& env, EventLoop* loop, const ElasticAgent* agent) {
   auto value = env.find("TORCHELASTIC_HEALTH_CHECK_PORT");
   if (value == env.end()) return nullptr;
   std::string why;
@@ -184,7 +183,7 @@ std::unique_ptr<HealthCheck> StartHealthCheck(const EnvMap& env,
   const std::string host = host_it == env.end() || host_it->second.empty()
                                ? "0.0.0.0"
                                : host_it->second;
-  auto health = std::make_unique<HealthCheck>(loop, [agent] {
+  auto health = std::make_unique<LivenessEndpoint>(loop, [agent] {
     switch (agent->state()) {
       case WorkerState::kInit:
         return std::string("rendezvous");
@@ -252,9 +251,8 @@ int RunAgent(CommandLine cl, EnvMap env, const std::string& prog) {
   if (handled.empty()) handled = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
   // SIGUSR2 asks for a stack dump of the running workers (the job goes on),
   // unless --signals_to_handle names it: then it is forwarded as asked.
-  const bool dump_on_request =
-      std::find(handled.begin(), handled.end(), kDumpRequestSignal) ==
-      handled.end();
+  const bool dump_on_request = std::find(handled.begin(), handled.end(),
+                                         kDumpRequestSignal) == handled.end();
   std::vector<int> watched = handled;
   if (dump_on_request) watched.push_back(kDumpRequestSignal);
   AsioEventLoop loop;
@@ -338,8 +336,8 @@ int RunAgent(CommandLine cl, EnvMap env, const std::string& prog) {
   ElasticAgent elastic(std::move(options), &loop, &launcher,
                        setup->client.get(), &console);
   agent = &elastic;
-  std::unique_ptr<HealthCheck> liveness =
-      StartHealthCheck(agent_env, &loop, &elastic);
+  std::unique_ptr<LivenessEndpoint> liveness =
+      StartLivenessEndpoint(agent_env, &loop, &elastic);
   int exit_code = 1;
   elastic.Start([&](int code) {
     exit_code = code;

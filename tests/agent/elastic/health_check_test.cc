@@ -16,7 +16,7 @@
 namespace ddprun::agent {
 namespace {
 
-TEST_CASE("HealthCheck: /dev/shm size against the threshold",
+TEST_CASE("HealthChecker: /dev/shm size against the threshold",
           "[agent][health]") {
   CHECK(CheckShm("/dev/shm", 0).ok());
   Status small = CheckShm("/dev/shm", 1e12);
@@ -29,7 +29,7 @@ TEST_CASE("HealthCheck: /dev/shm size against the threshold",
              Catch::Contains("/nonexistent_shm: No such file"));
 }
 
-TEST_CASE("HealthCheck: a log dir that takes no file fails",
+TEST_CASE("HealthChecker: a log dir that takes no file fails",
           "[agent][health]") {
   char tmpl[] = "/tmp/ddprun_health_XXXXXX";
   const std::string dir = mkdtemp(tmpl);
@@ -56,7 +56,7 @@ std::vector<GpuMemory> FourGpus() {
           {3, "GPU-dddd", 7, 81559}};
 }
 
-TEST_CASE("HealthCheck: the GPUs CUDA_VISIBLE_DEVICES lets the workers see",
+TEST_CASE("HealthChecker: the GPUs CUDA_VISIBLE_DEVICES lets the workers see",
           "[agent][health]") {
   auto all = VisibleGpuMemory(FourGpus(), nullptr);
   REQUIRE(all.ok());
@@ -78,7 +78,7 @@ TEST_CASE("HealthCheck: the GPUs CUDA_VISIBLE_DEVICES lets the workers see",
   CHECK(VisibleGpuMemory(FourGpus(), &hidden)->empty());
 }
 
-TEST_CASE("HealthCheck: GPU memory in use against the threshold",
+TEST_CASE("HealthChecker: GPU memory in use against the threshold",
           "[agent][health]") {
   std::vector<GpuMemory> gpus = FourGpus();
   Status busy = CheckGpuMemory(gpus, 1024);

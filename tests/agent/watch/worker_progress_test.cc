@@ -1,13 +1,13 @@
 // What an agent tells the rendezvous about its workers for the live view:
 // the step file a worker writes (agent/watch/step_file.h), each
 // worker's progress and state (StragglerWatch), and the agent's own
-// liveness endpoint (TORCHELASTIC_HEALTH_CHECK_PORT, HealthCheck). A
+// liveness endpoint (TORCHELASTIC_HEALTH_CHECK_PORT, LivenessEndpoint). A
 // manual loop on a FakeClock; files in a temp folder.
 #include <unistd.h>
 
 #include <fstream>
 
-#include "agent/process/health_check.h"
+#include "agent/process/liveness_endpoint.h"
 #include "agent/watch/step_file.h"
 #include "agent/watch/straggler_watch.h"
 #include "ddprun_catch.h"
@@ -144,12 +144,12 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "HealthCheck: 200 while the agent's loop runs, 503 once it has "
+    "LivenessEndpoint: 200 while the agent's loop runs, 503 once it has "
     "not for the timeout",
     "[agent][health]") {
   ddprun::testing::ManualEventLoop loop;
   std::string state = "rendezvous";
-  HealthCheck health(
+  LivenessEndpoint health(
       &loop, [&state] { return state; }, seconds(60));
   StatusOr<int> port = health.Start("127.0.0.1", 0);
   REQUIRE(port.ok());

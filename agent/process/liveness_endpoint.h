@@ -27,13 +27,13 @@ namespace ddprun::agent {
 // Threading: construct, Start and Stop on the loop's thread (Start before
 // the loop runs is fine); the server answers on its own thread and never
 // waits for the loop.
-class HealthCheck {
+class LivenessEndpoint {
  public:
   // `describe` runs on the loop with each beat and names the agent's state
   // ("rendezvous", "running", ...). `loop` must outlive Stop().
-  HealthCheck(EventLoop* loop, std::function<std::string()> describe,
-              Clock::Duration timeout = std::chrono::seconds(60));
-  ~HealthCheck();  // Stop()
+  LivenessEndpoint(EventLoop* loop, std::function<std::string()> describe,
+                   Clock::Duration timeout = std::chrono::seconds(60));
+  ~LivenessEndpoint();  // Stop()
 
   // Listens on host:port (port 0 = any free port) and starts beating.
   StatusOr<int> Start(const std::string& host, int port);

@@ -1,4 +1,4 @@
-#include "agent/process/health_check.h"
+#include "agent/process/liveness_endpoint.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -6,13 +6,14 @@
 
 namespace ddprun::agent {
 
-HealthCheck::HealthCheck(EventLoop* loop, std::function<std::string()> describe,
-                         Clock::Duration timeout)
+LivenessEndpoint::LivenessEndpoint(EventLoop* loop,
+                                   std::function<std::string()> describe,
+                                   Clock::Duration timeout)
     : loop_(loop), describe_(std::move(describe)), timeout_(timeout) {}
 
-HealthCheck::~HealthCheck() { Stop(); }
+LivenessEndpoint::~LivenessEndpoint() { Stop(); }
 
-StatusOr<int> HealthCheck::Start(const std::string& host, int port) {
+StatusOr<int> LivenessEndpoint::Start(const std::string& host, int port) {
   {
     MutexLock lock(&mu_);
     last_beat_ = loop_->clock()->Now();
@@ -30,13 +31,13 @@ StatusOr<int> HealthCheck::Start(const std::string& host, int port) {
   return bound;
 }
 
-void HealthCheck::Stop() {
+void LivenessEndpoint::Stop() {
   http_.Stop();
   if (armed_) loop_->Cancel(timer_);
   armed_ = false;
 }
 
-void HealthCheck::Beat() {
+void LivenessEndpoint::Beat() {
   const Clock::TimePoint now = loop_->clock()->Now();
   std::string state = describe_ ? describe_() : "running";
   {
@@ -51,7 +52,7 @@ void HealthCheck::Beat() {
   });
 }
 
-HttpResponse HealthCheck::Answer(const HttpRequest& request) {
+HttpResponse LivenessEndpoint::Answer(const HttpRequest& request) {
   HttpResponse r;
   r.content_type = "application/json";
   r.headers.emplace_back("Cache-Control", "no-store");
