@@ -4,13 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <csignal>
-#include <cstring>
-#include <tuple>
 
-#include "agent/cli/log_line_prefix.h"
-#include "agent/elastic/log_dir.h"
 #include "agent/process/signal_names.h"
 #include "common/logging.h"
 
@@ -50,13 +45,6 @@ struct ElasticAgent::Worker {
 
 namespace {
 
-// argparse's exit code for a usage error, and the trainers' ConfigError's.
-constexpr int kUsageErrorExitCode = 2;
-
-bool Has(StdStreams mask, StdStreams bit) {
-  return (static_cast<int>(mask) & static_cast<int>(bit)) != 0;
-}
-
 void RemoveIfEmpty(const std::string& path) {
   struct stat st;
   if (!path.empty() && ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
@@ -67,13 +55,6 @@ void RemoveIfEmpty(const std::string& path) {
 
 double Millis(Clock::Duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
-}
-
-// Python's socket.gethostname(): the ${hostname} of a line prefix.
-std::string ShortHostname() {
-  char host[256] = {0};
-  ::gethostname(host, sizeof(host) - 1);
-  return host;
 }
 
 }  // namespace
@@ -87,6 +68,7 @@ ElasticAgent::ElasticAgent(AgentOptions options, EventLoop* loop,
       launcher_(launcher),
       rendezvous_(rendezvous),
       console_(console),
+      logs_(&options_.launch, options_.run_log_dir, console),
       hostname_(options_.hostname),
       progress_(options_.launch.max_restarts_without_progress) {
   const double timeout_s = options_.launch.watchdog_timeout_s;
@@ -134,75 +116,38 @@ void ElasticAgent::Start(DoneCallback on_done) {
       [this](uint64_t id, const std::string& reason) {
         hang_->OnStacksRequested(id, reason);
       });
-  Status timer = StartFileTimer();
+  StatusOr<std::unique_ptr<FileTimerResponse>> timer =
+      FileTimerResponse::Start(options_.parent_env, loop_, this, hang_.get());
   if (!timer.ok()) {
     // torch's agent fails the same way when mkfifo fails.
-    DDP_LOG(ERROR) << "TORCHELASTIC_ENABLE_FILE_TIMER=1: " << timer.message();
+    DDP_LOG(ERROR) << "TORCHELASTIC_ENABLE_FILE_TIMER=1: "
+                   << timer.status().message();
     loop_->Post([this] { Finish(WorkerState::kFailed, 1); });
     return;
   }
+  file_timer_ = std::move(timer).value();
   loop_->Post([this] { StartRendezvous(); });
 }
 
-Status ElasticAgent::StartFileTimer() {
-  const std::string path = FileTimerPath(options_.parent_env);
-  if (path.empty()) return Status::Ok();
-  DDP_ASSIGN_OR_RETURN(
-      file_timer_,
-      FileTimerPipe::Create(
-          loop_, path, [this](const ExpiredTimer& t) { OnTimerExpired(t); },
-          [this](int pid) {
-            for (const auto& w : workers_) {
-              if (w->running && w->pid == pid) return true;
-            }
-            return ::kill(pid, 0) == 0 || errno == EPERM;
-          }));
-  DDP_LOG(INFO) << "FileTimer server on " << path
-                << " (TORCHELASTIC_TIMER_FILE of the workers)";
-  return Status::Ok();
+bool ElasticAgent::GroupRunning() const {
+  return !finished_ && phase_ == Phase::kRunning;
 }
 
-void ElasticAgent::OnTimerExpired(const ExpiredTimer& t) {
-  if (finished_ || phase_ != Phase::kRunning) return;
-  const std::string what = DescribeExpired(t, loop_->clock()->WallSeconds());
-  Worker* worker = nullptr;
-  Worker* group = nullptr;  // whose process group holds t.pid
-  const pid_t pgid = ::getpgid(t.pid);
-  for (auto& w : workers_) {
-    if (!w->running) continue;
-    if (w->pid == t.pid) worker = w.get();
-    if (w->pid == pgid) group = w.get();
+bool ElasticAgent::GroupStopping() const {
+  return stop_reason_ != StopReason::kNone;
+}
+
+int ElasticAgent::RunningWorker(int pid) const {
+  for (const auto& w : workers_) {
+    if (w->running && w->pid == pid) return w->local_rank;
   }
-  if (worker != nullptr && t.signal == SIGKILL &&
-      stop_reason_ == StopReason::kNone) {
-    // As torch reaps it (SIGKILL, a failed worker), after ddprun's hang
-    // diagnosis: where this rank is and where the others wait.
-    worker->watchdog_kill = "killed by the FileTimer server: " + what;
-    const std::string who =
-        "FileTimer: local_rank " + std::to_string(worker->local_rank);
-    hang_->KillAfterStacks(
-        worker->local_rank, worker->pid,
-        who + " (pid " + std::to_string(t.pid) + "): " + what,
-        who + " expired");
-    return;
-  }
-  if (group == nullptr) {
-    // torch kills any pid the pipe names; ddprun only its workers'.
-    DDP_LOG(WARNING) << "FileTimer: pid " << t.pid << " is not a process of "
-                     << "this agent's workers; not sending "
-                     << SignalName(t.signal) << " (" << what << ")";
-    return;
-  }
-  DDP_LOG(ERROR) << "FileTimer: pid " << t.pid << " (local_rank "
-                 << group->local_rank << "'s process group): " << what
-                 << ": sending " << SignalName(t.signal);
-  if (worker != nullptr && worker->watchdog_kill.empty()) {
-    worker->watchdog_kill = "killed by the FileTimer server: " + what;
-  }
-  if (::kill(t.pid, t.signal) != 0 && errno != ESRCH) {
-    DDP_LOG(WARNING) << "FileTimer: kill(" << t.pid
-                     << "): " << std::strerror(errno);
-  }
+  return -1;
+}
+
+void ElasticAgent::NoteKill(int local_rank, const std::string& why,
+                            bool replace) {
+  Worker& w = *workers_[local_rank];
+  if (replace || w.watchdog_kill.empty()) w.watchdog_kill = why;
 }
 
 std::vector<int> ElasticAgent::worker_pids() const {
@@ -333,58 +278,22 @@ Status ElasticAgent::StartWorkers() {
   hang_->StartGroup(round_);
   stop_pending_ = false;
   stop_reason_ = StopReason::kNone;
-  // No run log directory (--log_dir /dev/null): no files at all, and every
-  // stream goes to the console, as torchrun's DefaultLogsSpecs does.
-  const bool files = !options_.run_log_dir.empty();
-  std::string attempt_dir =
-      options_.run_log_dir + "/attempt_" + std::to_string(round_.restart_count);
-  if (files) DDP_RETURN_IF_ERROR(RecreateDir(attempt_dir));
-  DDP_RETURN_IF_ERROR(OpenFilteredLogs(files ? attempt_dir : ""));
+  DDP_RETURN_IF_ERROR(logs_.StartAttempt(round_.restart_count));
   for (int lr = 0; lr < o.nproc_per_node; ++lr) {
     auto w = std::make_unique<Worker>();
     w->local_rank = lr;
     w->global_rank = round_.rank_offset + lr;
-    std::string dir = attempt_dir + "/" + std::to_string(lr);
-    if (files) {
-      DDP_RETURN_IF_ERROR(MakeDirs(dir));
-      w->error_file = dir + "/error.json";
-      if (watchdog_) w->watch.heartbeat = dir + "/heartbeat";
-      if (hang_->collects_stacks()) w->watch.stacks = dir + "/stacks.txt";
-      w->watch.steps = dir + "/steps";
+    DDP_ASSIGN_OR_RETURN(WorkerLogs::Rank logs,
+                         logs_.OpenRank(lr, w->global_rank, round_.group_rank));
+    if (logs_.files()) {
+      w->error_file = logs.dir + "/error.json";
+      if (watchdog_) w->watch.heartbeat = logs.dir + "/heartbeat";
+      if (hang_->collects_stacks()) w->watch.stacks = logs.dir + "/stacks.txt";
+      w->watch.steps = logs.dir + "/steps";
     }
     if (file_timer_) w->watch.timer = file_timer_->path();
-    PrefixValues values;
-    values.role = o.role;
-    values.rank = w->global_rank;
-    values.local_rank = lr;
-    values.hostname = ShortHostname();
-    values.node_rank = round_.group_rank;
-    values.local_world_size = o.nproc_per_node;
-    DDP_ASSIGN_OR_RETURN(std::string prefix,
-                         LogLinePrefix(o.log_line_prefix_template, values));
-    bool shown = !o.local_ranks_filter.has_value() ||
-                 o.local_ranks_filter->count(lr) > 0;
-    StdStreams redirect = files ? o.redirects.ForRank(lr) : StdStreams::kNone;
-    StdStreams tee = files ? o.tee.ForRank(lr) : StdStreams::kNone;
-    auto make_output = [&](StdStreams bit, const char* file,
-                           Console::Stream stream) {
-      WorkerOutput::Options wo;
-      bool to_file = Has(redirect, bit) || Has(tee, bit);
-      if (to_file) wo.file_path = dir + "/" + file;
-      wo.to_console = shown && (!Has(redirect, bit) || Has(tee, bit));
-      wo.prefix = prefix;
-      wo.stream = stream;
-      wo.live = console_->IsTerminal(stream);
-      // torchrun copies the tee'd streams of the ranks it shows.
-      FilteredLog* filtered =
-          bit == StdStreams::kOut ? filtered_out_.get() : filtered_err_.get();
-      if (shown && Has(tee, bit)) wo.filtered = filtered;
-      return std::make_unique<WorkerOutput>(wo, console_);
-    };
-    w->out = make_output(StdStreams::kOut, "stdout.log", Console::Stream::kOut);
-    w->err = make_output(StdStreams::kErr, "stderr.log", Console::Stream::kErr);
-    DDP_RETURN_IF_ERROR(w->out->Open());
-    DDP_RETURN_IF_ERROR(w->err->Open());
+    w->out = std::move(logs.out);
+    w->err = std::move(logs.err);
     workers_.push_back(std::move(w));
   }
   if (file_timer_) file_timer_->Reset();  // torch: a server per group
@@ -431,23 +340,6 @@ Status ElasticAgent::StartWorkers() {
   stragglers_->Start(std::move(watched));
   DDP_LOG(DEBUG) << "started " << workers_.size() << " workers, attempt "
                  << round_.restart_count;
-  return Status::Ok();
-}
-
-Status ElasticAgent::OpenFilteredLogs(const std::string& attempt_dir) {
-  filtered_out_.reset();
-  filtered_err_.reset();
-  if (attempt_dir.empty()) return Status::Ok();  // --log_dir /dev/null
-  const LaunchOptions& o = options_.launch;
-  for (auto [needles, log, name] :
-       {std::tuple{&o.duplicate_stdout_filters, &filtered_out_,
-                   "/filtered_stdout.log"},
-        std::tuple{&o.duplicate_stderr_filters, &filtered_err_,
-                   "/filtered_stderr.log"}}) {
-    if (needles->empty()) continue;
-    *log = std::make_unique<FilteredLog>(attempt_dir + name, *needles);
-    DDP_RETURN_IF_ERROR((*log)->Open());
-  }
   return Status::Ok();
 }
 
@@ -696,25 +588,13 @@ void ElasticAgent::AfterStop() {
                      << ") local_rank: " << root.local_rank
                      << " (pid: " << root.pid
                      << ") of binary: " << EntrypointName(options_.launch);
-      // Exit code 2 on the first attempt is a usage or configuration error
-      // (argparse, the trainers' ConfigError): every retry would fail alike.
-      const bool usage_error = root.exitcode == kUsageErrorExitCode &&
-                               starts_ == 1 &&
-                               !options_.launch.retry_usage_errors;
-      std::string not_retried;
-      if (usage_error) {
-        not_retried = "not retried: local_rank " +
-                      std::to_string(root.local_rank) +
-                      " exited with code 2 on the first attempt, a usage or "
-                      "configuration error that a restart cannot fix "
-                      "(--retry_usage_errors retries it)";
-      } else if (NoProgress()) {
-        not_retried =
-            "not restarted: " + std::to_string(progress_.streak()) +
-            " restarts in a row made no progress (no rank advanced its step "
-            "counter; --max_restarts_without_progress=" +
-            std::to_string(progress_.limit()) + ")";
+      std::vector<std::string> step_files;
+      for (const auto& w : workers_) {
+        if (!w->watch.steps.empty()) step_files.push_back(w->watch.steps);
       }
+      const std::string not_retried = NotRetriedReason(
+          root.local_rank, root.exitcode, starts_,
+          options_.launch.retry_usage_errors, step_files, &progress_);
       phase_ = Phase::kReporting;
       rendezvous_->ReportFailure(round_.round, root.traceback,
                                  /*retry=*/not_retried.empty(),
@@ -743,14 +623,6 @@ void ElasticAgent::AfterStop() {
     case StopReason::kNone:
       return;
   }
-}
-
-bool ElasticAgent::NoProgress() {
-  std::vector<std::string> step_files;
-  for (const auto& w : workers_) {
-    if (!w->watch.steps.empty()) step_files.push_back(w->watch.steps);
-  }
-  return progress_.OnFailedAttempt(starts_ > 1, MaxStepCount(step_files));
 }
 
 void ElasticAgent::OnFailureReported(StatusOr<bool> again,

@@ -8,12 +8,12 @@
 
 #include "agent/elastic/agent_options.h"
 #include "agent/elastic/failure_report.h"
-#include "agent/elastic/file_timer_pipe.h"
+#include "agent/elastic/file_timer_response.h"
 #include "agent/elastic/health_check.h"
 #include "agent/elastic/progress_budget.h"
 #include "agent/elastic/worker_env.h"
+#include "agent/elastic/worker_logs.h"
 #include "agent/process/console.h"
-#include "agent/process/filtered_log.h"
 #include "agent/process/process_launcher.h"
 #include "agent/process/worker_output.h"
 #include "agent/watch/hang_response.h"
@@ -77,7 +77,8 @@ const char* WorkerStateName(WorkerState state);
 //
 // Confined to the loop thread (the rendezvous client and the launcher
 // deliver there). The collaborators must outlive the agent.
-class ElasticAgent : public HangResponse::Workers {
+class ElasticAgent : public HangResponse::Workers,
+                     public FileTimerResponse::Workers {
  public:
   using DoneCallback = std::function<void(int exit_code)>;
 
@@ -138,18 +139,15 @@ class ElasticAgent : public HangResponse::Workers {
   void JoinRound(const std::string& unhealthy);
   void OnJoined(StatusOr<rendezvous::RendezvousResult> round);
   Status StartWorkers();
-  // The filtered logs of a new attempt in `attempt_dir` ("" = no files).
-  Status OpenFilteredLogs(const std::string& attempt_dir);
   void OnWorkerExit(int generation, int local_rank, ExitStatus status);
   // The watchdog's hook: a running worker of this group is hung; the hang
   // response decides when it is killed (KillHung).
   void OnWorkerStuck(const WorkerWatchdog::Stuck& stuck);
-  // TORCHELASTIC_ENABLE_FILE_TIMER=1: torch's FileTimer server
-  // (file_timer_pipe.h). Errors: the pipe cannot be made.
-  Status StartFileTimer();
-  // A FileTimer scope expired: its worker is killed as torch kills it
-  // (SIGKILL, a worker failure), after the hang diagnosis.
-  void OnTimerExpired(const ExpiredTimer& t);
+  // FileTimerResponse::Workers.
+  bool GroupRunning() const override;
+  bool GroupStopping() const override;
+  int RunningWorker(int pid) const override;
+  void NoteKill(int local_rank, const std::string& why, bool replace) override;
   // HangResponse::Workers.
   std::vector<StackTarget> StackTargets() const override;
   void KillHung(int local_rank, const std::string& diagnosis) override;
@@ -157,9 +155,6 @@ class ElasticAgent : public HangResponse::Workers {
   // `not_retried`: why the failure was reported as final ("" = retried),
   // logged after the failure table.
   void OnFailureReported(StatusOr<bool> again, const std::string& not_retried);
-  // The failed attempt advanced no rank, and that made
-  // --max_restarts_without_progress restarts in a row.
-  bool NoProgress();
   void OnBarrierPassed(const Status& status);
   // Leaves the job (cancelling a call in flight), then finishes.
   void LeaveAndFinish(WorkerState state, int exit_code);
@@ -185,6 +180,9 @@ class ElasticAgent : public HangResponse::Workers {
   std::unique_ptr<WorkerWatchdog> watchdog_;    // null: --watchdog_timeout=0
   std::unique_ptr<StragglerWatch> stragglers_;  // step rates, warnings
   std::unique_ptr<HangResponse> hang_;          // stacks, hung workers
+  // Each attempt's log folder and the workers' streams. Declared before
+  // workers_, whose outputs write to its filtered logs.
+  WorkerLogs logs_;
 
   // State below is confined to the loop thread.
 
@@ -197,7 +195,7 @@ class ElasticAgent : public HangResponse::Workers {
   // A signal that arrived while a failure report was in flight.
   int pending_signal_ = 0;
   std::string hostname_;  // for the failure table, resolved when needed
-  std::unique_ptr<FileTimerPipe> file_timer_;  // from Start; null: off
+  std::unique_ptr<FileTimerResponse> file_timer_;  // from Start; null: off
   ProgressBudget progress_;  // --max_restarts_without_progress
   int health_checks_ = 0;    // the health check in flight (by number)
 
@@ -206,10 +204,6 @@ class ElasticAgent : public HangResponse::Workers {
   rendezvous::RendezvousResult round_;
   int generation_ = 0;  // counts groups; callbacks of older ones are dropped
   int starts_ = 0;
-  // The attempt's filtered_std{out,err}.log (--duplicate_std*_filters);
-  // null = none. Declared before workers_, whose outputs write to them.
-  std::unique_ptr<FilteredLog> filtered_out_;
-  std::unique_ptr<FilteredLog> filtered_err_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<ProcessFailure> failures_;
   Clock::TimePoint failure_seen_at_{};

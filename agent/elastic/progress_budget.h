@@ -39,6 +39,17 @@ class ProgressBudget {
   int streak_ = 0;
 };
 
+// Why a failed attempt is final while the restart budget lasts, "" when it
+// is restarted: exit code 2 (argparse's usage error, the trainers'
+// ConfigError) from the root cause on the job's first attempt (`attempt`
+// 1) is a usage or configuration error that every retry meets, unless
+// `retry_usage_errors`; otherwise the attempt counts against `budget`
+// (OnFailedAttempt with `step_files`' highest count) and may spend it.
+std::string NotRetriedReason(int root_local_rank, int root_exitcode,
+                             int attempt, bool retry_usage_errors,
+                             const std::vector<std::string>& step_files,
+                             ProgressBudget* budget);
+
 // The highest count in `step_files` (DDPRUN_STEP_FILE contents); -1 when
 // none holds one.
 int64_t MaxStepCount(const std::vector<std::string>& step_files);
