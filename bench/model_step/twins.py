@@ -64,23 +64,52 @@ class StepPrecision:
         optimizer.step()
 
 
+_WARM_BATCHES = 9
+
+
 def _warm_momentum(bn):
     # examples/frame/norm_layer.cc: the n-th training batch updates the
-    # running statistics with momentum max(0.1, 1/n).
-    if bn.training:
-        bn.momentum = max(0.1, 1.0 / (bn.num_batches_tracked.item() + 1.0))
+    # running statistics with momentum max(0.1, 1/n), n counted on the host
+    # as the C++ layer counts it (TrackedCount): the buffer is read only
+    # when the copy is unknown, or rewritten (its version moved) within the
+    # first 9 batches, so a warm step reads nothing back from the device.
+    if not bn.training:
+        return
+    buf = bn.num_batches_tracked
+    known = getattr(bn, "_tracked", None)
+    if known is None or (known[0] < _WARM_BATCHES and buf._version != known[1]):
+        known = (int(buf.item()), buf._version)
+        bn._tracked = known
+    bn.momentum = max(0.1, 1.0 / (known[0] + 1.0))
+
+
+def _counted(bn):
+    # After a training forward that added 1 to the buffer (one in-place add,
+    # one version step); anything else makes the next forward read it.
+    if not bn.training:
+        return
+    known = getattr(bn, "_tracked", None)
+    buf = bn.num_batches_tracked
+    if known is not None and (known[0] >= _WARM_BATCHES or buf._version == known[1] + 1):
+        bn._tracked = (known[0] + 1, buf._version)
+    else:
+        bn._tracked = None
 
 
 class WarmBatchNorm2d(nn.BatchNorm2d):
     def forward(self, x):
         _warm_momentum(self)
-        return super().forward(x)
+        y = super().forward(x)
+        _counted(self)
+        return y
 
 
 class WarmBatchNorm3d(nn.BatchNorm3d):
     def forward(self, x):
         _warm_momentum(self)
-        return super().forward(x)
+        y = super().forward(x)
+        _counted(self)
+        return y
 
 
 def _random_tokens(batch, length, vocab, min_words, max_words, device):
@@ -205,22 +234,26 @@ class ResNet3d(nn.Module):
 
 
 def cox_partial_likelihood_loss(risk, time_, event):
+    # examples/survival/cox_loss.cc, with no host reads either: the event
+    # count and the tie groups stay on the device.
     r = risk.reshape(-1).to(torch.float32)
     t = time_.reshape(-1).to(r.device, torch.float32)
     e = event.reshape(-1).to(r.device, torch.float32)
-    events = e.sum().item()
-    if events == 0:
-        return r.sum() * 0.0
+    events = e.sum().clamp_min(1)
     order = torch.argsort(t, dim=0, descending=True)
     rs, ts, es = r.index_select(0, order), t.index_select(0, order), e.index_select(0, order)
     log_cumsum = torch.logcumsumexp(rs, 0)
     n = ts.size(0)
-    group_end = [0] * n
-    tv = ts.cpu().tolist()
-    for k in range(n - 1, -1, -1):
-        group_end[k] = group_end[k + 1] if k + 1 < n and tv[k] == tv[k + 1] else k
-    idx = torch.tensor(group_end, dtype=torch.int64).to(r.device)
-    return -((rs - log_cumsum.index_select(0, idx)) * es).sum() / events
+    if n == 0:
+        return r.sum() * 0.0
+    position = torch.arange(n, dtype=torch.int64, device=r.device)
+    # Position k ends its tie group when k + 1 holds another time.
+    ends = torch.ones(n, dtype=torch.bool, device=r.device)
+    if n > 1:
+        ends[:n - 1] = ts[:n - 1] != ts[1:]
+    end_at = torch.where(ends, position, torch.full_like(position, n))
+    group_end = torch.cummin(end_at.flip(0), 0)[0].flip(0)
+    return -((rs - log_cumsum.index_select(0, group_end)) * es).sum() / events
 
 
 class SurvivalStep(TwinStep):
