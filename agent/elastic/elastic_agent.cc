@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <tuple>
 
 #include "agent/process/signal_names.h"
 #include "common/logging.h"
