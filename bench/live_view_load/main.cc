@@ -76,7 +76,7 @@ struct Options {
   double max_p99_ms = 0;
   int snapshot_ttl_ms = -1;  // the view's default
   bool serve = false;        // internal: the server process
-  std::string server_cpus;   // internal: its CPUs, e.g. "0" or "0-7"
+  std::string server_cpus;   // internal: its CPUs, a comma list ("0,1")
 };
 
 // The CPUs this process may run on, in order.
