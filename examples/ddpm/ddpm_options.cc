@@ -1,7 +1,7 @@
-#include "examples/ddpm/ddpm_cli.h"
+#include "examples/ddpm/ddpm_options.h"
 
 #include "ddprun/worker/worker.h"
-#include "examples/ddpm/brats_data.h"
+#include "examples/ddpm/ddpm_data.h"
 #include "examples/formats/guide_flags.h"
 
 namespace ddprun::examples {

@@ -1,4 +1,4 @@
-#include "examples/survival/survival_cli.h"
+#include "examples/survival/survival_options.h"
 
 #include "ddprun/worker/worker.h"
 #include "examples/frame/trainer_support.h"

@@ -1,4 +1,4 @@
-#include "examples/cascade/cascade_cli.h"
+#include "examples/cascade/cascade_options.h"
 
 #include <algorithm>
 #include <cctype>
@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "ddprun/worker/errors.h"
-#include "examples/cascade/patient_data.h"
+#include "examples/cascade/cascade_data.h"
 
 namespace ddprun::examples {
 namespace {
