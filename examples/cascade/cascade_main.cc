@@ -66,7 +66,7 @@ int Train(int argc, char** argv) {
   setup.optimizer = &optimizer;
   // One stage trains at a time: the others' parameters get no gradient.
   setup.ddp.find_unused_parameters = true;
-  setup.clip_grad_norm = opt.gradient_clip;
+  setup.clip_grad_norm = opt.clip_grad;
   setup.total_epochs = common.epochs * static_cast<int64_t>(stages.size());
   session.Prepare(setup);
 
