@@ -141,11 +141,13 @@ def opened_headers(text):
             if l.startswith(".")]
 
 
-def check_output(returncode, text):
-    """None when a compile passed and used no header from outside the kit,
-    else what to print."""
+def check_output(returncode, text, foreign_headers=FOREIGN):
+    """None when a compile passed and used no header from outside the kit
+    (none that `foreign_headers` matches; None: any header may come from
+    anywhere), else what to print."""
     headers = opened_headers(text)
-    foreign = [h for h in headers if FOREIGN.match(os.path.normpath(h))]
+    foreign = [h for h in headers if foreign_headers
+               and foreign_headers.match(os.path.normpath(h))]
     # Without -H's listing: header lines ("." depth dots, "!" for a used
     # precompiled header) and its bare-path "Multiple include guards" list.
     errors = "\n".join(l for l in text.splitlines()
@@ -173,7 +175,7 @@ class PassCache:
         self.root = root
         # The precompiled kit headers are remade each run from the kit
         # (its digest is in the key), so they are not a file to compare.
-        self.ignore = os.path.join(ignore, "")
+        self.ignore = os.path.join(ignore, "") if ignore else None
         version = subprocess.run([compiler, "--version"], stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, text=True).stdout
         self.salt = kit_digest + "\0" + version
@@ -214,7 +216,7 @@ class PassCache:
                   for h in opened_headers(output)]
         files = {}
         for path in [os.path.join(directory, source)] + opened:
-            if path.startswith(self.ignore):
+            if self.ignore and path.startswith(self.ignore):
                 continue
             digest = self._file_digest(path)
             if digest is None:

@@ -7,8 +7,8 @@
 // examples/ddpm/ddpm_model.h). Target modality 3 is noised, modalities 0-2
 // condition.
 #include "bench/model_step/model_step.h"
-#include "examples/ddpm/ddpm_cli.h"
 #include "examples/ddpm/ddpm_model.h"
+#include "examples/ddpm/ddpm_options.h"
 
 namespace ddprun::bench {
 namespace {

@@ -5,8 +5,8 @@
 // BCE), over the synthetic data's vocabulary (13 words + padding + unknown
 // = 15).
 #include "bench/model_step/model_step.h"
-#include "examples/segmentation/segmentation_cli.h"
 #include "examples/segmentation/segmentation_model.h"
+#include "examples/segmentation/segmentation_options.h"
 #include "examples/segmentation/segmentation_step.h"
 
 namespace ddprun::bench {

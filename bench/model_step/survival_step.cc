@@ -4,8 +4,8 @@
 // (survival_model.h) and its loss (SurvivalLoss, the Cox partial
 // likelihood).
 #include "bench/model_step/model_step.h"
-#include "examples/survival/survival_cli.h"
 #include "examples/survival/survival_model.h"
+#include "examples/survival/survival_options.h"
 #include "examples/survival/survival_step.h"
 
 namespace ddprun::bench {

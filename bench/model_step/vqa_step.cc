@@ -6,7 +6,7 @@
 // over the synthetic data's vocabulary (14 words + padding + unknown = 16)
 // and its 7 answers.
 #include "bench/model_step/model_step.h"
-#include "examples/vqa/vqa_cli.h"
+#include "examples/vqa/vqa_options.h"
 #include "examples/vqa/vqa_step.h"
 
 namespace ddprun::bench {

@@ -8,7 +8,7 @@
 #include <torch/torch.h>
 
 #include "ddprun/common/status_or.h"
-#include "examples/cascade/patient_data.h"
+#include "examples/cascade/cascade_data.h"
 
 namespace ddprun::examples {
 

@@ -5,9 +5,9 @@
 // on the previous stage's output; a physics loss compares the radiographs
 // of the predicted volume with the input views.
 // Train() composes the frame (TrainerSession) with the trainer's pieces:
-// options (cascade_cli, cascade_config), data (patient_data,
+// options (cascade_options, cascade_config), data (cascade_data,
 // cascade_batches), model (cascade_model, v_diffusion) and the stages'
-// step and validation (cascade_stages, cascade_eval).
+// step and validation (cascade_step, cascade_validation).
 #include <string>
 #include <tuple>
 #include <vector>
@@ -15,10 +15,10 @@
 #include <torch/torch.h>
 
 #include "ddprun/worker/worker.h"
-#include "examples/cascade/cascade_cli.h"
+#include "examples/cascade/cascade_data.h"
 #include "examples/cascade/cascade_model.h"
-#include "examples/cascade/cascade_stages.h"
-#include "examples/cascade/patient_data.h"
+#include "examples/cascade/cascade_options.h"
+#include "examples/cascade/cascade_step.h"
 #include "examples/cascade/v_diffusion.h"
 #include "examples/frame/trainer_session.h"
 
@@ -66,7 +66,7 @@ int Train(int argc, char** argv) {
   setup.optimizer = &optimizer;
   // One stage trains at a time: the others' parameters get no gradient.
   setup.ddp.find_unused_parameters = true;
-  setup.clip_grad_norm = opt.gradient_clip;
+  setup.clip_grad_norm = opt.clip_grad;
   setup.total_epochs = common.epochs * static_cast<int64_t>(stages.size());
   session.Prepare(setup);
 

@@ -4,8 +4,8 @@
 // and configs/fast_ddpm_3d.yml of the Fast-DDPM 3D BraTS multi-GPU guide
 // (../shared/seeds/fast-ddpm-3d-brats.md).
 // Train() composes the frame (TrainerSession) with the trainer's pieces:
-// options (ddpm_cli), model, diffusion and loss (ddpm_model), data
-// (brats_data) and the stages' step and validation (ddpm_stages).
+// options (ddpm_options), model, diffusion and loss (ddpm_model), data
+// (ddpm_data) and the stages' step and validation (ddpm_step).
 #include <string>
 #include <tuple>
 #include <vector>
@@ -13,10 +13,10 @@
 #include <torch/torch.h>
 
 #include "ddprun/worker/worker.h"
-#include "examples/ddpm/brats_data.h"
-#include "examples/ddpm/ddpm_cli.h"
+#include "examples/ddpm/ddpm_data.h"
 #include "examples/ddpm/ddpm_model.h"
-#include "examples/ddpm/ddpm_stages.h"
+#include "examples/ddpm/ddpm_options.h"
+#include "examples/ddpm/ddpm_step.h"
 #include "examples/frame/trainer_session.h"
 
 namespace ddprun::examples {

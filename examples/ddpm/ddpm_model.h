@@ -7,7 +7,7 @@
 #include <torch/torch.h>
 
 #include "ddprun/worker/worker.h"
-#include "examples/ddpm/ddpm_cli.h"
+#include "examples/ddpm/ddpm_options.h"
 #include "examples/ddpm/ddpm_validation.h"
 #include "examples/ddpm/fast_ddpm.h"
 #include "examples/ddpm/unet3d.h"

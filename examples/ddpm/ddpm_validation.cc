@@ -4,7 +4,7 @@
 
 #include <torch/torch.h>
 
-#include "examples/ddpm/brats_data.h"
+#include "examples/ddpm/ddpm_data.h"
 #include "examples/frame/eval_metrics.h"
 #include "examples/frame/nifti_io.h"
 #include "examples/frame/outputs_observer.h"

@@ -125,6 +125,21 @@ void TrainerCli::AddBatchSize(int64_t* batch_size, const std::string& help) {
       ->check(CLI::PositiveNumber);
 }
 
+void TrainerCli::AddClipGrad(double* clip_grad) {
+  app_.add_option("--clip_grad", *clip_grad,
+                  "Clip the global gradient norm to this value (0: off)")
+      ->check(CLI::NonNegativeNumber);
+  parser_.AddAliases(
+      {{"gradient_clip", "clip_grad", ""}, {"max_grad_norm", "clip_grad", ""}});
+}
+
+void TrainerCli::AddGradientCheckpointing(bool* gradient_checkpointing,
+                                          const std::string& what) {
+  app_.add_flag("--gradient_checkpointing", *gradient_checkpointing, what);
+  parser_.AddAliases(
+      {{"activation_checkpointing", "gradient_checkpointing", ""}});
+}
+
 void TrainerCli::AddAliases(const std::vector<FlagAlias>& aliases) {
   parser_.AddAliases(aliases);
 }

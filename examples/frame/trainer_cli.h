@@ -51,6 +51,17 @@ class TrainerCli {
   // --batch_size (positive) with `help` saying per rank or total.
   void AddBatchSize(int64_t* batch_size, const std::string& help);
 
+  // --clip_grad N (>= 0; 0: off): clip the global gradient norm to N before
+  // each optimizer step. The guides' --gradient_clip and --max_grad_norm
+  // (and those config keys) are aliases. Its default is *clip_grad's value.
+  void AddClipGrad(double* clip_grad);
+
+  // --gradient_checkpointing: activation checkpointing, `what` saying what
+  // backward recomputes (--help); the guides' --activation_checkpointing is
+  // an alias.
+  void AddGradientCheckpointing(bool* gradient_checkpointing,
+                                const std::string& what);
+
   // The trainer's own guide names (after the common ones; same name
   // replaces).
   void AddAliases(const std::vector<FlagAlias>& aliases);

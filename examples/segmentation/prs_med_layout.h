@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "ddprun/common/status_or.h"
-#include "examples/segmentation/seg_data.h"
+#include "examples/segmentation/segmentation_data.h"
 
 namespace ddprun::examples {
 

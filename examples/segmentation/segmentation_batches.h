@@ -8,8 +8,8 @@
 
 #include "examples/formats/vocabulary.h"
 #include "examples/frame/trainer_session.h"
-#include "examples/segmentation/seg_data.h"
-#include "examples/segmentation/segmentation_cli.h"
+#include "examples/segmentation/segmentation_data.h"
+#include "examples/segmentation/segmentation_options.h"
 
 namespace ddprun::examples {
 

@@ -1,7 +1,7 @@
 // segmentation_trainer: text-prompted 2D segmentation (PRS-Med): a UNet whose
 // bottleneck is conditioned on a position prompt, Dice + BCE, data parallel.
 // Train() composes the frame (TrainerSession) with the trainer's pieces:
-// options (segmentation_cli), data (segmentation_batches), model and loss
+// options (segmentation_options), data (segmentation_batches), model and loss
 // (segmentation_model) and step and validation (segmentation_step).
 #include <string>
 #include <tuple>
@@ -14,8 +14,8 @@
 #include "examples/frame/trainer_session.h"
 #include "examples/segmentation/prs_med_layout.h"
 #include "examples/segmentation/segmentation_batches.h"
-#include "examples/segmentation/segmentation_cli.h"
 #include "examples/segmentation/segmentation_model.h"
+#include "examples/segmentation/segmentation_options.h"
 #include "examples/segmentation/segmentation_step.h"
 
 namespace ddprun::examples {

@@ -7,7 +7,7 @@
 #include <torch/torch.h>
 
 #include "examples/segmentation/prompt_unet.h"
-#include "examples/segmentation/segmentation_cli.h"
+#include "examples/segmentation/segmentation_options.h"
 
 namespace ddprun::examples {
 

@@ -7,7 +7,7 @@
 #include "examples/frame/batch_loader.h"
 #include "examples/frame/eval_metrics.h"
 #include "examples/frame/trainer_support.h"
-#include "examples/segmentation/seg_overlay.h"
+#include "examples/segmentation/segmentation_overlay.h"
 
 namespace ddprun::examples {
 namespace {

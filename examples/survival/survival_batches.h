@@ -12,8 +12,8 @@
 #include "examples/frame/trainer_cli.h"
 #include "examples/frame/trainer_session.h"
 #include "examples/survival/smart_cache.h"
-#include "examples/survival/survival_cli.h"
 #include "examples/survival/survival_data.h"
+#include "examples/survival/survival_options.h"
 
 namespace ddprun::examples {
 

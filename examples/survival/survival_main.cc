@@ -1,7 +1,7 @@
 // survival_trainer: time-to-event prediction (MACE) from 3D volumes with a
 // 3D ResNet and the Cox partial likelihood, data parallel over ranks.
 // Train() composes the frame (TrainerSession) with the trainer's pieces:
-// options (survival_cli), data (survival_batches), model (survival_model)
+// options (survival_options), data (survival_batches), model (survival_model)
 // and step and validation (survival_step).
 #include <functional>
 #include <string>
@@ -13,8 +13,8 @@
 #include "ddprun/worker/worker.h"
 #include "examples/frame/trainer_session.h"
 #include "examples/survival/survival_batches.h"
-#include "examples/survival/survival_cli.h"
 #include "examples/survival/survival_model.h"
+#include "examples/survival/survival_options.h"
 #include "examples/survival/survival_step.h"
 
 namespace ddprun::examples {

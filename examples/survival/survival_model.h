@@ -7,7 +7,7 @@
 
 #include "examples/frame/activation_checkpoint.h"
 #include "examples/survival/resnet3d.h"
-#include "examples/survival/survival_cli.h"
+#include "examples/survival/survival_options.h"
 
 namespace ddprun::examples {
 

@@ -7,8 +7,8 @@
 #include <torch/torch.h>
 
 #include "examples/formats/vocabulary.h"
-#include "examples/vqa/vqa_cli.h"
 #include "examples/vqa/vqa_data.h"
+#include "examples/vqa/vqa_options.h"
 
 namespace ddprun::examples {
 

@@ -1,7 +1,7 @@
 // vqa_trainer: chest X-ray visual question answering (MIMIC-CXR VQA style)
 // with a 14-label CheXpert head, data parallel, optional ZeRO sharding.
 // Train() composes the frame (TrainerSession) with the trainer's pieces:
-// options (vqa_cli), data (vqa_data, vqa_batches) and model, optimizer,
+// options (vqa_options), data (vqa_data, vqa_batches) and model, optimizer,
 // step and validation (vqa_step).
 #include <string>
 #include <tuple>
@@ -12,8 +12,8 @@
 #include "ddprun/worker/worker.h"
 #include "examples/frame/trainer_session.h"
 #include "examples/vqa/vqa_batches.h"
-#include "examples/vqa/vqa_cli.h"
 #include "examples/vqa/vqa_data.h"
+#include "examples/vqa/vqa_options.h"
 #include "examples/vqa/vqa_step.h"
 
 namespace ddprun::examples {

@@ -14,8 +14,8 @@
 #include "examples/frame/norm_layer.h"
 #include "examples/frame/trainer_session.h"
 #include "examples/vqa/vqa_batches.h"
-#include "examples/vqa/vqa_cli.h"
 #include "examples/vqa/vqa_model.h"
+#include "examples/vqa/vqa_options.h"
 
 namespace ddprun::examples {
 

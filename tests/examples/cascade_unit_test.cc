@@ -15,10 +15,10 @@
 
 #include "ddprun/worker/errors.h"
 #include "ddprun/worker/precision.h"
-#include "examples/cascade/cascade_cli.h"
+#include "examples/cascade/cascade_data.h"
 #include "examples/cascade/cascade_model.h"
+#include "examples/cascade/cascade_options.h"
 #include "examples/cascade/drr.h"
-#include "examples/cascade/patient_data.h"
 #include "examples/cascade/v_diffusion.h"
 #include "examples/frame/image_io.h"
 #include "tests/common/remove_at_exit.h"

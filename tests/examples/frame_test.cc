@@ -9,6 +9,9 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include <torch/torch.h>
 // glog (through Torch) defines CHECK; Catch's must win in this file.
@@ -21,6 +24,7 @@
 #include "examples/frame/step_runner.h"
 #include "examples/frame/train_loop.h"
 #include "examples/frame/trainer_session.h"
+#include "tests/common/remove_at_exit.h"
 
 namespace ddprun::examples {
 namespace {
@@ -267,6 +271,66 @@ std::unique_ptr<TrainerCli> ToyCli(const std::string& dir,
   auto cli = std::make_unique<TrainerCli>("toy", TrainerDefaults{dir, 1, 0});
   REQUIRE_FALSE(cli->Parse(static_cast<int>(argv.size()), argv.data()));
   return cli;
+}
+
+// The flags TrainerCli registers for the trainers that clip and checkpoint
+// (survival, ddpm, cascade), parsed from "toy ARGS..."; throws as Parse.
+struct TrainingFlags {
+  double clip_grad = 1.0;
+  bool gradient_checkpointing = false;
+  std::string help;
+};
+TrainingFlags ParseTrainingFlags(std::vector<std::string> args) {
+  args.insert(args.begin(), "toy");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  TrainingFlags flags;
+  TrainerCli cli("toy", TrainerDefaults{"runs/toy", 1, 0});
+  cli.AddClipGrad(&flags.clip_grad);
+  cli.AddGradientCheckpointing(&flags.gradient_checkpointing, "Recompute");
+  // Outside REQUIRE: a ConfigError must reach the caller's CHECK_THROWS.
+  const std::optional<int> code =
+      cli.Parse(static_cast<int>(argv.size()), argv.data());
+  REQUIRE_FALSE(code.has_value());
+  flags.help = cli.app().help();
+  return flags;
+}
+
+TEST_CASE(
+    "TrainerCli: --clip_grad and --gradient_checkpointing, also under the "
+    "guides' names",
+    "[frame]") {
+  const TrainingFlags defaults = ParseTrainingFlags({});
+  CHECK(defaults.clip_grad == 1.0);
+  CHECK_FALSE(defaults.gradient_checkpointing);
+  for (const std::string& help :
+       {"--clip_grad FLOAT:NONNEGATIVE=1", "--gradient_checkpointing",
+        "--gradient_clip (= --clip_grad)", "--max_grad_norm (= --clip_grad)",
+        "--activation_checkpointing (= --gradient_checkpointing)"}) {
+    INFO(help);
+    CHECK(defaults.help.find(help) != std::string::npos);
+  }
+  CHECK(ParseTrainingFlags({"--clip_grad", "0.5"}).clip_grad == 0.5);
+  CHECK(ParseTrainingFlags({"--gradient_clip", "0.25"}).clip_grad == 0.25);
+  CHECK(ParseTrainingFlags({"--max-grad-norm=2"}).clip_grad == 2);
+  CHECK(ParseTrainingFlags({"--clip_grad", "0"}).clip_grad == 0);
+  CHECK(ParseTrainingFlags({"--activation_checkpointing"})
+            .gradient_checkpointing);
+  CHECK(
+      ParseTrainingFlags({"--gradient-checkpointing"}).gradient_checkpointing);
+  // The guides' names as config keys, in a section as they write them.
+  const std::string config = ddprun::testing::RemoveAtExit(
+      "/tmp/ddprun_frame_test_flags_" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(config) << "training:\n  gradient_clip: 0.75\n"
+                           "  activation_checkpointing: true\n";
+  const TrainingFlags from_file = ParseTrainingFlags({"--config", config});
+  CHECK(from_file.clip_grad == 0.75);
+  CHECK(from_file.gradient_checkpointing);
+  CHECK_THROWS_WITH(ParseTrainingFlags({"--clip_grad", "-1"}),
+                    Catch::Contains("--clip_grad"));
+  CHECK_THROWS_AS(
+      ParseTrainingFlags({"--clip_grad", "1", "--gradient_clip", "2"}),
+      worker::ConfigError);
 }
 
 // One epoch of a batch-norm model (BatchNorm1d after a linear layer: a

@@ -79,7 +79,11 @@ ContractRow Survival() {
               "--amp",
               "--num_workers",
               "--checkpoint_every",
-              "--epochs INT:POSITIVE=4"};
+              "--epochs INT:POSITIVE=4",
+              "--clip_grad FLOAT:NONNEGATIVE=0",
+              "--gradient_checkpointing",
+              "--max_grad_norm (= --clip_grad)",
+              "--activation_checkpointing (= --gradient_checkpointing)"};
   row.frame = [] { return FrameCase{"survival", SmallSurvival()}; };
   // The header and 8 good rows, then a row naming a missing volume (line 10).
   row.bad_data = [data](const std::string& dir) {
@@ -247,7 +251,8 @@ ContractRow Ddpm() {
               "--gradient_accumulation_steps INT:POSITIVE=4",
               "--batch_size INT:POSITIVE=1",
               "--timesteps INT:INT in [1 - 1000]=10",
-              "--clip_grad FLOAT=1",
+              "--clip_grad FLOAT:NONNEGATIVE=1",
+              "--gradient_clip (= --clip_grad)",
               "--target_modality INT:INT in [0 - 3]=3",
               "--norm TEXT:{group,batch}=group",
               "--sync_batchnorm",
@@ -327,7 +332,8 @@ ContractRow Cascade() {
               "--num_timesteps INT:INT in [2 - 100000]=1000",
               "--v_parameterization BOOLEAN",
               "--sampling_steps INT:POSITIVE=3",
-              "--gradient_clip FLOAT:NONNEGATIVE=1",
+              "--clip_grad FLOAT:NONNEGATIVE=1",
+              "--gradient_clip (= --clip_grad)",
               "--gradient_checkpointing",
               "--hu_window FLOAT=-1000 1000",
               "--n INT=40",

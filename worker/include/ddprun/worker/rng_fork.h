@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
 namespace ddprun::worker {

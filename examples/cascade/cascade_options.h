@@ -31,7 +31,7 @@ struct CascadeOptions {
   bool v_parameterization = true;
   int64_t sampling_steps = 3;
   bool train_on_sampling_steps = true;
-  double gradient_clip = 1.0;
+  double clip_grad = 1.0;
   bool gradient_checkpointing = false;
   double conditioning_noise = 0.1;
   bool augmentation = false;

@@ -1,4 +1,4 @@
-#include "examples/vqa/vqa_cli.h"
+#include "examples/vqa/vqa_options.h"
 
 #include "examples/vqa/vqa_mimic.h"
 #include "examples/vqa/vqa_synthetic.h"

@@ -1,4 +1,4 @@
-#include "examples/cascade/cascade_cli.h"
+#include "examples/cascade/cascade_options.h"
 
 #include <algorithm>
 #include <cctype>
@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "ddprun/worker/errors.h"
-#include "examples/cascade/patient_data.h"
+#include "examples/cascade/cascade_data.h"
 
 namespace ddprun::examples {
 namespace {
@@ -88,12 +88,11 @@ CascadeCli::CascadeCli()
                  "Train at the sampling steps' noise levels only (true, as "
                  "Fast-DDPM: learns in far fewer steps) or at all "
                  "num_timesteps (false)");
-  app.add_option("--gradient_clip", o.gradient_clip,
-                 "Clip the global gradient norm to this (0: off)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_flag("--gradient_checkpointing", o.gradient_checkpointing,
-               "Recompute each ViT block's activations in backward instead "
-               "of keeping them (less memory, ~1/3 more compute)");
+  cli_.AddClipGrad(&o.clip_grad);
+  cli_.AddGradientCheckpointing(
+      &o.gradient_checkpointing,
+      "Recompute each ViT block's activations in backward instead of keeping "
+      "them (less memory, ~1/3 more compute)");
   app.add_option("--conditioning_noise", o.conditioning_noise,
                  "Largest noise level added to the previous stage's input "
                  "in training (conditioning augmentation)")

@@ -1,4 +1,4 @@
-#include "examples/segmentation/seg_data.h"
+#include "examples/segmentation/segmentation_data.h"
 
 #include <filesystem>
 #include <fstream>

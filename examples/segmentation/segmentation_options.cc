@@ -1,9 +1,9 @@
-#include "examples/segmentation/segmentation_cli.h"
+#include "examples/segmentation/segmentation_options.h"
 
 #include <cstdio>
 
 #include "ddprun/worker/worker.h"
-#include "examples/segmentation/seg_data.h"
+#include "examples/segmentation/segmentation_data.h"
 
 namespace ddprun::examples {
 

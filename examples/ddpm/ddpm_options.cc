@@ -1,7 +1,7 @@
-#include "examples/ddpm/ddpm_cli.h"
+#include "examples/ddpm/ddpm_options.h"
 
 #include "ddprun/worker/worker.h"
-#include "examples/ddpm/brats_data.h"
+#include "examples/ddpm/ddpm_data.h"
 #include "examples/formats/guide_flags.h"
 
 namespace ddprun::examples {
@@ -16,7 +16,6 @@ void AddGuideNames(TrainerCli& cli) {
       {"num_timesteps", "num_diffusion_timesteps", ""},
       {"resume_path", "resume_from", ""},
       {"dist_backend", "backend", ""},
-      {"gradient_clip", "clip_grad", ""},
       {"save_every", "checkpoint_every", ""},
   });
   using A = ForeignFlag::Arity;
@@ -98,10 +97,11 @@ void AddTrainingFlags(TrainerCli& cli, DdpmOptions& opt) {
                "sqrt(1 - abar) x0 instead of eps");
   app.add_option("--learning_rate", opt.learning_rate, "Adam learning rate");
   app.add_option("--weight_decay", opt.weight_decay, "Adam weight decay");
-  app.add_option("--clip_grad", opt.clip_grad, "Global gradient-norm clip");
-  app.add_flag("--gradient_checkpointing", opt.gradient_checkpointing,
-               "Recompute the UNet blocks' activations in the backward pass "
-               "instead of keeping them (less memory, one more forward)");
+  cli.AddClipGrad(&opt.clip_grad);
+  cli.AddGradientCheckpointing(
+      &opt.gradient_checkpointing,
+      "Recompute the UNet blocks' activations in the backward pass instead "
+      "of keeping them (less memory, one more forward)");
   app.add_option("--synthetic_size", opt.synthetic_size,
                  "Edge of --make_synthetic volumes");
   app.add_option("--synthetic_layout", opt.synthetic_layout,

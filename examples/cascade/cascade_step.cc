@@ -1,4 +1,4 @@
-#include "examples/cascade/cascade_stages.h"
+#include "examples/cascade/cascade_step.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 

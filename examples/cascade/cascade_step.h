@@ -8,10 +8,10 @@
 #include <torch/torch.h>
 
 #include "examples/cascade/cascade_batches.h"
-#include "examples/cascade/cascade_cli.h"
-#include "examples/cascade/cascade_eval.h"
+#include "examples/cascade/cascade_data.h"
 #include "examples/cascade/cascade_model.h"
-#include "examples/cascade/patient_data.h"
+#include "examples/cascade/cascade_options.h"
+#include "examples/cascade/cascade_validation.h"
 #include "examples/cascade/v_diffusion.h"
 #include "examples/frame/trainer_session.h"
 

@@ -1,4 +1,4 @@
-#include "examples/cascade/cascade_eval.h"
+#include "examples/cascade/cascade_validation.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 

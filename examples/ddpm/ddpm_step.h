@@ -7,8 +7,8 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
-#include "examples/ddpm/brats_data.h"
-#include "examples/ddpm/ddpm_cli.h"
+#include "examples/ddpm/ddpm_data.h"
+#include "examples/ddpm/ddpm_options.h"
 #include "examples/ddpm/ddpm_validation.h"
 #include "examples/ddpm/fast_ddpm.h"
 #include "examples/ddpm/unet3d.h"

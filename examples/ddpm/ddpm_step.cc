@@ -1,4 +1,4 @@
-#include "examples/ddpm/ddpm_stages.h"
+#include "examples/ddpm/ddpm_step.h"
 
 #include <filesystem>
 #include <sstream>

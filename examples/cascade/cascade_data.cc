@@ -1,4 +1,4 @@
-#include "examples/cascade/patient_data.h"
+#include "examples/cascade/cascade_data.h"
 
 #include <algorithm>
 #include <cmath>

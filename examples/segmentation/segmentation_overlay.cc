@@ -1,4 +1,4 @@
-#include "examples/segmentation/seg_overlay.h"
+#include "examples/segmentation/segmentation_overlay.h"
 
 #include <torch/torch.h>
 

@@ -1,4 +1,4 @@
-#include "examples/survival/survival_cli.h"
+#include "examples/survival/survival_options.h"
 
 #include "ddprun/worker/worker.h"
 #include "examples/frame/trainer_support.h"
@@ -7,15 +7,6 @@
 
 namespace ddprun::examples {
 namespace {
-
-// The guide's names (survival-mace-monai.md and the scripts it runs) where
-// ours differ; the common ones (--lr, --log_dir, ...) are in guide_flags.cc.
-std::vector<FlagAlias> SurvivalAliases() {
-  return {
-      {"max_grad_norm", "clip_grad", ""},
-      {"activation_checkpointing", "gradient_checkpointing", ""},
-  };
-}
 
 std::vector<ForeignFlag> SurvivalForeignFlags() {
   return {
@@ -64,13 +55,12 @@ SurvivalCli::SurvivalCli()
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--synthetic_size", opt.synthetic_size,
                  "Edge of the volumes written by --make_synthetic");
-  app.add_flag("--gradient_checkpointing", opt.gradient_checkpointing,
-               "Activation checkpointing: keep only the input of the stem and "
-               "of each residual block, recompute the rest in backward (less "
-               "memory, ~1/3 more compute, same gradients)");
-  app.add_option("--clip_grad", opt.clip_grad,
-                 "Clip the global gradient norm to this value (0: off)")
-      ->check(CLI::NonNegativeNumber);
+  cli_.AddGradientCheckpointing(
+      &opt.gradient_checkpointing,
+      "Activation checkpointing: keep only the input of the stem and of each "
+      "residual block, recompute the rest in backward (less memory, ~1/3 "
+      "more compute, same gradients)");
+  cli_.AddClipGrad(&opt.clip_grad);
   app.add_option("--fold_column", opt.fold_column,
                  "CSV column with each row's fold (the guide's Fold_1): rows "
                  "with --train_fold train, rows with --val_fold validate; "
@@ -79,7 +69,6 @@ SurvivalCli::SurvivalCli()
                  "Value of --fold_column for training rows");
   app.add_option("--val_fold", opt.val_fold,
                  "Value of --fold_column for validation rows");
-  cli_.AddAliases(SurvivalAliases());
   cli_.AddForeignFlags(SurvivalForeignFlags());
 }
 

@@ -33,8 +33,8 @@ struct SurvivalOptions {
 };
 
 // The trainer's command line: TrainerCli (output runs/survival, 4 epochs,
-// --n 160) with the options above, the guide's names for them
-// (--max_grad_norm, --activation_checkpointing) and its --output.
+// --n 160) with the options above (the guide's --max_grad_norm and
+// --activation_checkpointing through TrainerCli) and its --output.
 class SurvivalCli {
  public:
   SurvivalCli();

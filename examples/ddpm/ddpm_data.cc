@@ -1,4 +1,4 @@
-#include "examples/ddpm/brats_data.h"
+#include "examples/ddpm/ddpm_data.h"
 
 #include <algorithm>
 #include <filesystem>
