@@ -174,10 +174,12 @@ std::string Checkpointer::SaveNamed(const std::string& file_name,
   return Write(file_name, state, parts, /*rotate=*/false);
 }
 
-std::string Checkpointer::Write(const std::string& file_name,
-                                const TrainState& state,
-                                const CheckpointParts& parts, bool rotate) {
-  torch::serialize::OutputArchive archive;
+namespace {
+
+// What a checkpoint holds, into `archive` (collective for a sharded
+// optimizer or rng).
+void FillArchive(torch::serialize::OutputArchive& archive, const World& world,
+                 const TrainState& state, const CheckpointParts& parts) {
   archive.write("meta/epoch", Int64(state.epoch));
   archive.write("meta/step", Int64(state.step));
   archive.write("meta/batch_in_epoch", Int64(state.batch_in_epoch));
@@ -190,7 +192,7 @@ std::string Checkpointer::Write(const std::string& file_name,
   archive.write("meta/scalar_names", c10::IValue(names));
   archive.write("meta/scalar_values",
                 at::tensor(values, at::kDouble).reshape({-1}));
-  archive.write("meta/world_size", Int64(world_.world_size()));
+  archive.write("meta/world_size", Int64(world.world_size()));
   if (parts.model != nullptr) {
     torch::serialize::OutputArchive sub;
     parts.model->save(sub);
@@ -214,13 +216,31 @@ std::string Checkpointer::Write(const std::string& file_name,
         std::lock_guard<std::mutex> lock(gen.mutex());
         mine = gen.get_state();
       }
-      std::vector<at::Tensor> all = world_.AllGather(mine);
+      std::vector<at::Tensor> all = world.AllGather(mine);
       for (size_t r = 0; r < all.size(); ++r) {
         archive.write("rng/" + kind + "/" + std::to_string(r), all[r]);
       }
     }
   }
+}
 
+}  // namespace
+
+std::string CheckpointPayload(const World& world, const TrainState& state,
+                              const CheckpointParts& parts) {
+  torch::serialize::OutputArchive archive;
+  FillArchive(archive, world, state, parts);
+  std::ostringstream os;
+  archive.save_to(os);
+  return os.str();
+}
+
+std::string Checkpointer::Write(const std::string& file_name,
+                                const TrainState& state,
+                                const CheckpointParts& parts, bool rotate) {
+  // Only rank 0 writes, but the archive's gathers are collective.
+  torch::serialize::OutputArchive archive;
+  FillArchive(archive, world_, state, parts);
   const std::string final_path = options_.dir + "/" + file_name;
   if (world_.is_main()) {
     std::ostringstream os;
@@ -292,6 +312,15 @@ TrainState LoadVerifiedFile(const std::string& path,
   if (!ReadVerified(path, &payload)) {
     throw WorkerError("checkpoint " + path + " is missing or corrupt");
   }
+  return LoadCheckpointPayload(payload, parts, rank, "checkpoint " + path);
+}
+
+}  // namespace
+
+TrainState LoadCheckpointPayload(const std::string& payload,
+                                 const CheckpointParts& parts, int rank,
+                                 const std::string& what) {
+  const std::string& path = what;
   // Onto the CPU first: without a device, tensors go back to the device
   // they were saved from, so every rank would materialise rank 0's state on
   // cuda:0 (and a GPU checkpoint would not load on a CPU-only machine).
@@ -323,22 +352,21 @@ TrainState LoadVerifiedFile(const std::string& path,
   if (parts.model != nullptr) {
     torch::serialize::InputArchive sub;
     if (!state_archive.try_read("model", sub)) {
-      throw WorkerError("checkpoint " + path + " has no model state");
+      throw WorkerError(path + " has no model state");
     }
     LoadModule(*parts.model, sub, "");
   }
   if (parts.optimizer != nullptr) {
     torch::serialize::InputArchive sub;
     if (!state_archive.try_read("optimizer", sub)) {
-      throw WorkerError("checkpoint " + path + " has no optimizer state");
+      throw WorkerError(path + " has no optimizer state");
     }
     parts.optimizer->load(sub);
   }
   if (parts.sharded_optimizer != nullptr) {
     torch::serialize::InputArchive sub;
     if (!state_archive.try_read("sharded_optimizer", sub)) {
-      throw WorkerError("checkpoint " + path +
-                        " has no sharded optimizer state");
+      throw WorkerError(path + " has no sharded optimizer state");
     }
     parts.sharded_optimizer->Load(sub);
   }
@@ -355,8 +383,6 @@ TrainState LoadVerifiedFile(const std::string& path,
   }
   return state;
 }
-
-}  // namespace
 
 bool Checkpointer::IsComplete(const std::string& path) {
   std::string payload;
