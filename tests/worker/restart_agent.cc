@@ -34,6 +34,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -137,6 +138,7 @@ class StandIn {
   explicit StandIn(Options o) : o_(std::move(o)), procs_(o_.nproc) {}
 
   int Run() {
+    std::filesystem::create_directories(o_.out);
     c10d::TCPStoreOptions so;
     so.port = 0;
     so.isServer = true;
