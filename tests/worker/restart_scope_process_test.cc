@@ -129,7 +129,7 @@ TEST_CASE(
 
 TEST_CASE(
     "restart scope failed: the rank every other heals from (rank 0) "
-    "is killed; rank 1 is the source",
+    "is killed, and rank 1 is the source",
     "[worker][process][restart_scope]") {
   CheckHealedRun(0, "0:5:allreduce");
 }
@@ -161,7 +161,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "restart scope failed: a sharded optimizer cannot be healed; "
+    "restart scope failed: a sharded optimizer cannot be healed, "
     "every worker says so and exits non-zero",
     "[worker][process][restart_scope]") {
   const std::string dir = TempDir();
