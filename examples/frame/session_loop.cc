@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <numeric>
 #include <random>
 
@@ -139,9 +140,14 @@ void TrainerSession::AfterStep(Plan& plan, int64_t epoch,
     pending_steps_.push_back(record);
   }
   // Every rank runs the same steps, so every rank flushes at the same one.
-  if (static_cast<int64_t>(pending_steps_.size()) >= kStepsPerLossReduce) {
-    FlushSteps(&plan.epoch_loss_sum);
+  // Restart scope "failed": the loss is the mean over ranks already, and
+  // the observers get only committed steps, each once.
+  if (commit_ ||
+      static_cast<int64_t>(pending_steps_.size()) >= kStepsPerLossReduce) {
+    FlushSteps();
   }
+  // The step is done: a failure from here on redoes what follows it.
+  if (commit_) SaveUnit();
   if (checkpointer_->ShouldSave(state_.step)) {
     auto save = profiler_.Measure(Phase::kCheckpoint);
     checkpointer_->Save(state_, parts_);
@@ -149,10 +155,10 @@ void TrainerSession::AfterStep(Plan& plan, int64_t epoch,
   }
 }
 
-void TrainerSession::FlushSteps(double* loss_sum) {
+void TrainerSession::FlushSteps() {
   if (pending_steps_.empty()) return;
   auto metrics = profiler_.Measure(Phase::kMetrics);
-  if (world_.distributed()) {
+  if (world_.distributed() && !commit_) {
     // fp64: the same value on every rank whatever the reduction order.
     std::vector<double> local;
     for (const StepRecord& r : pending_steps_) local.push_back(r.loss);
@@ -167,16 +173,19 @@ void TrainerSession::FlushSteps(double* loss_sum) {
     }
   }
   for (const StepRecord& record : pending_steps_) {
-    *loss_sum += record.loss;
+    epoch_loss_sum_ += record.loss;
+    ++epoch_steps_;
     for (const auto& o : observers_) o->OnStep(record);
   }
   pending_steps_.clear();
 }
 
-void TrainerSession::EndEpoch(Plan& plan, int64_t epoch, nlohmann::json record,
-                              int64_t steps) {
-  const double loss_sum = plan.epoch_loss_sum;
-  plan.epoch_loss_sum = 0;
+void TrainerSession::EndEpoch(Plan& plan, int64_t epoch,
+                              nlohmann::json record) {
+  const double loss_sum = epoch_loss_sum_;
+  const int64_t steps = epoch_steps_;
+  epoch_loss_sum_ = 0;
+  epoch_steps_ = 0;
   {
     auto metrics = profiler_.Measure(Phase::kMetrics);
     plan.progress->Flush();
@@ -227,6 +236,12 @@ void TrainerSession::EndEpoch(Plan& plan, int64_t epoch, nlohmann::json record,
   auto metrics = profiler_.Measure(Phase::kMetrics);
   for (const auto& o : observers_) o->OnEpoch(record);
   last_metrics_ = std::move(record);
+  if (commit_) {
+    // Restart scope "failed": no rank leaves the epoch's end before rank 0
+    // wrote its record; if rank 0 dies before, the end is redone.
+    world_.Barrier();
+    SaveUnit();
+  }
 }
 
 void TrainerSession::UpdateBest(const BestCheckpoint& best,
@@ -285,6 +300,23 @@ void TrainerSession::SaveIfChanged() {
 }
 
 void MetricsFileObserver::OnEpoch(const nlohmann::json& record) {
+  if (world_.reforms() && world_.is_main()) {
+    std::ifstream in(output_dir_ + "/metrics.jsonl");
+    std::string line, last;
+    while (std::getline(in, line)) {
+      if (!line.empty()) last = line;
+    }
+    const nlohmann::json previous = nlohmann::json::parse(last, nullptr, false);
+    if (previous.is_object() &&
+        previous.value("epoch", -1) == record.value("epoch", -2) &&
+        previous.value("step", -1) == record.value("step", -2)) {
+      worker::LogMain(world_, "metrics of epoch " +
+                                  std::to_string(record.value("epoch", 0)) +
+                                  " are written already (an epoch's end "
+                                  "redone after a failure)");
+      return;
+    }
+  }
   WriteEpochMetrics(world_, output_dir_, record);
 }
 

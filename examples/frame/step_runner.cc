@@ -108,7 +108,10 @@ double StepRunner::Step(int64_t n,
     Backward(scaler_.Scale(loss / static_cast<double>(n)), m + 1 == n);
   }
   auto span = profiler_->Measure(Phase::kOptimizer);
-  if (scaler_.Unscale(params_)) {
+  const bool finite = scaler_.Unscale(params_);
+  double loss = total.item<double>() / static_cast<double>(n);
+  if (options_.before_apply) options_.before_apply(&loss);
+  if (finite) {
     // ZeRO-2 (no DDP): the gradients here are this rank's, not yet reduced;
     // the sharded optimizer clips the reduced ones.
     const bool local_grads = sharded_ != nullptr && ddp_ == nullptr;
@@ -123,7 +126,23 @@ double StepRunner::Step(int64_t n,
     ++skipped_;
   }
   scaler_.Update();
-  return total.item<double>() / static_cast<double>(n);
+  return loss;
+}
+
+std::vector<double> StepRunner::HealState() const {
+  const worker::GradScaler::State s = scaler_.state();
+  return {s.scale, static_cast<double>(s.good_steps),
+          static_cast<double>(skipped_)};
+}
+
+void StepRunner::RestoreHealState(const std::vector<double>& state) {
+  if (state.size() != 3) {
+    throw worker::WorkerError("StepRunner: a heal state of " +
+                              std::to_string(state.size()) +
+                              " numbers, expected 3");
+  }
+  scaler_.set_state({state[0], static_cast<int64_t>(state[1])});
+  skipped_ = static_cast<int64_t>(state[2]);
 }
 
 double StepRunner::learning_rate() const {

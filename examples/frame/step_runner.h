@@ -29,6 +29,11 @@ struct StepRunnerOptions {
   // all-reduce wait, optimizer); null or disabled: nothing is measured.
   // Must outlive the runner.
   StepProfiler* profiler = nullptr;
+  // Called with the step's mean loss after the backward passes and the
+  // finite check, before anything is applied (the step agreement of restart
+  // scope "failed"); it may replace the loss (by its mean over ranks). An
+  // exception it throws leaves the step unapplied.
+  std::function<void(double* loss)> before_apply;
 };
 
 // One optimizer step over the micro-batches of a step (gradient
@@ -60,6 +65,14 @@ class StepRunner {
   double loss_scale() const { return scaler_.scale(); }
   // The learning rate of the first parameter group.
   double learning_rate() const;
+
+  // The DDP to synchronise through from now on (restart scope "failed"
+  // builds a new one after a re-form); null: none.
+  void Rebind(worker::DistributedDataParallel* ddp) { ddp_ = ddp; }
+  // The state a step changes besides the model and optimizer (the
+  // GradScaler's, the skipped steps), as numbers for healing; and back.
+  std::vector<double> HealState() const;
+  void RestoreHealState(const std::vector<double>& state);
 
  private:
   void ZeroGrad();

@@ -21,6 +21,10 @@ TrainerSession::TrainerSession(TrainerCli& cli)
       profiler_(common_.profile, world_.device()) {
   observers_.push_back(
       std::make_shared<MetricsFileObserver>(world_, common_.output_dir));
+  if (world_.reforms()) {
+    commit_ = std::make_unique<worker::StepCommit>(world_);
+    has_state_ = !world_.env().replacement;
+  }
 }
 
 TrainerSession::~TrainerSession() = default;
@@ -108,12 +112,22 @@ void TrainerSession::Prepare(const TrainingSetup& setup) {
   parts_.model = setup.model.get();
   parts_.optimizer = setup.optimizer;
   parts_.sharded_optimizer = setup.sharded_optimizer;
+  model_ = setup.model;
+  if (setup.use_ddp) ddp_options_ = setup.ddp;
   total_epochs_ = setup.total_epochs > 0 ? setup.total_epochs : common_.epochs;
-  state_ = Resume();
+  const bool replacement = commit_ && !has_state_;
+  if (replacement) {
+    // A replacement: its state comes from a live peer, and its DDP is built
+    // (without the initial broadcast) as the survivors rebuild theirs.
+    HealAndRebuild("rank " + std::to_string(world_.rank()) +
+                   " replaces a failed rank");
+  } else {
+    state_ = Resume();
+  }
   for (const auto& [name, value] : state_.scalars) {
     if (name.rfind("metric/", 0) == 0) last_metrics_[name.substr(7)] = value;
   }
-  if (complete()) {
+  if (complete() && !replacement) {
     const std::string source = common_.resume_from.empty() || saved_.step >= 0
                                    ? common_.CheckpointDir()
                                    : common_.resume_from;
@@ -131,17 +145,30 @@ void TrainerSession::Prepare(const TrainingSetup& setup) {
         world_, common_.output_dir, program_invocation_short_name,
         state_.step));
   }
-  if (setup.use_ddp) {
+  if (ddp_options_ && !ddp_) {
     ddp_ = std::make_unique<worker::DistributedDataParallel>(
-        world_, setup.model, setup.ddp);
+        world_, setup.model, *ddp_options_);
   }
   StepRunnerOptions options;
   options.loss_scaling = precision().loss_scaling;
   options.clip_grad_norm = setup.clip_grad_norm;
   options.profiler = &profiler_;
+  if (commit_) {
+    options.before_apply = [this](double* loss) { AgreeOnStep(loss); };
+  }
   runner_ = std::make_unique<StepRunner>(
       world_, setup.model->parameters(), setup.optimizer,
       setup.sharded_optimizer, ddp_.get(), options);
+  if (healed_runner_) {
+    runner_->RestoreHealState(*healed_runner_);
+    healed_runner_.reset();
+  }
+  // The survivors redo a run's end-of-run save (Run): so does a
+  // replacement healed there, whatever run its trainer enters next.
+  if (replacement && save_pending_) {
+    SaveIfChanged();
+    save_pending_ = false;
+  }
 }
 
 void TrainerSession::AddObserver(std::shared_ptr<TrainingObserver> observer) {

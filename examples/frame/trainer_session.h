@@ -16,6 +16,7 @@
 #include "ddprun/worker/precision.h"
 #include "ddprun/worker/rng_fork.h"
 #include "ddprun/worker/sampler.h"
+#include "ddprun/worker/step_commit.h"
 #include "ddprun/worker/world.h"
 #include "examples/frame/batch_loader.h"
 #include "examples/frame/mixed_precision.h"
@@ -69,6 +70,28 @@ struct TrainingSetup {
 // collective is a per-step barrier, which costs scaling on small steps. So
 // OnStep comes at those points, for each step since the last one, and the
 // progress line's loss is rank 0's own between them.
+// Restart scope "failed" (DDPRUN_RESTART_SCOPE=failed from ddprun
+// --restart_scope failed, docs/restart_scope.md; worker::World::reforms()):
+// a failed rank is started again alone and the others keep running. Run()
+// then works in units: an optimizer step (the step callback, with the
+// step's loss averaged over ranks and the step agreement of
+// worker::StepCommit before the optimizer applies it), a checkpoint save,
+// an epoch's validation and record. The state at the start of each unit
+// (TrainState, the epoch's loss sum, the model's buffers, AddHealState's)
+// is kept; a CollectiveError inside a unit puts it back, the world re-forms
+// (worker::World::Reform), every rank takes the state of the generation's
+// source rank (worker::Heal) and builds its DDP anew, and the loop goes on
+// from that state: the interrupted unit is redone, the step callback
+// called again with the same batches. A replacement process
+// (DDPRUN_REPLACEMENT=1) heals in Prepare() instead of resuming from disk
+// and enters the loop at the same position. At the start of each step the
+// default generators are re-seeded from (--seed, rank, step), so a redone
+// step, and a replacement, draw what the uninterrupted run drew. Each
+// step's record reaches the observers right after it commits, with the mean
+// loss over ranks. For this a trainer makes no collective of its own
+// between the constructor and Prepare(), nor in its step callback after
+// Step() returns. A sharded optimizer cannot be healed: the worker exits
+// (CollectiveError) and the agent restarts the group.
 // Every call is collective (every rank makes the same calls in the same
 // order) unless noted. Errors: ConfigError (exit 2) for bad input, e.g. a
 // --resume_from that is missing or not one of our checkpoints.
@@ -114,6 +137,15 @@ class TrainerSession {
   // Moves the model to the device (before its optimizer takes the
   // parameters). Local.
   void PlaceOnDevice(torch::nn::Module& model);
+  // State of the trainer's own that a step or an epoch's end changes besides
+  // the model and optimizer (e.g. sums behind an epoch's metrics), for
+  // restart scope "failed": `save` is called at the start of every unit and
+  // `load` when that unit is redone and on a replacement, with what `save`
+  // returned there or on the source rank. Call before Prepare(); local.
+  // Unused under restart scope "group".
+  void AddHealState(std::string name, std::function<std::vector<double>()> save,
+                    std::function<void(const std::vector<double>&)> load);
+
   // Checkpointer, resume, DDP and the step runner (see class comment).
   void Prepare(const TrainingSetup& setup);
   // True when the resumed state already finished every epoch.
@@ -121,7 +153,9 @@ class TrainerSession {
   const worker::TrainState& state() const { return state_; }
   worker::DistributedDataParallel* ddp() { return ddp_.get(); }
 
-  // One optimizer step over n micro-batches (StepRunner::Step).
+  // One optimizer step over n micro-batches (StepRunner::Step). Under
+  // restart scope "failed" the returned loss is the mean over ranks, and a
+  // step the ranks did not all finish throws CollectiveError (unapplied).
   double Step(int64_t n, const std::function<at::Tensor(int64_t)>& loss) {
     return runner_->Step(n, loss);
   }
@@ -152,7 +186,6 @@ class TrainerSession {
     int64_t samples_per_step = 0;
     std::unique_ptr<worker::DistributedSampler> sampler;
     std::unique_ptr<worker::ProgressMeter> progress;
-    double epoch_loss_sum = 0;  // mean-over-ranks step losses, this epoch
   };
   // The state the newest checkpoint on disk holds (none: step -1).
   struct Mark {
@@ -166,7 +199,47 @@ class TrainerSession {
     return {s.epoch, s.step, s.batch_in_epoch};
   }
 
+  // What a unit of restart scope "failed" starts from (see the class
+  // comment), and the session's part of what healing sends.
+  struct HealState {
+    std::string name;
+    std::function<std::vector<double>()> save;
+    std::function<void(const std::vector<double>&)> load;
+  };
+  struct Unit {
+    worker::TrainState state;
+    double epoch_loss_sum = 0;
+    int64_t epoch_steps = 0;
+    Mark saved;
+    bool trained = false;
+    bool save_pending = false;
+    std::vector<at::Tensor> buffers;
+    std::vector<std::vector<double>> trainer;  // per heal_states_ entry
+  };
+
   worker::TrainState Resume();
+  // Restart scope "failed" (trainer_session_heal.cc).
+  void SaveUnit();
+  void RestoreUnit();
+  // Re-seeds the default generators for the step after state_.step.
+  void SeedStep();
+  // The step's mean loss over ranks, then the agreement; throws
+  // CollectiveError when the step aborts.
+  void AgreeOnStep(double* loss);
+  // Heals from the generation's source (worker::Heal), then builds the
+  // DDP anew; on a failure re-forms and tries again (bounded by the heal
+  // timeout: World::Reform throws).
+  void HealAndRebuild(std::string why);
+  // After a CollectiveError inside a unit: puts the unit's start back,
+  // re-forms, heals.
+  void Recover(const std::string& why);
+  // Destroys the DDP (keeping its bucket layout for the next).
+  void DropDdp();
+  // A periodic checkpoint whose save a failure interrupted.
+  void SaveIfDue();
+  template <typename Batch>
+  void RunEpochs(Plan& plan, const LoopCallbacks<Batch>& callbacks);
+
   Plan BeginRun(const LoopConfig& config);
   // LoopConfig::min_micro_batch at the start of a run: throws ConfigError
   // for a micro-batch or a rank's share (`per_rank` samples an epoch) below
@@ -176,11 +249,11 @@ class TrainerSession {
                                                             int64_t epoch);
   void AfterStep(Plan& plan, int64_t epoch, int64_t batch_in_epoch,
                  double local_loss);
-  // Averages the pending steps' losses over ranks in one collective, hands
-  // their records to the observers and adds the losses to `loss_sum`.
-  void FlushSteps(double* loss_sum);
-  void EndEpoch(Plan& plan, int64_t epoch, nlohmann::json record,
-                int64_t steps);
+  // Averages the pending steps' losses over ranks in one collective (under
+  // restart scope "failed" they are averaged already), hands their records
+  // to the observers and adds the losses to the epoch's sum.
+  void FlushSteps();
+  void EndEpoch(Plan& plan, int64_t epoch, nlohmann::json record);
   void UpdateBest(const BestCheckpoint& best, const nlohmann::json& record);
   // The seed of epoch's validation on this rank (see Run).
   uint64_t ValidationSeed(int64_t epoch) const;
@@ -195,8 +268,24 @@ class TrainerSession {
   worker::TrainState state_;
   Mark saved_;
   int64_t total_epochs_ = 0;
+  std::shared_ptr<torch::nn::Module> model_;
+  std::optional<worker::DdpOptions> ddp_options_;  // none: no DDP
   std::unique_ptr<worker::DistributedDataParallel> ddp_;
+  std::vector<std::vector<size_t>> bucket_layout_;  // of the last DDP
   std::unique_ptr<StepRunner> runner_;
+  // This epoch's mean-over-ranks step losses and their count.
+  double epoch_loss_sum_ = 0;
+  int64_t epoch_steps_ = 0;
+  // Restart scope "failed": null under "group".
+  std::unique_ptr<worker::StepCommit> commit_;
+  std::vector<HealState> heal_states_;
+  Unit unit_;
+  int64_t step_in_flight_ = -1;  // the step being agreed on, or -1
+  bool has_state_ = true;        // false on a replacement until it healed
+  bool save_pending_ = false;    // inside Run's end-of-run save
+  // The GradScaler's state and skipped steps a heal brought before the
+  // step runner existed (a replacement).
+  std::optional<std::vector<double>> healed_runner_;
   StepProfiler profiler_;  // --profile
   // Steps whose loss (still this rank's own) waits for FlushSteps.
   std::vector<StepRecord> pending_steps_;
@@ -209,6 +298,42 @@ template <typename Batch>
 void TrainerSession::Run(const LoopConfig& config,
                          const LoopCallbacks<Batch>& callbacks) {
   Plan plan = BeginRun(config);
+  if (!commit_) {
+    RunEpochs(plan, callbacks);
+    SaveIfChanged();
+    return;
+  }
+  // Restart scope "failed": after a failure every rank goes on from the
+  // healed state, which this run cannot take back to an earlier run (ddpm's
+  // previous stage).
+  const int64_t first_epoch = state_.epoch;
+  SaveUnit();
+  for (;;) {
+    try {
+      SaveIfDue();
+      RunEpochs(plan, callbacks);
+      // The end-of-run save is a unit of its own: a replacement that heals
+      // here makes it too, before its trainer moves on (ddpm's next stage).
+      save_pending_ = true;
+      SaveUnit();
+      SaveIfChanged();
+      save_pending_ = false;
+      return;
+    } catch (const worker::CollectiveError& e) {
+      Recover(e.what());
+    }
+    if (state_.epoch < first_epoch) {
+      throw worker::CollectiveError(
+          "healed to epoch " + std::to_string(state_.epoch + 1) +
+          ", which an earlier run (stage) trains: this rank cannot go back; "
+          "the group must restart");
+    }
+  }
+}
+
+template <typename Batch>
+void TrainerSession::RunEpochs(Plan& plan,
+                               const LoopCallbacks<Batch>& callbacks) {
   for (int64_t epoch = state_.epoch; epoch < plan.end_epoch; ++epoch) {
     if (callbacks.begin_epoch) {
       auto wait = profiler_.Measure(Phase::kDataWait);
@@ -219,7 +344,7 @@ void TrainerSession::Run(const LoopConfig& config,
     std::vector<std::vector<int64_t>> micro;
     for (const auto& s : steps) micro.insert(micro.end(), s.begin(), s.end());
     BatchLoader<Batch> loader(std::move(micro), callbacks.load, num_workers_,
-                              2 * static_cast<int>(config.accumulation));
+                              2 * static_cast<int>(plan.config.accumulation));
     for (size_t s = 0; s < steps.size(); ++s) {
       std::vector<Batch> batches;
       {
@@ -228,11 +353,16 @@ void TrainerSession::Run(const LoopConfig& config,
           batches.push_back(ValueOrThrow(loader.Next()));
         }
       }
-      AfterStep(plan, epoch, skip + static_cast<int64_t>(s) + 1,
-                callbacks.step(batches));
+      if (commit_) {
+        SeedStep();
+        step_in_flight_ = state_.step + 1;
+      }
+      const double loss = callbacks.step(batches);
+      step_in_flight_ = -1;
+      AfterStep(plan, epoch, skip + static_cast<int64_t>(s) + 1, loss);
     }
     // Before validation: its pictures come after the epoch's steps.
-    FlushSteps(&plan.epoch_loss_sum);
+    FlushSteps();
     nlohmann::json record = nlohmann::json::object();
     if (callbacks.validate) {
       auto validation = profiler_.Measure(Phase::kValidation);
@@ -243,10 +373,8 @@ void TrainerSession::Run(const LoopConfig& config,
       worker::RngFork fork(ValidationSeed(epoch), world_.device());
       record = callbacks.validate(epoch);
     }
-    EndEpoch(plan, epoch, std::move(record),
-             static_cast<int64_t>(steps.size()));
+    EndEpoch(plan, epoch, std::move(record));
   }
-  SaveIfChanged();
 }
 
 }  // namespace ddprun::examples

@@ -57,7 +57,10 @@ class TrainingObserver {
 
 // Appends each epoch's record (plus "time", seconds since the epoch) as a
 // line of <output_dir>/metrics.jsonl and logs it ("metrics {...}"); rank 0
-// only. Throws WorkerError when the file cannot be appended to.
+// only. Throws WorkerError when the file cannot be appended to. Under
+// restart scope "failed" (World::reforms()) an epoch's end that is redone
+// after a failure may come twice: a record whose epoch and step equal the
+// file's last line's is not appended again.
 class MetricsFileObserver : public TrainingObserver {
  public:
   MetricsFileObserver(worker::World world, std::string output_dir)

@@ -9,6 +9,9 @@
 //   rank_helper ckpt_memory CKPT_DIR save|load N  (resume's peak memory)
 //   rank_helper zero OUT STEPS BATCH sharded|offload|plain
 //   rank_helper syncbn OUT DIMS
+//   rank_helper heal OUT STEPS   (restart scope failed: rank_helper_heal.cc)
+//   rank_helper ckpt_digest PATH (a checkpoint's tensors and scalars, hashed)
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -33,6 +36,9 @@
 #include "worker/src/torch_compat.h"
 
 namespace w = ddprun::worker;
+
+int HealTraining(const std::string& out, int64_t steps);
+int CheckpointDigest(const std::string& path);
 
 namespace {
 
@@ -690,6 +696,8 @@ int main(int argc, char** argv) {
                   a.size() > 6 ? std::stod(a[6]) : 0.0);
     }
     if (mode == "ddp_device") return DdpDevice();
+    if (mode == "heal") return HealTraining(a.at(2), std::stoll(a.at(3)));
+    if (mode == "ckpt_digest") return CheckpointDigest(a.at(2));
     if (mode == "syncbn_offset") {
       return SyncBnOffset(std::stod(a.at(2)), std::stoi(a.at(3)));
     }

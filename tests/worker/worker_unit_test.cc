@@ -14,6 +14,7 @@
 
 #include "ddprun/worker/backend_choice.h"
 #include "ddprun/worker/env.h"
+#include "ddprun/worker/generation.h"
 #include "ddprun/worker/hardware.h"
 #include "ddprun/worker/metrics.h"
 #include "ddprun/worker/run_main.h"
@@ -138,6 +139,116 @@ TEST_CASE("ParseWorkerEnv: bad values are one-line errors naming the variable",
                 {"MASTER_ADDR", "h"},
                 {"MASTER_PORT", "5"}},
                "LOCAL_RANK=3 is not below LOCAL_WORLD_SIZE=2");
+}
+
+TEST_CASE("ParseWorkerEnv: restart scope, generation and replacement",
+          "[worker][env][restart_scope]") {
+  const std::map<std::string, std::string> base = {{"RANK", "1"},
+                                                   {"WORLD_SIZE", "2"},
+                                                   {"MASTER_ADDR", "h"},
+                                                   {"MASTER_PORT", "5"}};
+  auto plain = Parse(base);
+  REQUIRE(plain.ok());
+  CHECK(plain->restart_scope == "group");
+  CHECK(plain->generation == 0);
+  CHECK_FALSE(plain->replacement);
+  auto vars = base;
+  vars["DDPRUN_RESTART_SCOPE"] = "failed";
+  vars["DDPRUN_GENERATION"] = "3";
+  vars["DDPRUN_REPLACEMENT"] = "1";
+  auto env = Parse(vars);
+  REQUIRE(env.ok());
+  CHECK(env->restart_scope == "failed");
+  CHECK(env->generation == 3);
+  CHECK(env->replacement);
+  vars["DDPRUN_REPLACEMENT"] = "0";
+  vars["DDPRUN_RESTART_SCOPE"] = "group";
+  env = Parse(vars);
+  REQUIRE(env.ok());
+  CHECK(env->restart_scope == "group");
+  CHECK_FALSE(env->replacement);
+}
+
+TEST_CASE("ParseWorkerEnv: a bad restart scope contract is a one-line error",
+          "[worker][env][restart_scope]") {
+  auto expect_error = [](std::map<std::string, std::string> vars,
+                         const std::string& fragment) {
+    vars.insert({{"RANK", "0"},
+                 {"WORLD_SIZE", "2"},
+                 {"MASTER_ADDR", "h"},
+                 {"MASTER_PORT", "5"}});
+    auto env = Parse(vars);
+    REQUIRE_FALSE(env.ok());
+    INFO(env.status().message());
+    CHECK(env.status().message().find(fragment) != std::string::npos);
+  };
+  expect_error({{"DDPRUN_RESTART_SCOPE", "node"}},
+               "DDPRUN_RESTART_SCOPE='node' is not group or failed");
+  expect_error({{"DDPRUN_RESTART_SCOPE", "failed"},
+                {"DDPRUN_REPLACEMENT", "yes"},
+                {"DDPRUN_GENERATION", "1"}},
+               "DDPRUN_REPLACEMENT='yes' is not 0 or 1");
+  expect_error({{"DDPRUN_REPLACEMENT", "1"}, {"DDPRUN_GENERATION", "1"}},
+               "DDPRUN_REPLACEMENT=1 needs DDPRUN_RESTART_SCOPE=failed");
+  expect_error(
+      {{"DDPRUN_RESTART_SCOPE", "failed"}, {"DDPRUN_REPLACEMENT", "1"}},
+      "needs a DDPRUN_GENERATION above 0");
+  expect_error({{"DDPRUN_GENERATION", "-1"}},
+               "DDPRUN_GENERATION=-1 is out of range");
+}
+
+TEST_CASE("ParseGenerationRecord: the agent's record of a generation",
+          "[worker][restart_scope]") {
+  auto r = w::ParseGenerationRecord(
+      3,
+      " {\"replaced\": [2, 0], \"reason\": \"exit code \\\"137\\\"\", "
+      "\"time\": 1.5e9, \"extra\": {\"a\": [true, null, \"x\"]}, "
+      "\"source\": 1} ",
+      4);
+  REQUIRE(r.ok());
+  CHECK(r->generation == 3);
+  CHECK(r->replaced == std::vector<int>{0, 2});
+  CHECK(r->source == 1);
+  CHECK(r->reason == "exit code \"137\"");
+  CHECK(w::GenerationRecordKey(3) == "/ddprun/generation/3");
+  CHECK(w::GenerationHealedKey(3) == "/ddprun/generation/3/healed");
+  CHECK(w::GenerationPrefix(3) == "ddprun/gen/3");
+}
+
+TEST_CASE("ParseGenerationRecord: a bad record is one line naming the key",
+          "[worker][restart_scope]") {
+  auto expect_error = [](const std::string& json, const std::string& fragment) {
+    auto r = w::ParseGenerationRecord(2, json, 4);
+    REQUIRE_FALSE(r.ok());
+    INFO(r.status().message());
+    CHECK(r.status().message().find("/ddprun/generation/2") !=
+          std::string::npos);
+    CHECK(r.status().message().find(fragment) != std::string::npos);
+    CHECK(r.status().message().find('\n') == std::string::npos);
+  };
+  expect_error("", "expected '{'");
+  expect_error("{}", "an empty object");
+  expect_error("{\"replaced\":[1]}", "no \"source\" rank");
+  expect_error("{\"source\":0}", "no \"replaced\" list");
+  expect_error("{\"replaced\":[4],\"source\":0}",
+               "replaced rank 4 is not in [0, 4)");
+  expect_error("{\"replaced\":[1],\"source\":-1}",
+               "source rank -1 is not in [0, 4)");
+  expect_error("{\"replaced\":[1],\"source\":1}",
+               "the source rank 1 is itself replaced");
+  expect_error("{\"replaced\":[1.5],\"source\":0}", "expected an integer");
+  expect_error("{\"replaced\":[1],\"source\":0} x", "text after the object");
+  expect_error("{\"replaced\":[1],\"reason\":\"open", "unterminated string");
+}
+
+TEST_CASE("ParseGenerationNumber: a non-negative decimal",
+          "[worker][restart_scope]") {
+  CHECK(w::ParseGenerationNumber("0").value() == 0);
+  CHECK(w::ParseGenerationNumber("12").value() == 12);
+  for (const char* bad : {"", "-1", "1x", " 1", "+1"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(w::ParseGenerationNumber(bad).ok());
+  }
 }
 
 TEST_CASE("ErrorFileJson: torchrun's schema with escaping", "[worker][error]") {

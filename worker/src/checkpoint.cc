@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <new>
 #include <sstream>
@@ -178,10 +179,12 @@ std::string Checkpointer::SaveNamed(const std::string& file_name,
   return Write(file_name, state, parts, /*rotate=*/false);
 }
 
-std::string Checkpointer::Write(const std::string& file_name,
-                                const TrainState& state,
-                                const CheckpointParts& parts, bool rotate) {
-  torch::serialize::OutputArchive archive;
+namespace {
+
+// What a checkpoint holds, into `archive` (collective for a sharded
+// optimizer or rng).
+void FillArchive(torch::serialize::OutputArchive& archive, const World& world,
+                 const TrainState& state, const CheckpointParts& parts) {
   archive.write("meta/epoch", Int64(state.epoch));
   archive.write("meta/step", Int64(state.step));
   archive.write("meta/batch_in_epoch", Int64(state.batch_in_epoch));
@@ -194,7 +197,7 @@ std::string Checkpointer::Write(const std::string& file_name,
   archive.write("meta/scalar_names", c10::IValue(names));
   archive.write("meta/scalar_values",
                 at::tensor(values, at::kDouble).reshape({-1}));
-  archive.write("meta/world_size", Int64(world_.world_size()));
+  archive.write("meta/world_size", Int64(world.world_size()));
   if (parts.model != nullptr) {
     torch::serialize::OutputArchive sub;
     parts.model->save(sub);
@@ -218,13 +221,31 @@ std::string Checkpointer::Write(const std::string& file_name,
         std::lock_guard<std::mutex> lock(gen.mutex());
         mine = gen.get_state();
       }
-      std::vector<at::Tensor> all = world_.AllGather(mine);
+      std::vector<at::Tensor> all = world.AllGather(mine);
       for (size_t r = 0; r < all.size(); ++r) {
         archive.write("rng/" + kind + "/" + std::to_string(r), all[r]);
       }
     }
   }
+}
 
+}  // namespace
+
+std::string CheckpointPayload(const World& world, const TrainState& state,
+                              const CheckpointParts& parts) {
+  torch::serialize::OutputArchive archive;
+  FillArchive(archive, world, state, parts);
+  std::ostringstream os;
+  archive.save_to(os);
+  return os.str();
+}
+
+std::string Checkpointer::Write(const std::string& file_name,
+                                const TrainState& state,
+                                const CheckpointParts& parts, bool rotate) {
+  // Only rank 0 writes, but the archive's gathers are collective.
+  torch::serialize::OutputArchive archive;
+  FillArchive(archive, world_, state, parts);
   const std::string final_path = options_.dir + "/" + file_name;
   if (world_.is_main()) {
     // Trailers only (32 bytes a file): saving never reads back what it
@@ -296,27 +317,26 @@ std::string FirstLine(const std::string& text) {
   return text.substr(0, text.find('\n'));
 }
 
-// Loads a checkpoint whose hash was verified into `parts`. Torch's errors
-// (a payload that is not an archive of ours: c10::Error, the TorchScript
-// parser's std::runtime_error) become WorkerError naming `path`.
-TrainState LoadArchive(const CheckpointFile& file, const std::string& path,
+// Opens `archive` onto `device` (the caller's source: a file or bytes).
+using ArchiveOpener =
+    std::function<void(torch::serialize::InputArchive&, c10::Device)>;
+
+// Loads a verified checkpoint payload into `parts`. Torch's errors (a
+// payload that is not an archive of ours: c10::Error, the TorchScript
+// parser's std::runtime_error) become WorkerError starting with `what`.
+TrainState LoadArchive(const ArchiveOpener& open, const std::string& what,
                        const CheckpointParts& parts, int rank) {
   // Straight to where the model lives (an optimizer loaded onto the CPU
-  // under a CUDA model fails at its first step), read from the file where
-  // it lies: the checkpoint's tensors exist once, with no copy of the file
-  // and no second archive. Without a device, tensors would go back to the
-  // device they were saved from: every rank would materialise rank 0's
-  // state on cuda:0, and a GPU checkpoint would not load on a CPU-only
-  // machine.
+  // under a CUDA model fails at its first step), read from where it lies:
+  // the checkpoint's tensors exist once, with no second archive. Without a
+  // device, tensors would go back to the device they were saved from: every
+  // rank would materialise rank 0's state on cuda:0, and a GPU checkpoint
+  // would not load on a CPU-only machine.
   const c10::Device device = ModelDevice(parts.model);
   torch::serialize::InputArchive archive;
   TrainState state;
   try {
-    archive.load_from(
-        [&file](uint64_t pos, void* buf, size_t n) {
-          return file.ReadPayload(pos, buf, n);
-        },
-        [&file] { return static_cast<size_t>(file.trailer().length); }, device);
+    open(archive, device);
     state.epoch = ReadInt64(archive, "meta/epoch");
     state.step = ReadInt64(archive, "meta/step");
     state.batch_in_epoch = ReadInt64(archive, "meta/batch_in_epoch");
@@ -333,22 +353,21 @@ TrainState LoadArchive(const CheckpointFile& file, const std::string& path,
     if (parts.model != nullptr) {
       torch::serialize::InputArchive sub;
       if (!archive.try_read("model", sub)) {
-        throw WorkerError("checkpoint " + path + " has no model state");
+        throw WorkerError(what + " has no model state");
       }
       LoadModule(*parts.model, sub, "");
     }
     if (parts.optimizer != nullptr) {
       torch::serialize::InputArchive sub;
       if (!archive.try_read("optimizer", sub)) {
-        throw WorkerError("checkpoint " + path + " has no optimizer state");
+        throw WorkerError(what + " has no optimizer state");
       }
       parts.optimizer->load(sub);
     }
     if (parts.sharded_optimizer != nullptr) {
       torch::serialize::InputArchive sub;
       if (!archive.try_read("sharded_optimizer", sub)) {
-        throw WorkerError("checkpoint " + path +
-                          " has no sharded optimizer state");
+        throw WorkerError(what + " has no sharded optimizer state");
       }
       parts.sharded_optimizer->Load(sub);
     }
@@ -366,7 +385,7 @@ TrainState LoadArchive(const CheckpointFile& file, const std::string& path,
       }
     }
   } catch (const c10::Error& e) {
-    throw WorkerError("checkpoint " + path + " cannot be read: " +
+    throw WorkerError(what + " cannot be read: " +
                       FirstLine(e.what_without_backtrace()));
   } catch (const WorkerError&) {
     throw;
@@ -375,10 +394,23 @@ TrainState LoadArchive(const CheckpointFile& file, const std::string& path,
   } catch (const std::exception& e) {
     // The TorchScript parser's std::runtime_error on a payload that is not
     // an archive of ours (found by fuzz/checkpoint).
-    throw WorkerError("checkpoint " + path + " cannot be read: " +
-                      FirstLine(e.what()));
+    throw WorkerError(what + " cannot be read: " + FirstLine(e.what()));
   }
   return state;
+}
+
+TrainState LoadArchive(const CheckpointFile& file, const std::string& path,
+                       const CheckpointParts& parts, int rank) {
+  return LoadArchive(
+      [&file](torch::serialize::InputArchive& archive, c10::Device device) {
+        archive.load_from(
+            [&file](uint64_t pos, void* buf, size_t n) {
+              return file.ReadPayload(pos, buf, n);
+            },
+            [&file] { return static_cast<size_t>(file.trailer().length); },
+            device);
+      },
+      "checkpoint " + path, parts, rank);
 }
 
 // Opens and verifies `path`; WorkerError when it is missing or corrupt.
@@ -391,6 +423,16 @@ CheckpointFile OpenVerified(const std::string& path) {
 }
 
 }  // namespace
+
+TrainState LoadCheckpointPayload(const std::string& payload,
+                                 const CheckpointParts& parts, int rank,
+                                 const std::string& what) {
+  return LoadArchive(
+      [&payload](torch::serialize::InputArchive& archive, c10::Device device) {
+        archive.load_from(payload.data(), payload.size(), device);
+      },
+      what, parts, rank);
+}
 
 bool Checkpointer::IsComplete(const std::string& path) {
   std::optional<CheckpointFile> file = CheckpointFile::Open(path);

@@ -1,6 +1,10 @@
 #include "ddprun/worker/ddp.h"
 
+#include <cstring>
+#include <unordered_map>
+
 #include <ATen/ATen.h>
+#include <gloo/common/error.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/nn/module.h>
 #include <torch/csrc/distributed/c10d/comm.hpp>
@@ -63,6 +67,53 @@ class SharedMemoryAllReduceHook : public c10d::CommHookInterface {
   c10::intrusive_ptr<c10d::ProcessGroup> pg_;
 };
 
+// Rank `root`'s bucket layout on every rank (a broadcast of its sizes and
+// indices). Throws WorkerError when it does not name every parameter once.
+std::vector<std::vector<size_t>> SharedLayout(
+    const World& world, int root, const std::vector<std::vector<size_t>>& mine,
+    size_t params) {
+  std::vector<int64_t> flat;
+  if (world.rank() == root) {
+    flat.push_back(static_cast<int64_t>(mine.size()));
+    for (const auto& bucket : mine) flat.push_back(bucket.size());
+    for (const auto& bucket : mine)
+      flat.insert(flat.end(), bucket.begin(), bucket.end());
+  }
+  at::Tensor size = at::tensor({static_cast<int64_t>(flat.size())}, at::kLong);
+  world.Broadcast(size, root);
+  at::Tensor data = at::zeros({size.item<int64_t>()}, at::kLong);
+  if (world.rank() == root) {
+    std::memcpy(data.data_ptr<int64_t>(), flat.data(),
+                flat.size() * sizeof(int64_t));
+  }
+  world.Broadcast(data, root);
+  const int64_t* v = data.data_ptr<int64_t>();
+  const int64_t n = data.numel();
+  std::vector<std::vector<size_t>> layout;
+  std::vector<bool> seen(params, false);
+  bool ok = n >= 1 && v[0] >= 0 && 1 + v[0] <= n;
+  int64_t at = ok ? 1 + v[0] : 0;
+  for (int64_t b = 0; ok && b < v[0]; ++b) {
+    layout.emplace_back();
+    for (int64_t i = 0; ok && i < v[1 + b]; ++i, ++at) {
+      ok = at < n && v[at] >= 0 && static_cast<size_t>(v[at]) < params &&
+           !seen[v[at]];
+      if (ok) {
+        seen[v[at]] = true;
+        layout.back().push_back(static_cast<size_t>(v[at]));
+      }
+    }
+  }
+  ok =
+      ok && at == n && std::find(seen.begin(), seen.end(), false) == seen.end();
+  if (!ok) {
+    throw WorkerError("DistributedDataParallel: rank " + std::to_string(root) +
+                      "'s bucket layout does not name each of the " +
+                      std::to_string(params) + " parameters once");
+  }
+  return layout;
+}
+
 }  // namespace
 
 struct DistributedDataParallel::Impl {
@@ -119,8 +170,14 @@ DistributedDataParallel::DistributedDataParallel(
     throw ConfigError(std::string("DistributedDataParallel: the model differs "
                                   "between ranks: ") +
                       e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    // Gloo's own errors: a peer failed during the check.
+    throw CollectiveError(
+        std::string("DistributedDataParallel: checking the model across "
+                    "ranks failed on rank ") +
+        std::to_string(world_.rank()) + ": " + e.what());
   }
-  BroadcastState();
+  if (options_.broadcast_initial_state) BroadcastState();
 
   size_t cap = MbToBytes(options_.bucket_cap_mb);
   size_t first_cap = std::min(cap, MbToBytes(options_.first_bucket_cap_mb));
@@ -132,6 +189,12 @@ DistributedDataParallel::DistributedDataParallel(
       impl_->params, {first_cap, cap}, sparse);
   std::reverse(indices.begin(), indices.end());
   std::reverse(limits.begin(), limits.end());
+  if (options_.layout_root >= 0) {
+    indices = SharedLayout(world_, options_.layout_root, options_.layout,
+                           impl_->params.size());
+    limits.assign(indices.size(), cap);
+    if (!limits.empty()) limits.front() = first_cap;
+  }
   torch_compat::ReducerArgs args;
   args.params = impl_->params;
   args.bucket_indices = std::move(indices);
@@ -227,6 +290,11 @@ void DistributedDataParallel::Backward(const at::Tensor& output,
     }
     throw CollectiveError("DDP gradient all-reduce failed on rank " +
                           std::to_string(world_.rank()) + ": " + msg);
+  } catch (const ::gloo::Exception& e) {
+    // A Gloo bucket's all-reduce failed (a peer died): its error comes
+    // through the reducer's future as Gloo threw it.
+    throw CollectiveError("DDP gradient all-reduce failed on rank " +
+                          std::to_string(world_.rank()) + ": " + e.what());
   }
   if (sync_enabled_ && options_.broadcast_buffers && !impl_->buffers.empty() &&
       impl_->buffers_on_shm) {
@@ -262,6 +330,24 @@ std::vector<size_t> DistributedDataParallel::bucket_bytes() const {
     out.push_back(b.getBuffer().nbytes());
   }
   return out;
+}
+
+std::vector<std::vector<size_t>> DistributedDataParallel::bucket_layout()
+    const {
+  std::vector<std::vector<size_t>> layout;
+  if (!impl_->reducer) return layout;
+  std::unordered_map<const c10::TensorImpl*, size_t> index;
+  for (size_t i = 0; i < impl_->params.size(); ++i) {
+    index[impl_->params[i].unsafeGetTensorImpl()] = i;
+  }
+  for (auto& b :
+       impl_->reducer->get_grad_buckets(/*return_zero_tensors=*/true)) {
+    layout.emplace_back();
+    for (const at::Tensor& p : b.getParameters()) {
+      layout.back().push_back(index.at(p.unsafeGetTensorImpl()));
+    }
+  }
+  return layout;
 }
 
 const char* DistributedDataParallel::gradient_transport() const {

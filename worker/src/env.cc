@@ -62,6 +62,32 @@ StatusOr<WorkerEnv> ParseWorkerEnv(
     env.use_agent_store = std::string(v) == "True";
   }
 
+  DDP_RETURN_IF_ERROR(
+      ParseInt(getenv, "DDPRUN_GENERATION", 0, kMax, &env.generation, &unused));
+  if (const char* v = getenv("DDPRUN_RESTART_SCOPE"); v != nullptr && *v) {
+    if (std::string(v) != "group" && std::string(v) != "failed") {
+      return InvalidArgumentError(std::string("DDPRUN_RESTART_SCOPE='") + v +
+                                  "' is not group or failed");
+    }
+    env.restart_scope = v;
+  }
+  if (const char* v = getenv("DDPRUN_REPLACEMENT"); v != nullptr && *v) {
+    if (std::string(v) != "0" && std::string(v) != "1") {
+      return InvalidArgumentError(std::string("DDPRUN_REPLACEMENT='") + v +
+                                  "' is not 0 or 1");
+    }
+    env.replacement = std::string(v) == "1";
+  }
+  if (env.replacement && env.restart_scope != "failed") {
+    return InvalidArgumentError(
+        "DDPRUN_REPLACEMENT=1 needs DDPRUN_RESTART_SCOPE=failed");
+  }
+  if (env.replacement && env.generation == 0) {
+    return InvalidArgumentError(
+        "DDPRUN_REPLACEMENT=1 needs a DDPRUN_GENERATION above 0 (generation 0 "
+        "is a group start)");
+  }
+
   env.standalone = !has_rank && !has_world && !has_addr && !has_port;
   if (env.standalone) return env;
   if (has_rank != has_world) {

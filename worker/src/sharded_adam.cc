@@ -9,12 +9,17 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "ddprun/worker/errors.h"
+#include "ddprun/worker/heal.h"
 
 namespace ddprun::worker {
 
 ShardedAdam::ShardedAdam(World world, std::vector<at::Tensor> params,
                          ShardedAdamOptions options)
     : world_(std::move(world)), params_(std::move(params)), options_(options) {
+  // Its constructor's broadcast would meet the survivors' heal.
+  if (world_.env().replacement) {
+    throw CollectiveError(ShardedOptimizerCannotHeal());
+  }
   for (auto& p : params_) {
     if (p.scalar_type() != at::kFloat || p.is_sparse()) {
       throw ConfigError("ShardedAdam: parameters must be dense float32");

@@ -96,7 +96,8 @@ std::string RandomName() {
 struct SharedMemoryGroup::Header {
   uint64_t magic;
   uint32_t size;
-  uint32_t reserved;
+  // 0, or 1 + the rank that called Abort().
+  std::atomic<uint32_t> aborted;
   uint64_t slot_bytes;
   alignas(kAlign) std::atomic<uint32_t> arrived;
   alignas(kAlign) std::atomic<uint32_t> sleepers;
@@ -253,7 +254,25 @@ int SharedMemoryGroup::DeadPeer() const {
   return -1;
 }
 
+void SharedMemoryGroup::Abort() {
+  uint32_t expected = 0;
+  header_->aborted.compare_exchange_strong(expected,
+                                           static_cast<uint32_t>(rank_) + 1);
+  syscall(SYS_futex, &header_->arrived, FUTEX_WAKE, INT_MAX, nullptr, nullptr,
+          0);
+}
+
+Status SharedMemoryGroup::Aborted() {
+  const uint32_t by = header_->aborted.load();
+  if (by == 0) return Status::Ok();
+  broken_ = true;
+  return FailedPreconditionError(
+      "shared memory collective: rank " + std::to_string(by - 1) +
+      " left the group (it re-forms after a failure)");
+}
+
 Status SharedMemoryGroup::Barrier() {
+  if (Status s = Aborted(); !s.ok()) return s;
   ++barriers_;
   const uint32_t target = barriers_ * static_cast<uint32_t>(size_);
   auto reached = [target](uint32_t v) {
@@ -295,6 +314,7 @@ Status SharedMemoryGroup::Barrier() {
     }
     header_->sleepers.fetch_sub(1);
     if (reached(header_->arrived.load())) return Status::Ok();
+    if (Status s = Aborted(); !s.ok()) return s;
     int dead = DeadPeer();
     if (dead >= 0) {
       broken_ = true;

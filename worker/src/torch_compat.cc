@@ -246,6 +246,69 @@ void ShutdownProcessGroup(const PgPtr& group) {
   if (group) Shutdown(group);
 }
 
+namespace {
+
+template <typename T, typename = void>
+struct HasAbort : std::false_type {};
+template <typename T>
+struct HasAbort<T, std::void_t<decltype(std::declval<T&>().abort())>>
+    : std::true_type {};
+
+template <typename T, typename = void>
+struct HasGetBackend : std::false_type {};
+template <typename T>
+struct HasGetBackend<T, std::void_t<decltype(std::declval<T&>().getBackend(
+                            c10::DeviceType::CUDA))>> : std::true_type {};
+
+#if DDPRUN_WORKER_WITH_CUDA
+// ProcessGroupNCCL::abort where the backend has it (2.2-2.5: its only
+// abort; LibTorch 1.13: none).
+template <typename N>
+void AbortNccl(N* nccl) {
+  if constexpr (HasAbort<N>::value) nccl->abort();
+}
+
+// The ProcessGroupNCCL behind `group`: the group itself on LibTorch 1.13,
+// its CUDA backend on 2.x; null for a Gloo group.
+template <typename PG = c10d::ProcessGroup>
+c10d::ProcessGroupNCCL* NcclOf(const c10::intrusive_ptr<PG>& group) {
+  if constexpr (HasGetBackend<PG>::value) {
+    try {
+      return dynamic_cast<c10d::ProcessGroupNCCL*>(
+          group->getBackend(c10::DeviceType::CUDA).get());
+    } catch (...) {
+      return nullptr;  // no CUDA backend: a CPU-only Gloo group
+    }
+  } else {
+    return dynamic_cast<c10d::ProcessGroupNCCL*>(group.get());
+  }
+}
+#endif
+
+template <typename PG = c10d::ProcessGroup>
+void Abort(const c10::intrusive_ptr<PG>& group) {
+#if DDPRUN_WORKER_WITH_CUDA
+  try {
+    if constexpr (HasAbort<PG>::value) {
+      group->abort();  // every backend's; Gloo's is a no-op
+    } else if (c10d::ProcessGroupNCCL* nccl = NcclOf(group)) {
+      // LibTorch 1.13: ~ProcessGroupNCCL aborts the communicators.
+      AbortNccl(nccl);
+    }
+  } catch (...) {
+    // Releasing the group is what remains.
+  }
+#else
+  (void)group;  // Gloo only: releasing the group closes its connections
+#endif
+}
+
+}  // namespace
+
+void AbortProcessGroup(const PgPtr& group) {
+  if (group) Abort(group);
+}
+
 std::unique_ptr<c10d::Reducer> MakeReducer(ReducerArgs args,
                                            const PgPtr& group) {
   return NewReducer(std::move(args), group);

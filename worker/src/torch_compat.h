@@ -80,6 +80,15 @@ c10::intrusive_ptr<c10d::ProcessGroup> MakeNcclGroup(
 // older releases. Never throws (it runs from destructors).
 void ShutdownProcessGroup(const c10::intrusive_ptr<c10d::ProcessGroup>& group);
 
+// Drops a process group after a failure without a clean shutdown (restart
+// scope "failed": a peer is dead, a clean shutdown could wait on it). NCCL:
+// its communicators are aborted (ncclCommAbort) through
+// ProcessGroup::abort (Torch >= 2.6) or ProcessGroupNCCL::abort (2.2-2.5);
+// LibTorch 1.13 has neither, and ~ProcessGroupNCCL aborts them when the
+// last reference goes. Gloo: nothing to abort, releasing the group closes
+// its connections. Never throws; a null group is a no-op.
+void AbortProcessGroup(const c10::intrusive_ptr<c10d::ProcessGroup>& group);
+
 struct ReducerArgs {
   std::vector<at::Tensor> params;
   std::vector<std::vector<size_t>> bucket_indices;

@@ -3,7 +3,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <exception>
+#include <optional>
 #include <thread>
+#include <utility>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -27,6 +29,7 @@ namespace ddprun::worker {
 
 struct World::Impl {
   WorkerEnv env;
+  InitOptions options;
   std::string backend = "none";
   c10::Device device = c10::Device(c10::kCPU);
   c10::intrusive_ptr<c10d::Store> store;
@@ -37,6 +40,13 @@ struct World::Impl {
   // A collective failed: the process group is left to its destructor
   // (NCCL's aborts) instead of a clean shutdown that may wait on a dead peer.
   mutable bool failed = false;
+  // Restart scope "failed" (World::reforms()): the TCPStore client without
+  // any prefix (the agent's generation keys), the generation formed and
+  // its record. `store` is then the generation's prefix over a client of
+  // its own (a broken client is left behind at the next generation).
+  bool reforms = false;
+  c10::intrusive_ptr<c10d::Store> raw;
+  GenerationRecord record;
 
   ~Impl() {
     // Also not while an exception unwinds (a peer may still be mid-step).
@@ -93,6 +103,19 @@ void Collective(const char* what, const World::Impl& w, F&& f) {
 // on a copy on the world's device and the result is copied back.
 at::Tensor OnDevice(const at::Tensor& t, c10::Device device) {
   return t.device() == device ? t : t.to(device);
+}
+
+// True in a standalone world, where collectives are no-ops. A world that
+// re-forms has no process group while Reform() runs, and after a Reform()
+// that failed: a collective then throws instead of passing silently.
+bool Standalone(const World::Impl& w) {
+  if (w.pg) return false;
+  if (w.reforms) {
+    throw CollectiveError("rank " + std::to_string(w.env.rank) +
+                          ": no process group (re-forming after a failure "
+                          "did not complete)");
+  }
+  return true;
 }
 
 void ThrowIfFailed(const char* what, const World::Impl& w, const Status& s) {
@@ -169,6 +192,199 @@ int64_t StoreBarrier(c10d::Store& store, const WorkerEnv& env,
   return generation;
 }
 
+using SteadyClock = std::chrono::steady_clock;
+
+std::vector<uint8_t> Bytes(const std::string& s) {
+  return std::vector<uint8_t>(s.begin(), s.end());
+}
+std::string Text(const std::vector<uint8_t>& v) {
+  return std::string(v.begin(), v.end());
+}
+
+std::chrono::milliseconds Left(SteadyClock::time_point deadline) {
+  return std::max(std::chrono::milliseconds(1),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(
+                      deadline - SteadyClock::now()));
+}
+
+// A TCPStore client to MASTER_ADDR:MASTER_PORT (the server too on rank 0
+// when it hosts the store), with the agent store's attempt prefix when
+// `prefixed`. Throws CollectiveError when the store cannot be reached.
+c10::intrusive_ptr<c10d::Store> ConnectTcp(
+    const WorkerEnv& env, std::chrono::milliseconds timeout, bool server,
+    c10::intrusive_ptr<c10d::Store>* raw) {
+  try {
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<uint16_t>(env.master_port);
+    so.timeout = timeout;
+    so.multiTenant = true;
+    so.waitWorkers = false;  // StoreBarrier reports missing peers
+    so.isServer = server;
+    if (so.isServer) so.numWorkers = static_cast<size_t>(env.world_size);
+    c10::intrusive_ptr<c10d::Store> tcp =
+        torch_compat::MakeTcpStore(env.master_addr, so);
+    if (raw != nullptr) *raw = tcp;
+    c10::intrusive_ptr<c10d::Store> store = tcp;
+    if (env.use_agent_store) {
+      store = c10::make_intrusive<c10d::PrefixStore>(
+          "/worker/attempt_" + std::to_string(env.restart_count), tcp);
+    }
+    store->setTimeout(timeout);
+    return store;
+  } catch (const WorkerError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw CollectiveError("cannot reach the c10d store at " + env.master_addr +
+                          ":" + std::to_string(env.master_port) + " (rank " +
+                          std::to_string(env.rank) + "): " + e.what());
+  }
+}
+
+// The value of `key`, or nullopt when it is not set, in one round trip and
+// without waiting (a compare-set whose expected and new values are the same
+// impossible value reads the key, or answers that value when it is
+// missing); GET of a missing key would wait, and the agent's store refuses
+// it.
+std::optional<std::string> ReadKey(c10d::Store& store, const std::string& key) {
+  static const std::string kAbsent = std::string("\0ddprun-absent", 14);
+  const std::string v =
+      Text(store.compareSet(key, Bytes(kAbsent), Bytes(kAbsent)));
+  if (v == kAbsent) return std::nullopt;
+  return v;
+}
+
+int64_t ReadGeneration(c10d::Store& raw) {
+  try {
+    std::optional<std::string> v = ReadKey(raw, kGenerationKey);
+    if (!v) return 0;
+    StatusOr<int64_t> g = ParseGenerationNumber(*v);
+    if (!g.ok()) throw CollectiveError(g.status().message());
+    return *g;
+  } catch (const WorkerError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw CollectiveError(std::string("reading ") + kGenerationKey +
+                          " from the store: " + e.what());
+  }
+}
+
+// The process group of `impl`'s backend over `store`. Throws
+// CollectiveError.
+c10::intrusive_ptr<c10d::ProcessGroup> MakeGroup(
+    const World::Impl& impl, const c10::intrusive_ptr<c10d::Store>& store) {
+  try {
+    if (impl.backend == "gloo") {
+      torch_compat::GlooGroupOptions gloo;
+      gloo.timeout = impl.options.collective_timeout;
+      gloo.devices.push_back(GlooDevice(impl.env));
+      gloo.threads = impl.options.gloo_threads;
+      return torch_compat::MakeGlooGroup(store, impl.env.rank,
+                                         impl.env.world_size, gloo);
+    }
+    return torch_compat::MakeNcclGroup(store, impl.env.rank,
+                                       impl.env.world_size,
+                                       impl.options.collective_timeout);
+  } catch (const std::exception& e) {
+    throw CollectiveError("cannot create the " + impl.backend +
+                          " process group (rank " +
+                          std::to_string(impl.env.rank) + "): " + e.what());
+  }
+}
+
+// Thrown inside FormGeneration when the agent announced a newer generation
+// than the one being formed.
+struct Superseded {
+  int64_t latest;
+};
+
+// Joins generation `g` (restart_scope.md, "Re-forming"): reads its record,
+// arrives at the barrier under its prefix on a client of its own and,
+// once every rank has, makes the process group under "<prefix>/pg". Polls
+// the generation while it waits: a newer one throws Superseded. Throws
+// CollectiveError at `deadline`.
+void FormGeneration(World::Impl& w, int64_t g,
+                    SteadyClock::time_point deadline) {
+  const WorkerEnv& env = w.env;
+  GenerationRecord record;
+  record.generation = g;
+  if (g > 0) {
+    std::optional<std::string> json;
+    try {
+      json = ReadKey(*w.raw, GenerationRecordKey(g));
+    } catch (const std::exception& e) {
+      throw CollectiveError("reading " + GenerationRecordKey(g) + ": " +
+                            e.what());
+    }
+    if (!json) {
+      throw CollectiveError("generation " + std::to_string(g) +
+                            " was announced without its record " +
+                            GenerationRecordKey(g));
+    }
+    StatusOr<GenerationRecord> parsed =
+        ParseGenerationRecord(g, *json, env.world_size);
+    if (!parsed.ok()) throw CollectiveError(parsed.status().message());
+    record = std::move(*parsed);
+  }
+  auto attempt = ConnectTcp(env, Left(deadline), /*server=*/false, nullptr);
+  auto store =
+      c10::make_intrusive<c10d::PrefixStore>(GenerationPrefix(g), attempt);
+  const std::string count_key = "ddprun/init/arrived";
+  const std::string done_key = "ddprun/init/done";
+  try {
+    const int64_t arrived = store->add(count_key, 1);
+    if (arrived == env.world_size) store->set(done_key, Bytes("1"));
+    // Every rank arrives once per generation: a rank that leaves a
+    // generation for a newer one never comes back to it.
+    while (!ReadKey(*store, done_key)) {
+      const int64_t latest = ReadGeneration(*w.raw);
+      if (latest > g) throw Superseded{latest};
+      if (SteadyClock::now() >= deadline) {
+        throw CollectiveError(
+            "generation " + std::to_string(g) + ": " +
+            std::to_string(store->add(count_key, 0)) + " of " +
+            std::to_string(env.world_size) +
+            " ranks arrived within the heal timeout (" +
+            std::to_string(w.options.heal_timeout.count() / 1000) +
+            " s, DDPRUN_HEAL_TIMEOUT_S)");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  } catch (const WorkerError&) {
+    throw;
+  } catch (const Superseded&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw CollectiveError("joining generation " + std::to_string(g) +
+                          " through the store: " + e.what());
+  }
+  // Gloo's rendezvous waits for its peers' addresses with the store's
+  // timeout: a peer that died after the barrier must not outlast the heal
+  // timeout.
+  store->setTimeout(Left(deadline));
+  auto pg = MakeGroup(w, c10::make_intrusive<c10d::PrefixStore>("pg", store));
+  store->setTimeout(w.options.store_timeout);
+  w.store = store;
+  w.pg = pg;
+  w.failed = false;
+  w.record = std::move(record);
+}
+
+// FormGeneration of `g`, or of a newer one when the agent moves on while
+// this rank forms: the newest generation is the one every live rank joins.
+void FormNewest(World::Impl& w, int64_t g, SteadyClock::time_point deadline) {
+  for (;;) {
+    try {
+      FormGeneration(w, g, deadline);
+      return;
+    } catch (const Superseded& s) {
+      DDP_LOG(WARNING) << "rank " << w.env.rank << ": generation " << g
+                       << " was superseded by " << s.latest
+                       << " while it formed; joining " << s.latest;
+      g = s.latest;
+    }
+  }
+}
+
 }  // namespace
 
 InitOptions InitOptionsFromEnv(InitOptions base) {
@@ -187,6 +403,9 @@ InitOptions InitOptionsFromEnv(InitOptions base) {
   base.collective_timeout = std::chrono::seconds(
       EnvSeconds("DDPRUN_COLLECTIVE_TIMEOUT_S",
                  static_cast<int>(base.collective_timeout.count() / 1000)));
+  base.heal_timeout = std::chrono::seconds(
+      EnvSeconds("DDPRUN_HEAL_TIMEOUT_S",
+                 static_cast<int>(base.heal_timeout.count() / 1000)));
   return base;
 }
 
@@ -208,6 +427,70 @@ c10::intrusive_ptr<c10d::ProcessGroup> World::process_group() const {
   return impl_->pg;
 }
 c10::intrusive_ptr<c10d::Store> World::store() const { return impl_->store; }
+bool World::reforms() const { return impl_->reforms; }
+int64_t World::generation() const { return impl_->record.generation; }
+const GenerationRecord& World::generation_record() const {
+  return impl_->record;
+}
+
+int64_t World::LatestGeneration() const {
+  if (!impl_->raw) return 0;
+  return ReadGeneration(*impl_->raw);
+}
+
+c10::intrusive_ptr<c10d::Store> World::ConnectStore() const {
+  const Impl& w = *impl_;
+  if (!w.pg) throw CollectiveError("ConnectStore in a standalone world");
+  auto attempt =
+      ConnectTcp(w.env, w.options.store_timeout, /*server=*/false, nullptr);
+  if (!w.reforms) return attempt;
+  return c10::make_intrusive<c10d::PrefixStore>(
+      GenerationPrefix(w.record.generation), attempt);
+}
+
+const GenerationRecord& World::Reform(const std::string& why) {
+  Impl& w = *impl_;
+  if (!w.reforms) throw CollectiveError(why);
+  const auto deadline = SteadyClock::now() + w.options.heal_timeout;
+  const int64_t from = w.record.generation;
+  DDP_LOG(WARNING) << "rank " << w.env.rank << " re-forms (generation " << from
+                   << "): " << why;
+  // Peers still inside a shared memory collective with this rank are
+  // released at once instead of at the collective timeout.
+  if (w.shm) w.shm->Abort();
+  w.shm.reset();
+  torch_compat::AbortProcessGroup(w.pg);
+  w.pg.reset();
+  w.store.reset();
+  w.failed = false;
+  int64_t latest = from;
+  while ((latest = ReadGeneration(*w.raw)) <= from) {
+    if (SteadyClock::now() >= deadline) {
+      throw CollectiveError(
+          "no generation after " + std::to_string(from) +
+          " within the heal timeout (" +
+          std::to_string(w.options.heal_timeout.count() / 1000) +
+          " s, DDPRUN_HEAL_TIMEOUT_S); the failure that made this rank "
+          "re-form: " +
+          why);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  FormNewest(w, latest, deadline);
+  return w.record;
+}
+
+void World::MarkHealed() const {
+  const Impl& w = *impl_;
+  if (!w.raw) return;
+  try {
+    w.raw->set(GenerationHealedKey(w.record.generation), Bytes("1"));
+  } catch (const std::exception& e) {
+    throw CollectiveError("setting " +
+                          GenerationHealedKey(w.record.generation) + ": " +
+                          e.what());
+  }
+}
 void World::AttachSharedMemory(std::shared_ptr<SharedMemoryGroup> group) {
   impl_->shm = std::move(group);
 }
@@ -216,7 +499,7 @@ std::shared_ptr<SharedMemoryGroup> World::shared_memory() const {
 }
 
 void World::AllReduce(at::Tensor& t, ReduceOp op) const {
-  if (!impl_->pg) return;
+  if (Standalone(*impl_)) return;
   ActivityScope activity("all_reduce");  // also on the shared-memory path
   if (impl_->shm && (op == ReduceOp::kSum || op == ReduceOp::kAvg) &&
       SharedMemoryReducible(t)) {
@@ -248,7 +531,7 @@ void World::AllReduce(at::Tensor& t, ReduceOp op) const {
 }
 
 void World::Broadcast(at::Tensor& t, int root) const {
-  if (!impl_->pg) return;
+  if (Standalone(*impl_)) return;
   ActivityScope activity("broadcast");  // also on the shared-memory path
   if (impl_->shm && t.device().is_cpu() && t.is_contiguous()) {
     ThrowIfFailed("broadcast", *impl_,
@@ -269,7 +552,7 @@ void World::Broadcast(at::Tensor& t, int root) const {
 }
 
 std::vector<at::Tensor> World::AllGather(const at::Tensor& t) const {
-  if (!impl_->pg) return {t.clone()};
+  if (Standalone(*impl_)) return {t.clone()};
   ActivityScope activity("all_gather");  // also on the shared-memory path
   if (impl_->shm && t.device().is_cpu()) {
     const at::Tensor in = t.contiguous();
@@ -294,7 +577,7 @@ std::vector<at::Tensor> World::AllGather(const at::Tensor& t) const {
 }
 
 at::Tensor World::AllGatherVariable(const at::Tensor& t) const {
-  if (!impl_->pg) return t.clone();
+  if (Standalone(*impl_)) return t.clone();
   ActivityScope activity("all_gather");  // also on the shared-memory path
   at::Tensor in = t.dim() == 0 ? t.reshape({1}) : t.contiguous();
   at::Tensor len = at::tensor({in.size(0)}, at::kLong).to(impl_->device);
@@ -324,7 +607,7 @@ at::Tensor World::ReduceScatter(const at::Tensor& input) const {
                       std::to_string(n) + " elements, got " +
                       std::to_string(input.numel()));
   }
-  if (!impl_->pg) return input.clone();
+  if (Standalone(*impl_)) return input.clone();
   const int64_t chunk = input.numel() / n;
   if (impl_->shm && SharedMemoryReducible(input)) {
     // Through the segment the whole sum costs about what the ring's first
@@ -367,7 +650,7 @@ at::Tensor World::ReduceScatter(const at::Tensor& input) const {
 }
 
 void World::Barrier() const {
-  if (!impl_->pg) return;
+  if (Standalone(*impl_)) return;
   Collective("barrier", *impl_, [&] { return impl_->pg->barrier(); });
 }
 
@@ -411,52 +694,34 @@ World InitWorld(const WorkerEnv& env, const InitOptions& options) {
   if (env.standalone) return World(impl);
 
   impl->backend = backend;
-  try {
-    c10d::TCPStoreOptions so;
-    so.port = static_cast<uint16_t>(env.master_port);
-    so.timeout = options.store_timeout;
-    so.multiTenant = true;
-    so.waitWorkers = false;  // StoreBarrier below reports missing peers
-    so.isServer = !env.use_agent_store && env.rank == 0;
-    if (so.isServer) so.numWorkers = static_cast<size_t>(env.world_size);
-    auto tcp = torch_compat::MakeTcpStore(env.master_addr, so);
-    if (env.use_agent_store) {
-      impl->store = c10::make_intrusive<c10d::PrefixStore>(
-          "/worker/attempt_" + std::to_string(env.restart_count), tcp);
-    } else {
-      impl->store = tcp;
-    }
-    impl->store->setTimeout(options.store_timeout);
-  } catch (const WorkerError&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw CollectiveError("cannot reach the c10d store at " + env.master_addr +
-                          ":" + std::to_string(env.master_port) + " (rank " +
-                          std::to_string(env.rank) + "): " + e.what());
+  impl->options = options;
+  impl->reforms = env.restart_scope == "failed" && env.use_agent_store;
+  if (env.restart_scope == "failed" && !env.use_agent_store && env.rank == 0) {
+    DDP_LOG(WARNING)
+        << "DDPRUN_RESTART_SCOPE=failed needs the agent's store "
+           "(TORCHELASTIC_USE_AGENT_STORE=True): without a store that "
+           "outlives every worker this job restarts as a group";
   }
+  if (impl->reforms) {
+    impl->store =
+        ConnectTcp(env, options.store_timeout, /*server=*/false, &impl->raw);
+    // A group start forms generation 0 within the store timeout, like the
+    // barrier below; a replacement forms its generation (or a newer one)
+    // within the heal timeout, as its peers wait for it that long.
+    const auto wait =
+        env.replacement ? options.heal_timeout : options.store_timeout;
+    FormNewest(*impl, env.generation, SteadyClock::now() + wait);
+    return World(impl);
+  }
+  impl->store = ConnectTcp(env, options.store_timeout,
+                           !env.use_agent_store && env.rank == 0, nullptr);
   int64_t generation = StoreBarrier(*impl->store, env, options.store_timeout);
 
   auto pg_store = c10::make_intrusive<c10d::PrefixStore>(
       generation == 0 ? std::string("default_pg")
                       : "default_pg/" + std::to_string(generation),
       impl->store);
-  try {
-    if (backend == "gloo") {
-      torch_compat::GlooGroupOptions gloo;
-      gloo.timeout = options.collective_timeout;
-      gloo.devices.push_back(GlooDevice(env));
-      gloo.threads = options.gloo_threads;
-      impl->pg = torch_compat::MakeGlooGroup(pg_store, env.rank,
-                                             env.world_size, gloo);
-    } else {
-      impl->pg = torch_compat::MakeNcclGroup(
-          pg_store, env.rank, env.world_size, options.collective_timeout);
-    }
-  } catch (const std::exception& e) {
-    throw CollectiveError("cannot create the " + backend +
-                          " process group (rank " + std::to_string(env.rank) +
-                          "): " + e.what());
-  }
+  impl->pg = MakeGroup(*impl, pg_store);
   return World(impl);
 }
 

@@ -138,4 +138,17 @@ class Checkpointer {
   bool warned_other_run_ = false;
 };
 
+// The bytes of a checkpoint file before its trailer (a torch archive),
+// in memory: what healing sends (heal.h). Collective when `parts` has a
+// sharded optimizer or rng (their states are gathered); local otherwise.
+std::string CheckpointPayload(const World& world, const TrainState& state,
+                              const CheckpointParts& parts);
+
+// Loads such bytes into `parts` (the RNG states of `rank` when parts.rng)
+// and returns their TrainState; `what` names the source in errors
+// (WorkerError: a part missing, a parameter of another shape). Local.
+TrainState LoadCheckpointPayload(const std::string& payload,
+                                 const CheckpointParts& parts, int rank,
+                                 const std::string& what);
+
 }  // namespace ddprun::worker

@@ -35,13 +35,30 @@ struct DdpOptions {
   // environment turns it off for the job ("1" or unset: on; anything else is
   // a ConfigError). Ignored for CUDA tensors (NCCL or Gloo move those).
   bool shared_memory = true;
+  // The constructor broadcasts rank 0's parameters and buffers. false: the
+  // caller guarantees that every rank's are equal already (restart scope
+  // "failed": after a heal, survivors and replacement build their DDP
+  // anew without sending the model once more).
+  bool broadcast_initial_state = true;
+  // >= 0: the gradient buckets are not computed but taken from rank
+  // `layout_root`'s `layout` (parameter indices per bucket, as
+  // bucket_layout() gives them), sent to every rank by a broadcast in the
+  // constructor; the other ranks' `layout` is ignored. A Gloo all-reduce's
+  // float sums depend on where each gradient lies in its bucket, so a DDP
+  // rebuilt after a heal reduces as the one it replaces did (bit for bit),
+  // and not as a fresh DDP, whose buckets are rebuilt after its first step.
+  int layout_root = -1;
+  std::vector<std::vector<size_t>> layout;
 };
 
 // Distributed data parallel for a torch::nn::Module, built on c10d's
 // Reducer (the engine under Python's DistributedDataParallel).
 //  - The constructor broadcasts rank 0's parameters and buffers (collective:
 //    every rank constructs its DDP at the same point) and registers
-//    autograd hooks on every parameter that requires grad.
+//    autograd hooks on every parameter that requires grad. It binds to the
+//    world's process group of the moment: after World::Reform destroy it
+//    (before the re-form: its reducer keeps the old group's connections
+//    open) and construct a new one.
 //  - Backward(loss) runs loss.backward() with gradient averaging: gradients
 //    are grouped in buckets in reverse parameter order and each bucket is
 //    all-reduced (sum / world_size) while backward continues. On return every
@@ -88,6 +105,10 @@ class DistributedDataParallel {
 
   // Number of buckets and their sizes in bytes (for tests/diagnostics).
   std::vector<size_t> bucket_bytes() const;
+  // The parameter indices (among those that require grad, in module order)
+  // of each bucket, in the order the reducer holds them now (empty in a
+  // standalone world): DdpOptions::layout of a DDP that replaces this one.
+  std::vector<std::vector<size_t>> bucket_layout() const;
   // How gradients travel: "shared_memory", "process_group", or "none" (a
   // standalone world); with why_not_shared_memory() saying why not the
   // first when it was wanted (e.g. "the ranks span hosts").

@@ -27,6 +27,15 @@ struct WorkerEnv {
   // "/worker/attempt_<restart_count>" exactly as torch's env:// does.
   bool use_agent_store = false;
   std::string error_file;  // TORCHELASTIC_ERROR_FILE; empty = none
+  // DDPRUN_RESTART_SCOPE (docs/restart_scope.md): "group" (or unset: a
+  // failure restarts every worker, torchrun's behaviour) or "failed" (only
+  // the failed rank is started again; the others re-form in place).
+  std::string restart_scope = "group";
+  // DDPRUN_GENERATION: the generation this process starts in (0 at a group
+  // start); DDPRUN_REPLACEMENT=1: it replaces a failed rank of a running
+  // job and takes its state from a live peer instead of a checkpoint.
+  int generation = 0;
+  bool replacement = false;
   // True when none of RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT was set: the
   // process runs alone, no store or network is used.
   bool standalone = true;
@@ -36,7 +45,9 @@ struct WorkerEnv {
 // for unset variables). Errors (kInvalidArgument, one line naming the
 // variable): a non-integer or out-of-range value, rank >= world_size,
 // local_rank >= local_world_size, RANK set without WORLD_SIZE (or the
-// reverse), WORLD_SIZE > 1 without MASTER_ADDR/MASTER_PORT.
+// reverse), WORLD_SIZE > 1 without MASTER_ADDR/MASTER_PORT, a
+// DDPRUN_RESTART_SCOPE other than group/failed, a DDPRUN_REPLACEMENT other
+// than 0/1, a replacement outside restart scope "failed" or in generation 0.
 StatusOr<WorkerEnv> ParseWorkerEnv(
     const std::function<const char*(const char*)>& getenv);
 

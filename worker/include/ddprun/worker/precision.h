@@ -71,6 +71,18 @@ class GradScaler {
   void Update();
   double scale() const { return scale_; }
 
+  // Where the dynamic scale stands between steps (restart scope "failed"
+  // hands it to a replacement rank).
+  struct State {
+    double scale = 1;
+    int64_t good_steps = 0;
+  };
+  State state() const { return {scale_, good_steps_}; }
+  void set_state(const State& s) {
+    scale_ = s.scale;
+    good_steps_ = s.good_steps;
+  }
+
  private:
   World world_;
   GradScalerOptions options_;

@@ -36,7 +36,8 @@ namespace ddprun::worker {
 // longer exists) gives Unavailable at once, naming the rank. After an error
 // the group is unusable (the barrier counts no longer agree): the worker
 // is expected to exit and be restarted with its peers, as after any
-// collective failure.
+// collective failure (or, under restart scope "failed", to Abort() it and
+// re-form).
 //
 // Threads: one collective at a time per group, from one thread of each rank,
 // in the same order on every rank (like any process group).
@@ -93,6 +94,12 @@ class SharedMemoryGroup {
   // ranks). One barrier per slot_bytes of each rank's part.
   Status AllGather(const void* in, size_t bytes, void* out);
 
+  // Leaves the group for good (restart scope "failed": this rank re-forms
+  // after a failure): every rank waiting in or arriving at a collective of
+  // the group, this one included, fails with FailedPrecondition at once
+  // instead of at the timeout. Never blocks; thread-safe.
+  void Abort();
+
   // Collectives this rank has completed through the group (for tests and
   // diagnostics: which path a collective took).
   uint64_t completed() const { return completed_; }
@@ -113,6 +120,8 @@ class SharedMemoryGroup {
   Status Barrier();
   // FailedPrecondition once a barrier has failed (broken_).
   Status Usable() const;
+  // FailedPrecondition (and broken_) once a rank called Abort().
+  Status Aborted();
   // Which rank of those that have not arrived is gone, or -1.
   int DeadPeer() const;
   template <typename T>

@@ -9,6 +9,7 @@
 #include <c10/util/intrusive_ptr.h>
 
 #include "ddprun/worker/env.h"
+#include "ddprun/worker/generation.h"
 
 namespace at {
 class Tensor;
@@ -51,6 +52,11 @@ struct InitOptions {
   bool gpu_per_rank = false;
   // Gloo worker threads (0: Torch's default, 2).
   int gloo_threads = 0;
+  // DDPRUN_RESTART_SCOPE=failed: how long a survivor waits for the agent's
+  // next generation and for every rank of it to arrive, and a replacement
+  // for its peers (World::Reform). Past it the worker throws
+  // CollectiveError, so the agent restarts the group.
+  std::chrono::milliseconds heal_timeout = std::chrono::seconds(120);
   // InitFromEnv keeps freed memory in glibc's heap (TuneHostAllocator in
   // host_allocator.h; DDPRUN_MALLOC_TUNING=0 or your own malloc settings
   // turn it off) so steady-state steps do not page-fault.
@@ -58,7 +64,8 @@ struct InitOptions {
 };
 
 // Applies overrides from the environment: DDPRUN_BACKEND, DDPRUN_DEVICE,
-// DDPRUN_GPU_PER_RANK, DDPRUN_STORE_TIMEOUT_S, DDPRUN_COLLECTIVE_TIMEOUT_S.
+// DDPRUN_GPU_PER_RANK, DDPRUN_STORE_TIMEOUT_S, DDPRUN_COLLECTIVE_TIMEOUT_S,
+// DDPRUN_HEAL_TIMEOUT_S.
 // Returns the result.
 InitOptions InitOptionsFromEnv(InitOptions base = {});
 
@@ -134,9 +141,46 @@ class World {
   std::shared_ptr<SharedMemoryGroup> shared_memory() const;
 
   // Escape hatches for code that drives c10d directly (DDP, ZeRO). Null in
-  // a standalone world.
+  // a standalone world. Under restart scope "failed" store() is the current
+  // generation's (every key it sees is under GenerationPrefix(generation()))
+  // and both change at Reform(): take them anew after one.
   c10::intrusive_ptr<c10d::ProcessGroup> process_group() const;
   c10::intrusive_ptr<c10d::Store> store() const;
+
+  // --- restart scope "failed" (docs/restart_scope.md) ---------------------
+  // True when this world re-forms after a failure instead of leaving it to
+  // a group restart: DDPRUN_RESTART_SCOPE=failed and the agent's store
+  // (TORCHELASTIC_USE_AGENT_STORE=True: a store that outlives every worker;
+  // without it "failed" is refused with one warning and the world behaves
+  // as under "group").
+  bool reforms() const;
+  // The generation the process group belongs to (0 at a group start).
+  int64_t generation() const;
+  // The agent's record of generation() (empty `replaced` for generation 0).
+  const GenerationRecord& generation_record() const;
+  // The newest generation the agent has announced (kGenerationKey; 0 when
+  // none), read from the store now. Throws CollectiveError when the store
+  // fails.
+  int64_t LatestGeneration() const;
+  // A new connection to the store with store()'s prefix, for a wait with a
+  // timeout (after a timed-out wait a LibTorch 1.13 client is unusable: the
+  // late answer lands on its next query). Throws CollectiveError.
+  c10::intrusive_ptr<c10d::Store> ConnectStore() const;
+  // Re-forms in place after `why` (a CollectiveError's message): drops the
+  // process group without a clean shutdown (NCCL: its abort) and aborts
+  // the attached shared memory group (detached: DDP joins a new one), waits
+  // until the agent announces a newer generation, then joins it: every rank
+  // of that generation arrives at a barrier under its prefix, and a new
+  // process group forms under "<prefix>/pg". If the generation moves again
+  // meanwhile, the newest one is formed. Returns its record. Waits at most
+  // InitOptions::heal_timeout, then throws CollectiveError (as it does
+  // when reforms() is false). Affects every copy of this World; objects
+  // that hold the old process group (DDP's reducer) must be rebuilt.
+  const GenerationRecord& Reform(const std::string& why);
+  // Tells the agent that every rank of generation() has its state
+  // (GenerationHealedKey; the source rank calls it). Throws
+  // CollectiveError when the store fails.
+  void MarkHealed() const;
 
   struct Impl;
   explicit World(std::shared_ptr<Impl> impl);
@@ -148,7 +192,10 @@ class World {
 // Reads the env contract (env.h) and builds the world: TCPStore (rank 0
 // hosts it at MASTER_ADDR:MASTER_PORT unless TORCHELASTIC_USE_AGENT_STORE
 // == "True"), then the process group. Blocks until all WORLD_SIZE ranks
-// have joined or options.store_timeout passes. Throws ConfigError for a bad
+// have joined or options.store_timeout passes. Under restart scope
+// "failed" (World::reforms()) the group forms generation DDPRUN_GENERATION
+// on its prefix (a replacement: at most options.heal_timeout, and the
+// newest generation if it moved meanwhile). Throws ConfigError for a bad
 // environment or backend and CollectiveError when the store or the peers
 // cannot be reached in time. With no RANK/WORLD_SIZE/MASTER_* set returns a
 // standalone world. Applies TuneHostAllocator() first when

@@ -1,0 +1,152 @@
+"""ddprun_elastic (agent/python/ddprun_elastic.py) with the torch of
+/usr/bin/python3 (Debian's 1.13 here, 2.6 in the trixie leg), under the
+agent stand-in tests/worker/restart_agent.cc: examples/python/elastic_gloo.py
+on 4 Gloo ranks, one rank SIGKILLed at a step and replaced alone.
+
+  python_elastic_test.py CASE --agent BIN --source SRC
+
+heal:    rank 1 killed at step 6: the job finishes, the other ranks keep their
+         processes, every rank ends with the same parameters, equal to the
+         uninterrupted run's (to float rounding: a rebuilt Python DDP sums its
+         first step's buckets in another order, see ddprun_elastic's doc)
+source:  the same with rank 0 (the rank the others heal from) killed at step 9
+plain:   the script without ddprun_elastic (--plain) under restart scope
+         failed, rank 2 killed at step 5, nothing replaced: the survivors fail
+         their next collective and exit non-zero, none hangs
+Exit 77 (skipped) when the interpreter has no torch.
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                ".."))
+from ddprun_skip import skip_unless_ci  # noqa: E402
+
+RANKS = 4
+STEPS = 14
+
+
+def run_agent(args, out, agent_args, script_args, timeout=300):
+    os.makedirs(out)
+    cmd = [args.agent, "--out", out, "--nproc", str(RANKS), "--timeout",
+           str(timeout - 40), "--env",
+           "PYTHONPATH=" + os.path.join(args.source, "agent", "python"),
+           "--env", "DDPRUN_HEAL_TIMEOUT_S=60"] + agent_args + [
+               "--", sys.executable,
+               os.path.join(args.source, "examples", "python",
+                            "elastic_gloo.py"), "--steps", str(STEPS),
+               "--out", os.path.join(out, "result")] + script_args
+    start = time.monotonic()
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, timeout=timeout)
+    text = proc.stdout.decode(errors="replace")
+    logs = text
+    for name in sorted(os.listdir(out)):
+        if name.endswith(".out"):
+            with open(os.path.join(out, name), errors="replace") as f:
+                logs += "\n--- %s\n%s" % (name, f.read())
+    return proc.returncode, text, logs, time.monotonic() - start
+
+
+def pids(text):
+    first = {int(r): int(p) for r, p in re.findall(
+        r"agent: rank (\d+) pid (\d+) generation 0\b", text)}
+    final = {int(r): (int(p), int(c)) for r, p, c in re.findall(
+        r"agent: final rank (\d+) pid (\d+) generation \d+ exit (-?\d+)",
+        text)}
+    return first, final
+
+
+def load(out):
+    import torch
+    return [torch.load(os.path.join(out, "result", "params.%d.pt" % r))
+            for r in range(RANKS)]
+
+
+def check(condition, what, logs):
+    if not condition:
+        print("FAILED: %s\n%s" % (what, logs))
+        sys.exit(1)
+
+
+def heal_case(args, killed, at_step):
+    import torch
+    work = tempfile.mkdtemp(prefix="ddprun_elastic_")
+    try:
+        clean = os.path.join(work, "clean")
+        code, text, logs, _ = run_agent(args, clean, [], [])
+        check(code == 0, "the uninterrupted run finished", logs)
+        faulted = os.path.join(work, "faulted")
+        code, text, logs, _ = run_agent(
+            args, faulted, ["--kill", "%d@%d" % (killed, at_step)], [])
+        check(code == 0, "the faulted run finished", logs)
+        check("generation 1 healed in" in text, "generation 1 healed", logs)
+        first, final = pids(text)
+        for r in range(RANKS):
+            check(final[r][1] == 0, "rank %d exited 0" % r, logs)
+            same = final[r][0] == first[r]
+            check(same == (r != killed),
+                  "rank %d kept its process unless killed" % r, logs)
+        mine, theirs = load(faulted), load(clean)
+        for r in range(RANKS):
+            check(mine[r]["steps"] == STEPS, "rank %d did every step" % r, logs)
+            for a, b in zip(mine[r]["params"], mine[0]["params"]):
+                check(torch.equal(a, b), "rank %d equals rank 0" % r, logs)
+            for a, b in zip(mine[r]["params"], theirs[r]["params"]):
+                check(torch.allclose(a, b, rtol=1e-5, atol=1e-6),
+                      "rank %d equals the uninterrupted run (max diff %g)" %
+                      (r, float((a - b).abs().max())), logs)
+        check(abs(mine[0]["mean_loss"] - theirs[0]["mean_loss"]) < 1e-6,
+              "the mean loss equals the uninterrupted run's", logs)
+        print("ok: rank %d killed at step %d healed; final parameters equal "
+              "the uninterrupted run's" % (killed, at_step))
+        return 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def plain_case(args):
+    work = tempfile.mkdtemp(prefix="ddprun_elastic_")
+    try:
+        out = os.path.join(work, "plain")
+        code, text, logs, seconds = run_agent(
+            args, out, ["--kill", "2@5", "--max_replacements", "0"],
+            ["--plain"])
+        check(code == 1, "the job failed (not the stand-in's timeout)", logs)
+        _, final = pids(text)
+        for r in (0, 1, 3):
+            check(final[r][1] not in (0, 137), "rank %d exited with an error "
+                  "of its own" % r, logs)
+        check(seconds < 200, "no survivor hung (%.0f s)" % seconds, logs)
+        print("ok: a script without ddprun_elastic fails its next collective")
+        return 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("case", choices=["heal", "source", "plain"])
+    parser.add_argument("--agent", required=True)
+    parser.add_argument("--source", required=True)
+    args = parser.parse_args()
+    try:
+        import torch  # noqa: F401
+        import torch.distributed  # noqa: F401
+    except ImportError as error:
+        return skip_unless_ci("%s has no torch (%s)" % (sys.executable, error))
+    if args.case == "heal":
+        return heal_case(args, 1, 6)
+    if args.case == "source":
+        return heal_case(args, 0, 9)
+    return plain_case(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
