@@ -19,14 +19,17 @@
 #include <vector>
 
 #include "agent/cli/cli_parser.h"
+#include "agent/cli/cli_values.h"
 #include "agent/elastic/agent_options.h"
 #include "agent/elastic/elastic_agent.h"
 #include "agent/elastic/health_check.h"
 #include "agent/elastic/log_dir.h"
 #include "agent/elastic/worker_env.h"
+#include "agent/elastic/worker_store.h"
 #include "agent/frontends/accelerate/accelerate_main.h"
 #include "agent/frontends/deepspeed/deepspeed_main.h"
 #include "agent/hosting/rendezvous_factory.h"
+#include "agent/hosting/worker_store_host.h"
 #include "agent/process/asio_event_loop.h"
 #include "agent/process/boost_process_launcher.h"
 #include "agent/process/console.h"
@@ -43,6 +46,28 @@
 
 namespace ddprun::agent {
 namespace {
+
+// The agent's view (agent/elastic/worker_store.h) of the store hosting
+// serves (agent/hosting/worker_store_host.h): two floors that do not see
+// each other, met here.
+class HostedWorkerStore : public WorkerStore {
+ public:
+  explicit HostedWorkerStore(RendezvousHost* static_host)
+      : host_(static_host) {}
+  StatusOr<bool> StartRound(
+      const rendezvous::RendezvousResult& round) override {
+    return host_.StartRound(round);
+  }
+  void Set(const std::string& key, std::string value) override {
+    host_.Set(key, std::move(value));
+  }
+  std::optional<std::string> Get(const std::string& key) const override {
+    return host_.Get(key);
+  }
+
+ private:
+  WorkerStoreHost host_;
+};
 
 std::string NodeId(const std::string& host) {
   std::random_device rd;
@@ -311,6 +336,30 @@ int RunAgent(CommandLine cl, EnvMap env, const std::string& prog) {
   AgentOptions options = MakeAgentOptions(launch, std::move(env), worker_torch,
                                           *setup, run_dir->path);
   options.worker_cpus = std::move(worker_cpus);
+  std::unique_ptr<HostedWorkerStore> worker_store;
+  if (auto sig = agent_env.find("DDPRUN_GENERATION_SIGNAL");
+      sig != agent_env.end() && !sig->second.empty() &&
+      ReplacesFailedRanks(launch)) {
+    StatusOr<std::vector<int>> parsed =
+        ParseSignalList("DDPRUN_GENERATION_SIGNAL", sig->second);
+    if (!parsed.ok() || parsed->size() != 1) {
+      std::cerr << prog << ": error: DDPRUN_GENERATION_SIGNAL: invalid value '"
+                << sig->second << "' (one signal name, such as SIGUSR1)\n";
+      DisposeTempLogDir(*run_dir, false, 0, nullptr);
+      return 2;
+    }
+    options.generation_signal = parsed->front();
+  }
+  if (ReplacesFailedRanks(launch)) {
+    worker_store = std::make_unique<HostedWorkerStore>(
+        UsesAgentStore(launch) ? setup->server.get() : nullptr);
+    options.worker_store = worker_store.get();
+  } else if (launch.restart_scope == LaunchOptions::RestartScope::kFailed) {
+    DDP_LOG(WARNING) << "--restart_scope failed: with rdzv_conf TLS the "
+                        "static backend's workers serve their own store, "
+                        "which dies with them; a failure restarts the "
+                        "group";
+  }
   std::unique_ptr<ThreadHealthChecker> health;
   if (launch.health_check || !launch.health_check_cmd.empty()) {
     HealthCheckOptions checks;

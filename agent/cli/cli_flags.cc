@@ -188,6 +188,21 @@ std::vector<FlagSpec> MakeFlags() {
        "--health_check_cmd) and on the wait for GPU memory before a "
        "restart.",
        false, false},
+      {"restart_scope", 0, kV, "{group,failed}", "group",
+       "ddprun addition: what a failed worker restarts. group (torchrun's): "
+       "every worker of every node, from the last checkpoint. failed: that "
+       "worker alone, with the same RANK, while every other worker keeps "
+       "running; it heals from a live peer (workers built on ddprun's "
+       "worker runtime, or Python scripts using ddprun_elastic; "
+       "docs/restart_scope.md). A second failure while healing, a heal "
+       "past --heal_timeout or a failure before any step falls back to a "
+       "group restart. Each replacement counts against --max_restarts.",
+       false, false},
+      {"heal_timeout", 0, kV, "SECONDS", "120",
+       "ddprun addition: --restart_scope failed: how long a replacement "
+       "may take to heal before the group restarts "
+       "(DDPRUN_HEAL_TIMEOUT_S for the workers).",
+       false, false},
       {"virtual_local_rank", 0, kB, nullptr, "off",
        "Give every worker LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES=<its GPU>.",
        false, false},

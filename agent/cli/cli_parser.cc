@@ -444,6 +444,18 @@ Status FillHealth(const Values& v, LaunchOptions* o) {
   DDP_ASSIGN_OR_RETURN(long progress,
                        v.Int("max_restarts_without_progress", 0, 0));
   o->max_restarts_without_progress = static_cast<int>(progress);
+  const std::string scope = v.Text("restart_scope", "group");
+  if (scope == "group") {
+    o->restart_scope = LaunchOptions::RestartScope::kGroup;
+  } else if (scope == "failed") {
+    o->restart_scope = LaunchOptions::RestartScope::kFailed;
+  } else {
+    return InvalidArgumentError(v.Source("restart_scope") +
+                                ": invalid choice '" + scope +
+                                "' (choose from group, failed)");
+  }
+  DDP_ASSIGN_OR_RETURN(o->heal_timeout_s,
+                       v.Double("heal_timeout", 120.0, 0, true));
   return Status::Ok();
 }
 

@@ -18,4 +18,15 @@ bool UsesAgentStore(const LaunchOptions& options) {
          r.tls_cert_pem.empty() && r.tls_key_pem.empty();
 }
 
+bool ReplacesFailedRanks(const LaunchOptions& options) {
+  if (options.restart_scope != LaunchOptions::RestartScope::kFailed) {
+    return false;
+  }
+  return ModeOf(options) != RendezvousMode::kStatic || UsesAgentStore(options);
+}
+
+bool WorkersUseAgentStore(const LaunchOptions& options) {
+  return UsesAgentStore(options) || ReplacesFailedRanks(options);
+}
+
 }  // namespace ddprun::agent

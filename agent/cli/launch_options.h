@@ -138,6 +138,13 @@ struct LaunchOptions {
   // advanced no rank's step counter (agent/elastic/progress_budget.h).
   // 0 = off.
   int max_restarts_without_progress = 0;
+  // ddprun addition: --restart_scope. kGroup (torchrun's): a failed worker
+  // restarts every worker of every node. kFailed: it is started again
+  // alone and heals from a live peer while the others run
+  // (docs/restart_scope.md); --heal_timeout bounds each heal.
+  enum class RestartScope { kGroup, kFailed };
+  RestartScope restart_scope = RestartScope::kGroup;
+  double heal_timeout_s = 120;
 
   // --torch_version; unknown = not given (main() then detects it:
   // AgentOptions::worker_torch).
@@ -177,5 +184,15 @@ RendezvousMode ModeOf(const LaunchOptions& options);
 // workers get MASTER_PORT = --master_port and
 // TORCHELASTIC_USE_AGENT_STORE=True (agent/hosting/agent_store.h).
 bool UsesAgentStore(const LaunchOptions& options);
+
+// --restart_scope failed can replace ranks alone: an agent serves the
+// workers' store, which outlives them (static mode: when UsesAgentStore;
+// the other modes: the round's group rank 0 serves it on MASTER_PORT).
+// Static mode with rdzv_conf TLS cannot (its workers host the store).
+bool ReplacesFailedRanks(const LaunchOptions& options);
+
+// Workers get TORCHELASTIC_USE_AGENT_STORE=True: UsesAgentStore or
+// ReplacesFailedRanks.
+bool WorkersUseAgentStore(const LaunchOptions& options);
 
 }  // namespace ddprun::agent

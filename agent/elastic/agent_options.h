@@ -13,6 +13,7 @@ namespace ddprun::agent {
 
 class HealthChecker;
 class WorkerProbe;
+class WorkerStore;
 
 // Everything one elastic agent runs on: the command line as parsed, and
 // what main() resolved before starting it (the workers' torch, the
@@ -74,6 +75,14 @@ struct AgentOptions {
   // What the hang watchdog (launch.watchdog_timeout_s > 0) reads about
   // workers; null = the real one (/proc and stat(2)). Must outlive the agent.
   WorkerProbe* watchdog_probe = nullptr;
+
+  // --restart_scope failed: the workers' store as this node serves it
+  // (agent/elastic/worker_store.h); null = ranks are never replaced alone
+  // (the scope is "group", or the mode cannot). Must outlive the agent.
+  WorkerStore* worker_store = nullptr;
+  // DDPRUN_GENERATION_SIGNAL (docs/restart_scope.md): sent to the node's
+  // other running workers when a rank is replaced; 0 = none.
+  int generation_signal = 0;
 };
 
 }  // namespace ddprun::agent

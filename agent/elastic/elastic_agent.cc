@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <tuple>
 
 #include "agent/process/signal_names.h"
+#include "agent/watch/step_file.h"
 #include "common/logging.h"
 
 namespace ddprun::agent {
@@ -100,6 +102,15 @@ ElasticAgent::ElasticAgent(AgentOptions options, EventLoop* loop,
   hang.hostname = [this] { return Host(); };
   hang_ = std::make_unique<HangResponse>(std::move(hang), loop_, rendezvous_,
                                          console_, this, std::move(collector));
+  RankReplacement::Options replace;
+  replace.enabled = options_.worker_store != nullptr &&
+                    ReplacesFailedRanks(options_.launch);
+  replace.heal_timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(options_.launch.heal_timeout_s * 1000));
+  replace.role = options_.launch.role;
+  replacement_ = std::make_unique<RankReplacement>(
+      std::move(replace), loop_, rendezvous_, options_.worker_store, console_,
+      this);
 }
 
 ElasticAgent::~ElasticAgent() {
@@ -277,8 +288,15 @@ Status ElasticAgent::StartWorkers() {
   workers_.clear();
   failures_.clear();
   hang_->StartGroup(round_);
+  replaced_failures_.clear();
   stop_pending_ = false;
   stop_reason_ = StopReason::kNone;
+  bool serves_store = false;
+  if (options_.worker_store != nullptr) {
+    DDP_ASSIGN_OR_RETURN(serves_store,
+                         options_.worker_store->StartRound(round_));
+  }
+  replacement_->StartGroup(round_, serves_store);
   DDP_RETURN_IF_ERROR(logs_.StartAttempt(round_.restart_count));
   for (int lr = 0; lr < o.nproc_per_node; ++lr) {
     auto w = std::make_unique<Worker>();
@@ -299,38 +317,7 @@ Status ElasticAgent::StartWorkers() {
   }
   if (file_timer_) file_timer_->Reset();  // torch: a server per group
   for (auto& w : workers_) {
-    ProcessSpec spec;
-    spec.argv = BuildWorkerArgv(o, options_.worker_torch, w->local_rank,
-                                options_.parent_env, round_.rank_offset);
-    spec.env =
-        BuildWorkerEnv(o, options_.worker_torch, round_, options_.run_id,
-                       w->local_rank, w->error_file, options_.parent_env);
-    AddWatchEnv(w->watch, options_.python_stack_helper_dir, &spec.env);
-    if (w->local_rank < static_cast<int>(options_.worker_cpus.size())) {
-      spec.cpu_affinity = options_.worker_cpus[w->local_rank];
-    }
-    // As torchrun's workers write to the terminal: a stream shown live on
-    // a terminal console (and kept in no file) is a terminal for the worker.
-    spec.tty_stdout = w->out->live_terminal();
-    spec.tty_stderr = w->err->live_terminal();
-    if (spec.tty_stdout || spec.tty_stderr) {
-      std::tie(spec.tty_rows, spec.tty_cols) = console_->TerminalSize();
-    }
-    ProcessCallbacks cb;
-    Worker* raw = w.get();
-    int generation = generation_;
-    cb.on_stdout = [raw](std::string_view c) { raw->out->OnChunk(c); };
-    cb.on_stderr = [raw](std::string_view c) { raw->err->OnChunk(c); };
-    int lr = w->local_rank;
-    cb.on_exit = [this, generation, lr](ExitStatus s) {
-      OnWorkerExit(generation, lr, s);
-    };
-    StatusOr<std::unique_ptr<Process>> p = launcher_->Launch(spec, cb);
-    if (!p.ok()) return p.status();
-    w->process = std::move(p).value();
-    w->pid = w->process->pid();
-    w->running = true;
-    if (watchdog_) watchdog_->Watch(w->local_rank, w->pid, w->watch.heartbeat);
+    DDP_RETURN_IF_ERROR(LaunchWorker(w.get(), -1));
   }
   // Every worker is reported (pid, state); those with a step file also
   // with their counts.
@@ -342,6 +329,128 @@ Status ElasticAgent::StartWorkers() {
   DDP_LOG(DEBUG) << "started " << workers_.size() << " workers, attempt "
                  << round_.restart_count;
   return Status::Ok();
+}
+
+Status ElasticAgent::LaunchWorker(Worker* w, int64_t replacement_generation) {
+  const LaunchOptions& o = options_.launch;
+  ProcessSpec spec;
+  spec.argv = BuildWorkerArgv(o, options_.worker_torch, w->local_rank,
+                              options_.parent_env, round_.rank_offset);
+  spec.env = BuildWorkerEnv(o, options_.worker_torch, round_, options_.run_id,
+                            w->local_rank, w->error_file, options_.parent_env);
+  AddWatchEnv(w->watch, options_.python_stack_helper_dir, &spec.env);
+  if (replacement_generation >= 0) {
+    AddReplacementEnv(replacement_generation, &spec.env);
+  }
+  if (w->local_rank < static_cast<int>(options_.worker_cpus.size())) {
+    spec.cpu_affinity = options_.worker_cpus[w->local_rank];
+  }
+  // As torchrun's workers write to the terminal: a stream shown live on
+  // a terminal console (and kept in no file) is a terminal for the worker.
+  spec.tty_stdout = w->out->live_terminal();
+  spec.tty_stderr = w->err->live_terminal();
+  if (spec.tty_stdout || spec.tty_stderr) {
+    std::tie(spec.tty_rows, spec.tty_cols) = console_->TerminalSize();
+  }
+  ProcessCallbacks cb;
+  int generation = generation_;
+  cb.on_stdout = [w](std::string_view c) { w->out->OnChunk(c); };
+  cb.on_stderr = [w](std::string_view c) { w->err->OnChunk(c); };
+  int lr = w->local_rank;
+  cb.on_exit = [this, generation, lr](ExitStatus s) {
+    OnWorkerExit(generation, lr, s);
+  };
+  StatusOr<std::unique_ptr<Process>> p = launcher_->Launch(spec, cb);
+  if (!p.ok()) return p.status();
+  w->process = std::move(p).value();
+  w->pid = w->process->pid();
+  w->running = true;
+  w->exit = ExitStatus{};
+  if (watchdog_) watchdog_->Watch(w->local_rank, w->pid, w->watch.heartbeat);
+  return Status::Ok();
+}
+
+Status ElasticAgent::StartReplacement(int local_rank, int64_t generation) {
+  Worker& w = *workers_[local_rank];
+  w.watchdog_kill.clear();
+  // The replacement's output goes on in the rank's files.
+  DDP_RETURN_IF_ERROR(w.out->Reopen());
+  DDP_RETURN_IF_ERROR(w.err->Reopen());
+  DDP_RETURN_IF_ERROR(LaunchWorker(&w, generation));
+  stragglers_->Restarted(w.global_rank, w.pid);
+  if (options_.generation_signal != 0) {
+    // The opt-in notice: the survivors need not wait for a collective to
+    // fail to learn of the new generation.
+    for (const auto& other : workers_) {
+      if (other->running && other->local_rank != local_rank) {
+        (void)other->process->SignalGroup(options_.generation_signal);
+      }
+    }
+  }
+  DDP_LOG(INFO) << "[" << options_.launch.role << "] rank " << w.global_rank
+                << " started again alone (generation " << generation
+                << ", pid " << w.pid << ")";
+  return Status::Ok();
+}
+
+void ElasticAgent::RestartGroup(int local_rank, const std::string& why) {
+  if (stop_reason_ != StopReason::kNone || finished_) return;
+  auto it = replaced_failures_.find(local_rank);
+  if (it != replaced_failures_.end()) {
+    failures_.push_back(it->second);
+    replaced_failures_.erase(it);
+  }
+  stop_pending_ = true;
+  failure_seen_at_ = loop_->clock()->Now();
+  state_ = WorkerState::kUnhealthy;
+  BeginStop(StopReason::kWorkerFailure, SIGTERM, why);
+}
+
+int64_t ElasticAgent::StepsOf(int local_rank) const {
+  if (local_rank < 0 || local_rank >= static_cast<int>(workers_.size())) {
+    return -1;
+  }
+  const std::string& path = workers_[local_rank]->watch.steps;
+  return path.empty() ? -1 : ReadStepFile(path).steps;
+}
+
+void ElasticAgent::OnWorkerFailed(int local_rank, ProcessFailure failure) {
+  const Worker& w = *workers_[local_rank];
+  // A replacement heals from a live peer: only while every other worker of
+  // this node still runs (a finished peer left nothing to heal from).
+  bool others_running = true;
+  for (const auto& other : workers_) {
+    if (other->local_rank != local_rank && !other->running) {
+      others_running = false;
+    }
+  }
+  if (!stop_pending_ && others_running) {
+    const std::string reason =
+        failure.exitcode < 0
+            ? "killed by " + SignalName(-failure.exitcode)
+            : "exited with code " + std::to_string(failure.exitcode);
+    if (replacement_->Replace(local_rank, w.global_rank,
+                              "local rank " + std::to_string(local_rank) +
+                                  " (pid " + std::to_string(w.pid) + ") " +
+                                  reason)) {
+      replaced_failures_[local_rank] = std::move(failure);
+      return;
+    }
+  }
+  failures_.push_back(std::move(failure));
+  if (!stop_pending_) {
+    stop_pending_ = true;
+    failure_seen_at_ = loop_->clock()->Now();
+    state_ = WorkerState::kUnhealthy;
+    // Posted, so that exits already queued in this batch are recorded as
+    // failures too (torchrun reports every failure seen in one poll).
+    const int generation = generation_;
+    loop_->Post([this, generation] {
+      if (generation != generation_ || stop_reason_ != StopReason::kNone)
+        return;
+      BeginStop(StopReason::kWorkerFailure, SIGTERM, "worker failure");
+    });
+  }
 }
 
 void ElasticAgent::OnWorkerExit(int generation, int local_rank,
@@ -362,27 +471,16 @@ void ElasticAgent::OnWorkerExit(int generation, int local_rank,
     return;
   }
   if (!status.succeeded()) {
-    failures_.push_back(MakeProcessFailure(w.local_rank, w.global_rank, w.pid,
-                                           status.exitcode, w.error_file,
-                                           loop_->clock()->WallSeconds()));
-    if (!w.watchdog_kill.empty() && failures_.back().error_json.empty()) {
-      failures_.back().traceback = w.watchdog_kill;
+    ProcessFailure failure = MakeProcessFailure(
+        w.local_rank, w.global_rank, w.pid, status.exitcode, w.error_file,
+        loop_->clock()->WallSeconds());
+    if (!w.watchdog_kill.empty() && failure.error_json.empty()) {
+      failure.traceback = w.watchdog_kill;
     }
-    if (!stop_pending_) {
-      stop_pending_ = true;
-      failure_seen_at_ = loop_->clock()->Now();
-      state_ = WorkerState::kUnhealthy;
-      // Posted, so that exits already queued in this batch are recorded as
-      // failures too (torchrun reports every failure seen in one poll).
-      loop_->Post([this, generation] {
-        if (generation != generation_ || stop_reason_ != StopReason::kNone)
-          return;
-        BeginStop(StopReason::kWorkerFailure, SIGTERM, "worker failure");
-      });
-    }
+    OnWorkerFailed(local_rank, std::move(failure));
     return;
   }
-  if (!stop_pending_ && !AnyRunning()) {
+  if (!stop_pending_ && !AnyRunning() && !replacement_->busy()) {
     state_ = WorkerState::kSucceeded;
     stragglers_->Stop();
     DDP_LOG(DEBUG) << "worker group succeeded";
@@ -521,6 +619,7 @@ void ElasticAgent::OnSignal(int sig) {
 void ElasticAgent::BeginStop(StopReason reason, int sig,
                              const std::string& why) {
   stragglers_->Stop();
+  replacement_->Stop();
   stop_reason_ = reason;
   stop_signal_ = sig;
   stop_why_ = why;
@@ -659,6 +758,19 @@ void ElasticAgent::ReportFailedJob() {
   std::string table =
       FormatFailureTable(EntrypointName(options_.launch), sorted, Host());
   console_->Write(Console::Stream::kErr, table + "\n");
+  for (const RankReplacement::Replaced& r : replacement_->replaced()) {
+    std::string healed = "did not heal";
+    if (r.heal_seconds >= 0) {
+      char s[64];
+      std::snprintf(s, sizeof(s), "healed in %.2f s", r.heal_seconds);
+      healed = s;
+    }
+    console_->Write(Console::Stream::kErr,
+                    "[ddprun] earlier in this attempt rank " +
+                        std::to_string(r.rank) + " was replaced alone (" +
+                        r.reason + ", generation " +
+                        std::to_string(r.generation) + "): " + healed + "\n");
+  }
   const ProcessFailure& root = sorted[RootCauseIndex(sorted)];
   Status s = DumpRootCauseErrorFile(root, options_.agent_error_file);
   if (!s.ok()) DDP_LOG(WARNING) << s.message();

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "agent/elastic/file_timer_response.h"
 #include "agent/elastic/health_check.h"
 #include "agent/elastic/progress_budget.h"
+#include "agent/elastic/rank_replacement.h"
 #include "agent/elastic/worker_env.h"
 #include "agent/elastic/worker_logs.h"
 #include "agent/process/console.h"
@@ -66,6 +68,11 @@ const char* WorkerStateName(WorkerState state);
 // anything, and stack requests from other nodes are answered there.
 // DDPRUN_STACKS=0 in ddprun's environment turns stack dumps off.
 //
+// Under --restart_scope failed (RankReplacement, rank_replacement.h) a
+// failed worker is started again alone, with the same ranks, while the
+// others run, and heals from a live peer; when it cannot be (see there)
+// the group restarts as above.
+//
 // Rendezvous calls are asynchronous (rendezvous/client/rendezvous_client.h):
 // each step starts one and goes on in its callback (OnJoined,
 // OnFailureReported, OnBarrierPassed); nothing blocks the loop. A handled
@@ -78,7 +85,8 @@ const char* WorkerStateName(WorkerState state);
 // Confined to the loop thread (the rendezvous client and the launcher
 // deliver there). The collaborators must outlive the agent.
 class ElasticAgent : public HangResponse::Workers,
-                     public FileTimerResponse::Workers {
+                     public FileTimerResponse::Workers,
+                     public RankReplacement::Agent {
  public:
   using DoneCallback = std::function<void(int exit_code)>;
 
@@ -148,6 +156,15 @@ class ElasticAgent : public HangResponse::Workers,
   bool GroupStopping() const override;
   int RunningWorker(int pid) const override;
   void NoteKill(int local_rank, const std::string& why, bool replace) override;
+  // RankReplacement::Agent.
+  Status StartReplacement(int local_rank, int64_t generation) override;
+  void RestartGroup(int local_rank, const std::string& why) override;
+  int64_t StepsOf(int local_rank) const override;
+  // Launches `w` (a group start: generation < 0; else a replacement).
+  Status LaunchWorker(Worker* w, int64_t generation);
+  // Local rank `local_rank` failed (`failure` recorded): replaced alone, or
+  // the group stops.
+  void OnWorkerFailed(int local_rank, ProcessFailure failure);
   // HangResponse::Workers.
   std::vector<StackTarget> StackTargets() const override;
   void KillHung(int local_rank, const std::string& diagnosis) override;
@@ -180,6 +197,7 @@ class ElasticAgent : public HangResponse::Workers,
   std::unique_ptr<WorkerWatchdog> watchdog_;    // null: --watchdog_timeout=0
   std::unique_ptr<StragglerWatch> stragglers_;  // step rates, warnings
   std::unique_ptr<HangResponse> hang_;          // stacks, hung workers
+  std::unique_ptr<RankReplacement> replacement_;  // --restart_scope failed
   // Each attempt's log folder and the workers' streams. Declared before
   // workers_, whose outputs write to its filtered logs.
   WorkerLogs logs_;
@@ -206,6 +224,9 @@ class ElasticAgent : public HangResponse::Workers,
   int starts_ = 0;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<ProcessFailure> failures_;
+  // Failures of ranks replaced alone in this group, by local rank (the
+  // newest); one becomes the group's failure if its replacement gives up.
+  std::map<int, ProcessFailure> replaced_failures_;
   Clock::TimePoint failure_seen_at_{};
 
   // Stopping the group (kRunning): from the first failure, event or signal

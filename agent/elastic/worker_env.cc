@@ -1,6 +1,7 @@
 #include "agent/elastic/worker_env.h"
 
 #include <csignal>
+#include <cstdio>
 
 #include "agent/process/signal_names.h"
 #include "agent/torch_probe/elf_deps.h"
@@ -71,7 +72,9 @@ EnvMap BuildWorkerEnv(const LaunchOptions& options, const TorchVersion& torch,
     // Beyond deepspeed's contract: on several nodes node 0's agent serves
     // the c10d store on MASTER_PORT, and torch's env:// and tcp:// then
     // connect to it instead of binding it in rank 0.
-    if (UsesAgentStore(options)) env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+    if (WorkersUseAgentStore(options)) {
+      env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+    }
     return env;
   }
   env["LOCAL_RANK"] =
@@ -90,7 +93,7 @@ EnvMap BuildWorkerEnv(const LaunchOptions& options, const TorchVersion& torch,
   env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(options.max_restarts);
   env["TORCHELASTIC_RUN_ID"] = run_id;
   env["TORCHELASTIC_USE_AGENT_STORE"] =
-      UsesAgentStore(options) ? "True" : "False";
+      WorkersUseAgentStore(options) ? "True" : "False";
   env["TORCHELASTIC_ERROR_FILE"] = error_file;
   // What torchrun of the workers' torch version sets, and nothing more: torch
   // >= 2.2 warns on every rank when the old NCCL name is set.
@@ -117,7 +120,20 @@ EnvMap BuildWorkerEnv(const LaunchOptions& options, const TorchVersion& torch,
     // `nccl`; worker/backend_choice.h) without this.
     env["DDPRUN_GPU_PER_RANK"] = "1";
   }
+  if (ReplacesFailedRanks(options)) {
+    // docs/restart_scope.md: a group start is generation 0.
+    env["DDPRUN_RESTART_SCOPE"] = "failed";
+    env["DDPRUN_GENERATION"] = "0";
+    char timeout[32];
+    std::snprintf(timeout, sizeof(timeout), "%g", options.heal_timeout_s);
+    env["DDPRUN_HEAL_TIMEOUT_S"] = timeout;
+  }
   return env;
+}
+
+void AddReplacementEnv(int64_t generation, EnvMap* env) {
+  (*env)["DDPRUN_GENERATION"] = std::to_string(generation);
+  (*env)["DDPRUN_REPLACEMENT"] = "1";
 }
 
 void AddWatchEnv(const WorkerWatchFiles& files,

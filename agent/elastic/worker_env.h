@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,10 @@ EnvMap BuildWorkerEnv(const LaunchOptions& options, const TorchVersion& torch,
                       const rendezvous::RendezvousResult& round,
                       const std::string& run_id, int local_rank,
                       const std::string& error_file, const EnvMap& parent_env);
+
+// A replacement under --restart_scope failed (docs/restart_scope.md):
+// the generation it starts in, and DDPRUN_REPLACEMENT=1.
+void AddReplacementEnv(int64_t generation, EnvMap* env);
 
 // The files through which ddprun watches a worker (agent/watch/), each ""
 // when that watching is off.

@@ -119,6 +119,21 @@ size_t AgentStore::num_keys() const {
   return store_.num_keys();
 }
 
+void AgentStore::Set(const std::string& key, std::string value) {
+  {
+    MutexLock lock(&mu_);
+    own_sets_.emplace_back(key, std::move(value));
+  }
+  Notify();
+}
+
+std::optional<std::string> AgentStore::Get(const std::string& key) const {
+  MutexLock lock(&mu_);
+  KeyStore::Value v = store_.Get(key);
+  if (v == nullptr) return std::nullopt;
+  return *v;
+}
+
 void AgentStore::Notify() {
   MutexLock lock(&wake_mu_);
   if (wake_[1] >= 0) (void)!write(wake_[1], "x", 1);
@@ -130,6 +145,7 @@ void AgentStore::Reset(const std::string& why) {
   {
     MutexLock lock(&mu_);
     keys = store_.Clear();
+    own_sets_.clear();
     ++generation_;
     // Their next run sees the new generation; until then they cannot send
     // anything of the dropped state.
@@ -205,6 +221,19 @@ void AgentStore::Turn() {
     }
   }
   Reap();
+  {
+    // The agent's own sets, on this thread: waking a waiter touches its
+    // connection.
+    MutexLock lock(&mu_);
+    for (auto& [key, value] : own_sets_) {
+      Status set = store_.Set(key, std::move(value));
+      if (!set.ok()) {
+        DDP_LOG(ERROR) << "agent store: the agent's key " << key << ": "
+                       << set.message();
+      }
+    }
+    own_sets_.clear();
+  }
   std::vector<pollfd> fds;
   std::vector<StoreConnection*> polled;
   fds.push_back({listen_fd_, POLLIN, 0});

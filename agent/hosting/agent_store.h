@@ -5,8 +5,11 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "agent/hosting/connection_quota.h"
 #include "agent/hosting/key_store.h"
@@ -103,6 +106,16 @@ class AgentStore {
   // Stop().
   void Reset(const std::string& why) EXCLUDES(mu_);
 
+  // The agent's own writes (restart scope "failed": the generation keys,
+  // docs/restart_scope.md), keys as they are on the wire (torch's client
+  // sends "/" + its key). Set may
+  // be called from any thread and returns at once: the store's thread
+  // applies the sets in call order at its next turn (microseconds), as a
+  // client's SET, waking the clients that wait for the key. A Reset()
+  // drops sets not applied yet. Get never waits: nullopt when missing.
+  void Set(const std::string& key, std::string value) EXCLUDES(mu_);
+  std::optional<std::string> Get(const std::string& key) const EXCLUDES(mu_);
+
   // Stops listening and closes every connection. Idempotent.
   void Stop() EXCLUDES(start_mu_, mu_);
 
@@ -159,6 +172,8 @@ class AgentStore {
   uint64_t generation_ GUARDED_BY(mu_) = 0;  // Resets so far
   // Descriptors of identified TCPStore connections, by connection id.
   std::map<uint64_t, int> store_fds_ GUARDED_BY(mu_);
+  // Set()'s keys until the loop applies them.
+  std::vector<std::pair<std::string, std::string>> own_sets_ GUARDED_BY(mu_);
 
   // The loop thread's own (Stop() reads them after joining it).
   int listen_fd_ = -1;

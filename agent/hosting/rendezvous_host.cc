@@ -40,6 +40,18 @@ RendezvousHost::RendezvousHost(std::string bind_host, int port,
 
 RendezvousHost::~RendezvousHost() { Shutdown(Clock::Duration::zero()); }
 
+void RendezvousHost::SetStoreKey(const std::string& key, std::string value) {
+  MutexLock lock(&mu_);
+  if (store_ != nullptr) store_->Set(key, std::move(value));
+}
+
+std::optional<std::string> RendezvousHost::GetStoreKey(
+    const std::string& key) const {
+  MutexLock lock(&mu_);
+  if (store_ == nullptr) return std::nullopt;
+  return store_->Get(key);
+}
+
 void RendezvousHost::EnableAgentStore() {
   MutexLock lock(&mu_);
   agent_store_ = true;

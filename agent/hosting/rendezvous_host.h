@@ -77,6 +77,12 @@ class RendezvousHost {
   Status EnableLiveView(rendezvous::http::LiveViewOptions options)
       EXCLUDES(mu_);
 
+  // The agent store's keys (EnableAgentStore; restart scope "failed"):
+  // AgentStore::Set/Get, nothing without a store.
+  void SetStoreKey(const std::string& key, std::string value) EXCLUDES(mu_);
+  std::optional<std::string> GetStoreKey(const std::string& key) const
+      EXCLUDES(mu_);
+
   bool serving() const EXCLUDES(mu_);
   // While serving: keeps serving until every other agent has been told the
   // job's latest news (RendezvousServer::WaitUntilAllHeard) or the real

@@ -23,6 +23,14 @@ Status WorkerOutput::Open() {
   return Status::Ok();
 }
 
+Status WorkerOutput::Reopen() {
+  if (options_.file_path.empty() || fd_ >= 0) return Status::Ok();
+  fd_ = ::open(options_.file_path.c_str(),
+               O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd_ < 0) return ErrnoStatus("cannot open " + options_.file_path, errno);
+  return Status::Ok();
+}
+
 namespace {
 
 // Bytes at the end of `s` that start a UTF-8 character not yet complete.

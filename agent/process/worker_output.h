@@ -42,6 +42,9 @@ class WorkerOutput {
 
   // Creates the file (truncating). Errors: the file cannot be created.
   Status Open();
+  // Opens the file again after OnEof, appending (a worker replaced alone
+  // under --restart_scope failed writes on in its rank's file).
+  Status Reopen();
   void OnChunk(std::string_view chunk);
   // The worker exited: flushes a pending partial line and closes the file.
   void OnEof();

@@ -50,6 +50,15 @@ void StragglerWatch::NoteExit(int rank, bool succeeded) {
   Publish();
 }
 
+void StragglerWatch::Restarted(int rank, int pid) {
+  for (Worker& w : workers_) {
+    if (w.target.rank != rank) continue;
+    w.target.pid = pid;
+    w.state = State::kRunning;
+  }
+  Publish();
+}
+
 void StragglerWatch::Stop() {
   if (armed_) loop_->Cancel(timer_);
   armed_ = false;

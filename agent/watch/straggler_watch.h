@@ -46,6 +46,9 @@ class StragglerWatch {
   void Start(std::vector<Target> targets);
   // The worker of global rank `rank` exited (succeeded: with code 0).
   void NoteExit(int rank, bool succeeded);
+  // The worker of global rank `rank` runs again as `pid` (restart scope
+  // "failed": replaced alone); its rate starts over from its step file.
+  void Restarted(int rank, int pid);
   // Stops reading (the group stops): its running workers are reported as
   // stopped, without a rate, until the next Start.
   void Stop();

@@ -84,6 +84,13 @@ class GrpcRendezvousClient final : public RendezvousClient {
   }
   void ReportFailure(int64_t round, const std::string& reason, bool retry,
                      FailureDone done) override;
+  void ReplaceRank(int64_t round, int rank, int64_t generation,
+                   const std::string& reason, ReplaceDone done) override;
+  void ReportHealed(int64_t round, int rank, int64_t generation,
+                    double seconds) override;
+  // Both: `req` with its job, node, round, rank and generation filled in.
+  void SendReplaceRank(int64_t round, int rank, int64_t generation,
+                       v1::ReplaceRankRequest req, ReplaceDone done);
   void ReportSuccess(int64_t round, Clock::Duration barrier_timeout,
                      Done done) override;
   void Leave(std::function<void()> done) override;
@@ -639,6 +646,67 @@ void GrpcRendezvousClient::ReportFailure(int64_t round,
       return;
     }
     done(answer->will_restart());
+  };
+  retries_.insert(call);
+  Run(call);
+}
+
+void GrpcRendezvousClient::ReplaceRank(int64_t round, int rank,
+                                       int64_t generation,
+                                       const std::string& reason,
+                                       ReplaceDone done) {
+  v1::ReplaceRankRequest req;
+  req.set_reason(reason.substr(0, 4096));
+  SendReplaceRank(round, rank, generation, std::move(req), std::move(done));
+}
+
+void GrpcRendezvousClient::ReportHealed(int64_t round, int rank,
+                                        int64_t generation, double seconds) {
+  v1::ReplaceRankRequest req;
+  req.set_healed(true);
+  req.set_heal_seconds(seconds);
+  SendReplaceRank(round, rank, generation, std::move(req),
+                  [this](StatusOr<bool> answer) {
+                    if (!answer.ok()) {
+                      DDP_LOG(DEBUG) << "heal report: "
+                                     << answer.status().message();
+                    }
+                  });
+}
+
+void GrpcRendezvousClient::SendReplaceRank(int64_t round, int rank,
+                                           int64_t generation,
+                                           v1::ReplaceRankRequest req,
+                                           ReplaceDone done) {
+  {
+    MutexLock lock(&mu_);
+    req.set_rdzv_id(rdzv_id_);
+    req.set_node_id(node_.node_id());
+  }
+  req.set_instance(instance_);
+  req.set_round(round);
+  req.set_rank(rank);
+  req.set_generation(generation);
+  const Clock::TimePoint deadline =
+      clock_->Now() + options_.rendezvous.rpc_timeout;
+  auto call = std::make_shared<Retry>();
+  call->deadline = deadline;
+  call->on_job = true;
+  auto answer = std::make_shared<v1::ReplaceRankResponse>();
+  call->attempt = [this, req, answer, deadline](Finished finished) {
+    StartAttempt(
+        req, deadline,
+        [this](auto* ctx, auto* q, auto* p, auto cb) {
+          Stub()->async()->ReplaceRank(ctx, q, p, std::move(cb));
+        },
+        answer, std::move(finished));
+  };
+  call->done = [this, answer, done](grpc::Status s) {
+    if (!s.ok()) {
+      done(FromGrpc(s, Target()));
+      return;
+    }
+    done(answer->replaced());
   };
   retries_.insert(call);
   Run(call);

@@ -46,6 +46,15 @@ void LocalRendezvousClient::ReportFailure(int64_t round,
   loop_->Post([done = std::move(done), restart] { done(restart); });
 }
 
+void LocalRendezvousClient::ReplaceRank(int64_t round, int rank,
+                                        int64_t generation,
+                                        const std::string& reason,
+                                        ReplaceDone done) {
+  const bool replace = restarts_used_ < max_restarts_;
+  if (replace) ++restarts_used_;
+  loop_->Post([done = std::move(done), replace] { done(replace); });
+}
+
 void LocalRendezvousClient::ReportSuccess(int64_t round,
                                           Clock::Duration barrier_timeout,
                                           Done done) {

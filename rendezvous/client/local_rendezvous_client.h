@@ -35,6 +35,9 @@ class LocalRendezvousClient : public RendezvousClient {
   void ReportFailure(int64_t round, const std::string& reason, bool retry,
                      FailureDone done) override;
   // Answers at once: there is no other node to wait for.
+  // Spends one restart, as ReportFailure does.
+  void ReplaceRank(int64_t round, int rank, int64_t generation,
+                   const std::string& reason, ReplaceDone done) override;
   void ReportSuccess(int64_t round, Clock::Duration barrier_timeout,
                      Done done) override;
   void Leave(std::function<void()> done) override;

@@ -134,6 +134,21 @@ class RendezvousClient {
   virtual void ReportFailure(int64_t round, const std::string& reason,
                              bool retry, FailureDone done) = 0;
 
+  // Restart scope "failed" (docs/restart_scope.md): one worker of this
+  // node, global `rank`, failed in `round` and the node would replace it
+  // alone, as `generation`, while the round goes on. `done` gets true when
+  // one unit of the job-global restart budget was spent for it, false when
+  // none is left (nothing changed: the node reports an ordinary failure),
+  // or an error (kUnimplemented: a backend or server without it): the node
+  // restarts its group instead. Bounded by the backend's RPC timeout.
+  using ReplaceDone = std::function<void(StatusOr<bool> replaced)>;
+  virtual void ReplaceRank(int64_t round, int rank, int64_t generation,
+                           const std::string& reason, ReplaceDone done) = 0;
+  // That replacement healed after `seconds` (for status pages); best
+  // effort, no answer.
+  virtual void ReportHealed(int64_t round, int rank, int64_t generation,
+                            double seconds) {}
+
   // This node's workers all succeeded in `round`. `done` runs once every
   // node of the round has succeeded (exit barrier), or with
   // kDeadlineExceeded once `barrier_timeout` passes (the local result still

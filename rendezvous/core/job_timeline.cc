@@ -40,6 +40,14 @@ void JobTimeline::Finished(int64_t round, bool succeeded,
       round, reason);
 }
 
+void JobTimeline::RankReplaced(int64_t round, const std::string& reason) {
+  Add(v1::JobEvent::KIND_RANK_REPLACED, round, reason);
+}
+
+void JobTimeline::RankHealed(int64_t round, const std::string& reason) {
+  Add(v1::JobEvent::KIND_RANK_HEALED, round, reason);
+}
+
 void JobTimeline::AddTo(v1::JobStatus* status) const {
   for (const v1::JobEvent& e : events_) *status->add_events() = e;
   for (const auto& [cause, n] : round_ends_) {

@@ -31,6 +31,9 @@ class JobTimeline {
                   const std::string& reason);
   void FailureRefunded(int64_t round, const std::string& reason);
   void Finished(int64_t round, bool succeeded, const std::string& reason);
+  // Restart scope "failed": a rank replaced alone, and its heal.
+  void RankReplaced(int64_t round, const std::string& reason);
+  void RankHealed(int64_t round, const std::string& reason);
 
   // Appends the events (oldest first) and the per-cause counts.
   void AddTo(v1::JobStatus* status) const;

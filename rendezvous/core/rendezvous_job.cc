@@ -501,6 +501,48 @@ void RendezvousJob::RemoveNode(std::map<std::string, Node>::iterator it,
   EraseNode(it);
 }
 
+StatusOr<v1::ReplaceRankResponse> RendezvousJob::ReplaceRank(
+    const v1::ReplaceRankRequest& req) {
+  if (finished()) return FailedPreconditionError(Closed());
+  Node* node = FindNode(req.node_id(), req.instance());
+  if (node == nullptr) {
+    return NotFoundError("node '" + req.node_id() +
+                         "' is not part of rendezvous '" + id_ + "'");
+  }
+  if (phase_ != Phase::kRunning || req.round() != round_ ||
+      node->state != NodeState::kRunning) {
+    return FailedPreconditionError("round " + std::to_string(req.round()) +
+                                   " of rendezvous '" + id_ +
+                                   "' is not running");
+  }
+  const v1::Assignment& a = node->assignment;
+  if (req.rank() < a.rank_offset() ||
+      req.rank() >= a.rank_offset() +
+                        static_cast<int>(node->info.local_world_size())) {
+    return InvalidArgumentError(
+        "rank " + std::to_string(req.rank()) + " is not a rank of node '" +
+        req.node_id() + "' in round " + std::to_string(round_));
+  }
+  MarkHeard(req.node_id(), req.instance());
+  const std::string rank = "rank " + std::to_string(req.rank()) +
+                           " (generation " + std::to_string(req.generation()) +
+                           ")";
+  v1::ReplaceRankResponse resp;
+  if (req.healed()) {
+    char secs[32];
+    snprintf(secs, sizeof(secs), "%.2f", req.heal_seconds());
+    timeline_.RankHealed(round_, rank + " healed in " + secs + " s");
+    resp.set_replaced(true);
+  } else if (budget_.TrySpend()) {
+    timeline_.RankReplaced(
+        round_, rank + " replaced on node '" + req.node_id() + "'" +
+                    (req.reason().empty() ? "" : ": " + req.reason()));
+    resp.set_replaced(true);
+  }
+  resp.set_restart_count(budget_.used());
+  return resp;
+}
+
 Status RendezvousJob::ReportSuccess(const v1::ReportSuccessRequest& req,
                                     WaiterId waiter,
                                     std::vector<Outcome>* out) {

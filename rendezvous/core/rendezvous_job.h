@@ -136,6 +136,11 @@ class RendezvousJob {
                        std::vector<Outcome>* out);
   Status ReportSuccess(const v1::ReportSuccessRequest& request, WaiterId waiter,
                        std::vector<Outcome>* out);
+  // Restart scope "failed": spends one budget unit to replace one rank of
+  // the running round (replaced = false when none is left: nothing
+  // changes), or records that a replacement healed. The round goes on.
+  StatusOr<v1::ReplaceRankResponse> ReplaceRank(
+      const v1::ReplaceRankRequest& request);
   Status Leave(const v1::LeaveRequest& request, std::vector<Outcome>* out);
   void Close(bool succeeded, const std::string& reason,
              std::vector<Outcome>* out);

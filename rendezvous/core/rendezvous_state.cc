@@ -415,6 +415,21 @@ Status RendezvousState::ReportSuccess(const v1::ReportSuccessRequest& request,
   return Status::Ok();
 }
 
+StatusOr<v1::ReplaceRankResponse> RendezvousState::ReplaceRank(
+    const v1::ReplaceRankRequest& request) {
+  DDP_RETURN_IF_ERROR(CheckRdzvId(request.rdzv_id()));
+  DDP_RETURN_IF_ERROR(CheckNodeId(request.node_id(), request.instance()));
+  DDP_RETURN_IF_ERROR(CheckReason(request.reason()));
+  DDP_RETURN_IF_ERROR(CheckRound(request.round()));
+  if (request.generation() < 0 || !std::isfinite(request.heal_seconds()) ||
+      request.heal_seconds() < 0) {
+    return InvalidArgumentError("ReplaceRank: a negative generation or heal "
+                                "time");
+  }
+  DDP_ASSIGN_OR_RETURN(RendezvousJob * job, FindJob(request.rdzv_id()));
+  return job->ReplaceRank(request);
+}
+
 Status RendezvousState::Leave(const v1::LeaveRequest& request) {
   DDP_RETURN_IF_ERROR(CheckRdzvId(request.rdzv_id()));
   DDP_RETURN_IF_ERROR(CheckNodeId(request.node_id(), request.instance()));

@@ -72,6 +72,8 @@ class RendezvousState {
   Status ReportSuccess(const v1::ReportSuccessRequest& request,
                        WaiterId waiter);
   Status Leave(const v1::LeaveRequest& request);
+  StatusOr<v1::ReplaceRankResponse> ReplaceRank(
+      const v1::ReplaceRankRequest& request);
   Status Close(const v1::CloseRequest& request);
   // One job, or every job at once (rdzv_id ""; tests and small servers:
   // the Status rpc pages, GetStatusPage).

@@ -54,6 +54,14 @@ class RestartBudget {
   // Restarts spent so far (TORCHELASTIC_RESTART_COUNT).
   int used() const { return used_; }
   int max() const { return max_; }
+  // Restart scope "failed": spends one unit now, for a rank replaced
+  // while its round goes on (no decision is opened: a replacement is not a
+  // node loss). False when none is left.
+  bool TrySpend() {
+    if (used_ >= max_) return false;
+    ++used_;
+    return true;
+  }
   // A job rebuilt after a server restart continues from the count its
   // agents report.
   void Adopt(int used) { used_ = used; }

@@ -314,6 +314,18 @@ grpc::ServerUnaryReactor* RendezvousService::ReportFailure(
               });
 }
 
+grpc::ServerUnaryReactor* RendezvousService::ReplaceRank(
+    grpc::CallbackServerContext* ctx, const v1::ReplaceRankRequest* request,
+    v1::ReplaceRankResponse* response) {
+  // Rare (each one spends the restart budget, or follows one that did):
+  // the per-caller limit of the other rare calls.
+  return Unary(ctx, {request->rdzv_id(), &leave_limiter_, "ReplaceRank"},
+               [&](RendezvousState& state) -> ::ddprun::Status {
+                 DDP_ASSIGN_OR_RETURN(*response, state.ReplaceRank(*request));
+                 return ::ddprun::Status::Ok();
+               });
+}
+
 grpc::ServerUnaryReactor* RendezvousService::Leave(
     grpc::CallbackServerContext* ctx, const v1::LeaveRequest* request,
     v1::LeaveResponse* response) {

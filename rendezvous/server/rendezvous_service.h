@@ -82,6 +82,9 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   grpc::ServerUnaryReactor* ReportSuccess(
       grpc::CallbackServerContext* ctx, const v1::ReportSuccessRequest* request,
       v1::ReportSuccessResponse* response) override;
+  grpc::ServerUnaryReactor* ReplaceRank(
+      grpc::CallbackServerContext* ctx, const v1::ReplaceRankRequest* request,
+      v1::ReplaceRankResponse* response) override;
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx,
                                   const v1::LeaveRequest* request,
                                   v1::LeaveResponse* response) override;

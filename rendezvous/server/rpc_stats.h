@@ -24,9 +24,9 @@ namespace ddprun::rendezvous {
 class RpcStats {
  public:
   // The service's rpcs in proto order; anything else is "other".
-  static constexpr std::array<const char*, 9> kMethods = {
-      "Join",  "Heartbeat", "ReportFailure", "ReportSuccess", "Leave",
-      "Close", "Status",    "Stacks",        "other"};
+  static constexpr std::array<const char*, 10> kMethods = {
+      "Join",   "Heartbeat", "ReportFailure", "ReplaceRank", "ReportSuccess",
+      "Leave",  "Close",     "Status",        "Stacks",      "other"};
   // Histogram bucket upper bounds, seconds (Prometheus `le`); +Inf implied.
   static constexpr std::array<double, 16> kBuckets = {
       0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,

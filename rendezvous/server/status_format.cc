@@ -44,6 +44,22 @@ std::string FormatStatusTable(const v1::StatusResponse& status) {
     if (!job.reason().empty()) {
       out += "  last event: " + EscapeControlChars(job.reason()) + "\n";
     }
+    // Ranks replaced alone (--restart_scope failed), newest 5 events.
+    std::vector<const v1::JobEvent*> replaced;
+    for (const v1::JobEvent& e : job.events()) {
+      if (e.kind() == v1::JobEvent::KIND_RANK_REPLACED ||
+          e.kind() == v1::JobEvent::KIND_RANK_HEALED) {
+        replaced.push_back(&e);
+      }
+    }
+    const size_t first = replaced.size() > 5 ? replaced.size() - 5 : 0;
+    for (size_t i = first; i < replaced.size(); ++i) {
+      out += std::string("  ") +
+             (replaced[i]->kind() == v1::JobEvent::KIND_RANK_REPLACED
+                  ? "replaced: "
+                  : "healed:   ") +
+             EscapeControlChars(replaced[i]->reason()) + "\n";
+    }
     std::vector<const v1::NodeStatus*> nodes;
     for (const auto& n : job.nodes()) nodes.push_back(&n);
     std::sort(nodes.begin(), nodes.end(), [](auto* a, auto* b) {

@@ -108,6 +108,8 @@ class RecordingRendezvous : public rendezvous::RendezvousClient {
             JoinDone) override {}
   void SetEventHandler(EventHandler) override {}
   void ReportFailure(int64_t, const std::string&, bool, FailureDone) override {}
+  void ReplaceRank(int64_t, int, int64_t, const std::string&,
+                   ReplaceDone) override {}
   void ReportSuccess(int64_t, Clock::Duration, Done) override {}
   void Leave(std::function<void()> done) override { done(); }
   void SetStepRates(std::vector<rendezvous::RankStepRate> r) override {
@@ -152,6 +154,24 @@ class FakeRendezvous : public rendezvous::RendezvousClient {
       return;
     }
     loop_->Post([done, again] { done(again); });
+  }
+  // Spends the budget as ReportFailure does; `replace_error` answers
+  // instead when set (a server without the rpc: kUnimplemented).
+  void ReplaceRank(int64_t r, int rank, int64_t generation,
+                   const std::string& reason, ReplaceDone done) override {
+    replaced_ranks.push_back(rank);
+    replace_generations.push_back(generation);
+    if (!replace_error.ok()) {
+      loop_->Post([done, e = replace_error] { done(e); });
+      return;
+    }
+    const bool replace = restarts_used < max_restarts;
+    if (replace) ++restarts_used;
+    loop_->Post([done, replace] { done(replace); });
+  }
+  void ReportHealed(int64_t, int rank, int64_t generation,
+                    double seconds) override {
+    healed.push_back({rank, generation, seconds});
   }
   void ReportSuccess(int64_t r, Clock::Duration, Done done) override {
     ++successes;
@@ -210,6 +230,15 @@ class FakeRendezvous : public rendezvous::RendezvousClient {
   bool holding() const { return static_cast<bool>(held_); }
 
   EventHandler handler;
+  std::vector<int> replaced_ranks;
+  std::vector<int64_t> replace_generations;
+  Status replace_error = Status::Ok();
+  struct Healed {
+    int rank;
+    int64_t generation;
+    double seconds;
+  };
+  std::vector<Healed> healed;
   int max_restarts = 0;
   int restarts_used = 0;
   int64_t round = 0;

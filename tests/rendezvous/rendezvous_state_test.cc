@@ -802,3 +802,101 @@ TEST_CASE("RendezvousState: an inconsistent heartbeat cannot rebuild a job",
 
 }  // namespace
 }  // namespace ddprun::rendezvous
+
+namespace ddprun::rendezvous {
+namespace {
+
+v1::ReplaceRankRequest Replace(Harness& h, const std::string& node, int rank,
+                               int64_t generation) {
+  v1::ReplaceRankRequest r;
+  r.set_rdzv_id("job");
+  r.set_node_id(node);
+  r.set_instance(Harness::Instance(node));
+  r.set_round(h.Of(node).round());
+  r.set_rank(rank);
+  r.set_generation(generation);
+  r.set_reason("local rank 1 (pid 7) killed by SIGKILL");
+  return r;
+}
+
+std::vector<std::string> EventKinds(const v1::JobStatus& job) {
+  std::vector<std::string> kinds;
+  for (const v1::JobEvent& e : job.events()) {
+    kinds.push_back(v1::JobEvent::Kind_Name(e.kind()));
+  }
+  return kinds;
+}
+
+}  // namespace
+
+TEST_CASE("RendezvousState: ReplaceRank spends a restart and keeps the round",
+          "[rendezvous][restart_scope]") {
+  Harness h(2, 2, /*max_restarts=*/1);
+  REQUIRE(h.Join("a", 2).ok());
+  REQUIRE(h.Join("b", 2).ok());
+  const int b0 = h.Of("b").rank_offset();
+  StatusOr<v1::ReplaceRankResponse> r =
+      h.state_.ReplaceRank(Replace(h, "b", b0 + 1, 1));
+  REQUIRE(r.ok());
+  CHECK(r->replaced());
+  CHECK(r->restart_count() == 1);
+  // The round runs on: nobody is told to re-join.
+  CHECK(h.Job().state() == v1::JobStatus::STATE_RUNNING);
+  CHECK(h.Job().round() == 1);
+  CHECK(h.Heartbeat("a").action() == v1::HeartbeatResponse::ACTION_CONTINUE);
+  CHECK(h.Job().restart_count() == 1);
+  const v1::JobStatus job = h.Job();
+  const v1::JobEvent last = job.events(job.events_size() - 1);
+  CHECK(last.kind() == v1::JobEvent::KIND_RANK_REPLACED);
+  CHECK(last.reason().find("rank " + std::to_string(b0 + 1) +
+                           " (generation 1) replaced on node 'b'") !=
+        std::string::npos);
+
+  // Healed: recorded, no budget.
+  v1::ReplaceRankRequest healed = Replace(h, "b", b0 + 1, 1);
+  healed.set_healed(true);
+  healed.set_heal_seconds(1.25);
+  REQUIRE(h.state_.ReplaceRank(healed).ok());
+  const v1::JobStatus after = h.Job();
+  CHECK(after.events(after.events_size() - 1).reason().find(
+            "healed in 1.25 s") != std::string::npos);
+  CHECK(EventKinds(h.Job()).back() == "KIND_RANK_HEALED");
+
+  // The budget is spent: nothing changes, the node fails as under group.
+  r = h.state_.ReplaceRank(Replace(h, "b", b0, 2));
+  REQUIRE(r.ok());
+  CHECK_FALSE(r->replaced());
+  CHECK(r->restart_count() == 1);
+  CHECK(h.Job().state() == v1::JobStatus::STATE_RUNNING);
+}
+
+TEST_CASE("RendezvousState: ReplaceRank refuses what is not this node's",
+          "[rendezvous][restart_scope]") {
+  Harness h(2, 2, /*max_restarts=*/3);
+  REQUIRE(h.Join("a", 2).ok());
+  REQUIRE(h.Join("b", 2).ok());
+  const int a0 = h.Of("a").rank_offset();
+  // A rank of the other node.
+  StatusOr<v1::ReplaceRankResponse> r =
+      h.state_.ReplaceRank(Replace(h, "a", h.Of("b").rank_offset(), 1));
+  CHECK(r.status().code() == StatusCode::kInvalidArgument);
+  // Another round.
+  v1::ReplaceRankRequest old = Replace(h, "a", a0, 1);
+  old.set_round(7);
+  CHECK(h.state_.ReplaceRank(old).status().code() ==
+        StatusCode::kFailedPrecondition);
+  // A node the job does not know.
+  v1::ReplaceRankRequest stranger = Replace(h, "a", a0, 1);
+  stranger.set_node_id("z");
+  CHECK_FALSE(h.state_.ReplaceRank(stranger).ok());
+  // A heal time that is not a time.
+  v1::ReplaceRankRequest nan = Replace(h, "a", a0, 1);
+  nan.set_healed(true);
+  nan.set_heal_seconds(-1);
+  CHECK(h.state_.ReplaceRank(nan).status().code() ==
+        StatusCode::kInvalidArgument);
+  // Nothing was spent.
+  CHECK(h.Job().restart_count() == 0);
+}
+
+}  // namespace ddprun::rendezvous

@@ -100,6 +100,30 @@ TEST_CASE("AgentStore: a WAIT is answered when another client sets the key",
   CHECK(waiter.Read(1, 300ms).empty());  // the cancelled wait stays silent
 }
 
+TEST_CASE("AgentStore: the agent's own keys reach clients, in order, and "
+          "wake their waits",
+          "[agent][agent_store]") {
+  Served s;
+  Client waiter(s.port), reader(s.port);
+  waiter.Validate();
+  reader.Validate();
+  waiter.Type(kWait).Int<uint64_t>(1).Str("/ddprun/generation").Send();
+  s.store.Set("/ddprun/generation/1", "{\"replaced\":[1]}");
+  s.store.Set("/ddprun/generation", "1");
+  CHECK(waiter.ReadInt<uint8_t>() == 0);  // STOP_WAITING
+  // Read as the workers read a key that may be missing.
+  reader.Type(kCompareSet).Str("/ddprun/generation/1").Str("?").Str("?").Send();
+  CHECK(reader.ReadBytes() == "{\"replaced\":[1]}");
+  reader.Type(kSet).Str("/ddprun/generation/1/healed").Str("1").Send();
+  reader.Type(kGet).Str("/ddprun/generation/1/healed").Send();
+  CHECK(reader.ReadBytes() == "1");
+  CHECK(s.store.Get("/ddprun/generation/1/healed") == "1");
+  CHECK_FALSE(s.store.Get("/ddprun/generation/2").has_value());
+  // A new round drops them.
+  s.store.Reset("round 2");
+  CHECK_FALSE(s.store.Get("/ddprun/generation").has_value());
+}
+
 TEST_CASE("AgentStore: torch 1.13's dialect (no handshake)",
           "[agent][agent_store]") {
   Served s;

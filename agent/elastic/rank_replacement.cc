@@ -1,0 +1,185 @@
+#include "agent/elastic/rank_replacement.h"
+
+#include <cstdio>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "common/logging.h"
+
+namespace ddprun::agent {
+namespace {
+
+constexpr std::chrono::milliseconds kHealPoll{50};
+
+// docs/restart_scope.md, "Generations".
+const char kGenerationKey[] = "/ddprun/generation";
+
+std::string RecordKey(int64_t generation) {
+  return std::string(kGenerationKey) + "/" + std::to_string(generation);
+}
+
+}  // namespace
+
+RankReplacement::RankReplacement(Options options, EventLoop* loop,
+                                 rendezvous::RendezvousClient* rendezvous,
+                                 WorkerStore* store, Console* console,
+                                 Agent* agent)
+    : options_(std::move(options)),
+      loop_(loop),
+      rendezvous_(rendezvous),
+      store_(store),
+      console_(console),
+      agent_(agent) {}
+
+RankReplacement::~RankReplacement() { Stop(); }
+
+void RankReplacement::StartGroup(const rendezvous::RendezvousResult& round,
+                                 bool serves_store) {
+  Stop();
+  round_ = round;
+  serves_store_ = serves_store;
+  generation_ = 0;
+  replaced_.clear();
+  healed_at_steps_.assign(static_cast<size_t>(round.world_size), -1);
+}
+
+void RankReplacement::Stop() {
+  ++epoch_;
+  busy_ = false;
+  busy_local_rank_ = -1;
+  busy_rank_ = -1;
+  if (poll_armed_) {
+    loop_->Cancel(poll_timer_);
+    poll_armed_ = false;
+  }
+}
+
+bool RankReplacement::Replace(int local_rank, int rank,
+                              const std::string& reason) {
+  if (!options_.enabled || store_ == nullptr) return false;
+  if (!serves_store_) {
+    // The node that serves the store writes the generation keys; this
+    // version replaces only the ranks of that node.
+    DDP_LOG(WARNING) << "rank " << rank
+                     << " failed on a node that does not serve the workers' "
+                        "store (group rank 0 does): restarting the group";
+    return false;
+  }
+  if (round_.world_size < 2) return false;  // no live peer to heal from
+  if (busy_) {
+    DDP_LOG(WARNING) << "rank " << rank << " failed while rank " << busy_rank_
+                     << " heals (generation " << generation_
+                     << "): restarting the group";
+    return false;
+  }
+  if (local_rank >= 0 &&
+      local_rank < static_cast<int>(healed_at_steps_.size()) &&
+      healed_at_steps_[local_rank] >= 0 &&
+      agent_->StepsOf(local_rank) <= healed_at_steps_[local_rank]) {
+    DDP_LOG(WARNING) << "rank " << rank
+                     << " failed again before making a step after it "
+                        "healed: restarting the group";
+    return false;
+  }
+  busy_ = true;
+  busy_local_rank_ = local_rank;
+  busy_rank_ = rank;
+  heal_started_ = loop_->clock()->Now();
+  const uint64_t epoch = epoch_;
+  rendezvous_->ReplaceRank(
+      round_.round, rank, generation_ + 1, reason,
+      [this, epoch, local_rank, rank](StatusOr<bool> replaced) {
+        OnRendezvousAnswer(epoch, local_rank, rank, std::move(replaced));
+      });
+  replaced_.push_back({rank, generation_ + 1, reason, -1});
+  return true;
+}
+
+std::string RankReplacement::Record(int rank, const std::string& reason) const {
+  nlohmann::json record;
+  record["replaced"] = {rank};
+  record["reason"] = reason;
+  record["source"] = source_;
+  // A reason is a worker's words: bytes that are not UTF-8 are replaced.
+  return record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+void RankReplacement::OnRendezvousAnswer(uint64_t epoch, int local_rank,
+                                         int rank, StatusOr<bool> replaced) {
+  if (epoch != epoch_) return;  // the group stopped meanwhile
+  if (!replaced.ok()) {
+    GiveUp(local_rank, "the rendezvous cannot replace rank " +
+                           std::to_string(rank) + " (" +
+                           replaced.status().message() + ")");
+    return;
+  }
+  if (!*replaced) {
+    GiveUp(local_rank, "no restarts left to replace rank " +
+                           std::to_string(rank));
+    return;
+  }
+  ++generation_;
+  // The lowest rank that holds state: the failed one is the only rank
+  // without it (a second failure while healing restarts the group).
+  source_ = rank == 0 ? 1 : 0;
+  store_->Set(RecordKey(generation_), Record(rank, replaced_.back().reason));
+  store_->Set(kGenerationKey, std::to_string(generation_));
+  Status started = agent_->StartReplacement(local_rank, generation_);
+  if (!started.ok()) {
+    GiveUp(local_rank, "cannot start the replacement of rank " +
+                           std::to_string(rank) + ": " + started.message());
+    return;
+  }
+  heal_deadline_ = loop_->clock()->Now() + options_.heal_timeout;
+  poll_timer_ = loop_->RunAt(loop_->clock()->Now() + kHealPoll,
+                             [this, epoch] { PollHealed(epoch); });
+  poll_armed_ = true;
+}
+
+void RankReplacement::PollHealed(uint64_t epoch) {
+  poll_armed_ = false;
+  if (epoch != epoch_ || !busy_) return;
+  const Clock::TimePoint now = loop_->clock()->Now();
+  std::optional<std::string> healed =
+      store_->Get(RecordKey(generation_) + "/healed");
+  if (healed.has_value()) {
+    const double seconds =
+        std::chrono::duration<double>(now - heal_started_).count();
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "[ddprun] rank %d replaced (generation %lld): healed from "
+                  "rank %d in %.2f s\n",
+                  busy_rank_, static_cast<long long>(generation_), source_,
+                  seconds);
+    console_->Write(Console::Stream::kErr, line);
+    replaced_.back().heal_seconds = seconds;
+    if (busy_local_rank_ >= 0 &&
+        busy_local_rank_ < static_cast<int>(healed_at_steps_.size())) {
+      healed_at_steps_[busy_local_rank_] = agent_->StepsOf(busy_local_rank_);
+    }
+    rendezvous_->ReportHealed(round_.round, busy_rank_, generation_, seconds);
+    busy_ = false;
+    busy_local_rank_ = -1;
+    busy_rank_ = -1;
+    return;
+  }
+  if (now >= heal_deadline_) {
+    GiveUp(busy_local_rank_,
+           "rank " + std::to_string(busy_rank_) + " (generation " +
+               std::to_string(generation_) + ") did not heal within " +
+               std::to_string(options_.heal_timeout.count() / 1000) + " s");
+    return;
+  }
+  poll_timer_ = loop_->RunAt(now + kHealPoll,
+                             [this, epoch] { PollHealed(epoch); });
+  poll_armed_ = true;
+}
+
+void RankReplacement::GiveUp(int local_rank, const std::string& why) {
+  DDP_LOG(WARNING) << why << ": restarting the group";
+  Stop();
+  agent_->RestartGroup(local_rank, why);
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,123 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "agent/elastic/worker_store.h"
+#include "agent/process/console.h"
+#include "common/event_loop.h"
+#include "rendezvous/client/rendezvous_client.h"
+
+namespace ddprun::agent {
+
+// The agent's half of --restart_scope failed (docs/restart_scope.md): a
+// failed worker of the running group is started again alone, as a new
+// generation, while every other worker of every node keeps running; the
+// replacement heals from a live peer.
+//
+// For each failure the agent asks Replace(). With true, this class owns
+// what follows: it asks the rendezvous to spend a restart (ReplaceRank),
+// writes the generation record and then its number into the workers'
+// store, has the agent start the replacement (Agent::StartReplacement),
+// waits for the source rank's "healed" key (polled every 50 ms, bounded by
+// --heal_timeout) and prints one console line:
+//   [ddprun] rank R replaced (generation G): healed from rank S in X.XX s
+// With false, or later through Agent::RestartGroup, the agent restarts the
+// group as under --restart_scope group: never a hang. Replace() answers
+// false (the group restarts) when the scope is "group", this node does not
+// serve the round's store, the world has a single rank (no peer to heal
+// from), a replacement is still healing (a second failure), or the failed
+// worker is a replacement that made no step progress since it healed.
+// RestartGroup comes when the rendezvous refuses (no budget left,
+// kUnimplemented from an older server, an error), when starting the
+// replacement fails, or when the heal outlives --heal_timeout.
+//
+// Confined to the agent's loop thread; callbacks of a group that stopped
+// (Stop) are dropped. The collaborators must outlive it.
+class RankReplacement {
+ public:
+  // What it needs from the agent.
+  class Agent {
+   public:
+    virtual ~Agent() = default;
+    // Starts local rank `local_rank` again with DDPRUN_GENERATION=
+    // `generation` and DDPRUN_REPLACEMENT=1, other variables as its group's.
+    virtual Status StartReplacement(int local_rank, int64_t generation) = 0;
+    // Restarts the group: local rank `local_rank`'s failure (the one
+    // Replace() took) becomes the group's failure; `why`: one line.
+    virtual void RestartGroup(int local_rank, const std::string& why) = 0;
+    // The replaced worker's step count now (its step file), -1 if unknown.
+    virtual int64_t StepsOf(int local_rank) const = 0;
+  };
+
+  struct Options {
+    bool enabled = false;  // --restart_scope failed and a store to serve
+    std::chrono::milliseconds heal_timeout{120000};
+    std::string role = "default";  // console lines: "[<role>]"
+  };
+
+  RankReplacement(Options options, EventLoop* loop,
+                  rendezvous::RendezvousClient* rendezvous, WorkerStore* store,
+                  Console* console, Agent* agent);
+  ~RankReplacement();
+
+  // A round's workers are about to start. `serves_store`: this node serves
+  // its store (WorkerStore::StartRound). Resets the generation to 0.
+  void StartGroup(const rendezvous::RendezvousResult& round,
+                  bool serves_store);
+  // The group stops (a restart, the job's end): pending callbacks and the
+  // heal wait are dropped.
+  void Stop();
+
+  // Local rank `local_rank` (global `rank`) failed while its group runs:
+  // true when it will be replaced alone (the agent keeps the others
+  // running and waits); false: restart the group now. `reason`: one line.
+  bool Replace(int local_rank, int rank, const std::string& reason);
+
+  // A replacement is being set up or heals.
+  bool busy() const { return busy_; }
+  int64_t generation() const { return generation_; }
+  // Ranks replaced in the current group, in order (for the failure table).
+  struct Replaced {
+    int rank = 0;
+    int64_t generation = 0;
+    std::string reason;
+    double heal_seconds = -1;  // -1: not healed (yet)
+  };
+  const std::vector<Replaced>& replaced() const { return replaced_; }
+
+ private:
+  void OnRendezvousAnswer(uint64_t epoch, int local_rank, int rank,
+                          StatusOr<bool> replaced);
+  void PollHealed(uint64_t epoch);
+  void GiveUp(int local_rank, const std::string& why);
+  std::string Record(int rank, const std::string& reason) const;
+
+  const Options options_;
+  EventLoop* const loop_;
+  rendezvous::RendezvousClient* const rendezvous_;
+  WorkerStore* const store_;
+  Console* const console_;
+  Agent* const agent_;
+
+  rendezvous::RendezvousResult round_;
+  bool serves_store_ = false;
+  uint64_t epoch_ = 0;  // counts StartGroup/Stop: late callbacks are dropped
+  int64_t generation_ = 0;
+  bool busy_ = false;
+  int busy_local_rank_ = -1;
+  int busy_rank_ = -1;
+  int source_ = -1;
+  Clock::TimePoint heal_started_{};
+  Clock::TimePoint heal_deadline_{};
+  EventLoop::TimerId poll_timer_ = 0;
+  bool poll_armed_ = false;
+  // Per local rank: the replacement's step count when it healed (-1: not
+  // a replacement in this group).
+  std::vector<int64_t> healed_at_steps_;
+  std::vector<Replaced> replaced_;
+};
+
+}  // namespace ddprun::agent

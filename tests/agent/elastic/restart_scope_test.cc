@@ -1,0 +1,282 @@
+// --restart_scope failed, the agent's half (agent/elastic/rank_replacement.h,
+// docs/restart_scope.md), driven by hand: a manual event loop on a fake
+// clock, a fake launcher, a fake rendezvous and an in-memory workers'
+// store. Nothing sleeps.
+
+#include "ddprun_catch.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "agent/elastic/elastic_agent.h"
+#include "agent/elastic/worker_store.h"
+#include "tests/agent/agent_fakes.h"
+#include "tests/common/manual_event_loop.h"
+
+namespace ddprun::agent {
+namespace {
+
+using namespace std::chrono_literals;
+using ddprun::testing::ManualEventLoop;
+using testing::CaptureConsole;
+using testing::FakeLauncher;
+using testing::FakeRendezvous;
+
+// The workers' store as the agent sees it, with every Set in order.
+class MemoryWorkerStore : public WorkerStore {
+ public:
+  StatusOr<bool> StartRound(const rendezvous::RendezvousResult&) override {
+    ++rounds;
+    keys.clear();
+    if (!start_error.ok()) return start_error;
+    return serves;
+  }
+  void Set(const std::string& key, std::string value) override {
+    sets.push_back(key);
+    keys[key] = std::move(value);
+  }
+  std::optional<std::string> Get(const std::string& key) const override {
+    auto it = keys.find(key);
+    if (it == keys.end()) return std::nullopt;
+    return it->second;
+  }
+
+  bool serves = true;
+  Status start_error = Status::Ok();
+  int rounds = 0;
+  std::vector<std::string> sets;
+  std::map<std::string, std::string> keys;
+};
+
+struct Harness {
+  explicit Harness(int nproc, int max_restarts)
+      : launcher(&loop), rendezvous(&loop) {
+    char tmpl[] = "/tmp/ddprun_scope_test_XXXXXX";
+    log_dir = mkdtemp(tmpl);
+    options.launch.nproc_per_node = nproc;
+    options.launch.max_restarts = max_restarts;
+    options.launch.no_python = true;
+    options.launch.entrypoint = "worker_bin";
+    options.launch.restart_scope = LaunchOptions::RestartScope::kFailed;
+    options.launch.heal_timeout_s = 10;
+    options.run_id = "job1";
+    options.run_log_dir = log_dir;
+    options.hostname = "host-a";
+    options.parent_env = {{"PATH", "/usr/bin"}};
+    options.worker_store = &store;
+    rendezvous.max_restarts = max_restarts;
+  }
+  ~Harness() { (void)!system(("rm -rf " + log_dir).c_str()); }
+
+  void Start() {
+    agent = std::make_unique<ElasticAgent>(options, &loop, &launcher,
+                                           &rendezvous, &console);
+    agent->Start([this](int code) { exit_code = code; });
+    loop.RunUntilIdle();
+  }
+
+  // The source rank marks generation `g` healed; the agent polls it.
+  void Heal(int g) {
+    store.keys["/ddprun/generation/" + std::to_string(g) + "/healed"] = "1";
+    loop.Advance(100ms);
+  }
+
+  ManualEventLoop loop;
+  FakeLauncher launcher;
+  FakeRendezvous rendezvous;
+  CaptureConsole console;
+  MemoryWorkerStore store;
+  AgentOptions options;
+  std::string log_dir;
+  std::unique_ptr<ElasticAgent> agent;
+  std::optional<int> exit_code;
+};
+
+}  // namespace
+
+TEST_CASE("restart scope failed: workers learn the scope and use the agent's "
+          "store",
+          "[agent][restart_scope]") {
+  Harness h(2, 3);
+  h.Start();
+  REQUIRE(h.launcher.workers.size() == 2);
+  for (const auto& w : h.launcher.workers) {
+    CHECK(w->env("DDPRUN_RESTART_SCOPE") == "failed");
+    CHECK(w->env("DDPRUN_GENERATION") == "0");
+    CHECK(w->env("DDPRUN_HEAL_TIMEOUT_S") == "10");
+    CHECK(w->env("TORCHELASTIC_USE_AGENT_STORE") == "True");
+    CHECK(w->spec.env.count("DDPRUN_REPLACEMENT") == 0);
+  }
+  CHECK(h.store.rounds == 1);
+}
+
+TEST_CASE("restart scope failed: a killed rank is replaced alone and heals",
+          "[agent][restart_scope]") {
+  Harness h(3, 3);
+  h.Start();
+  REQUIRE(h.launcher.workers.size() == 3);
+  h.launcher.Exit(1, -SIGKILL);
+  h.loop.RunUntilIdle();
+  // Only rank 1 started again; nobody was signalled.
+  REQUIRE(h.launcher.workers.size() == 4);
+  for (int i : {0, 2}) CHECK(h.launcher.workers[i]->signals.empty());
+  const auto& r = *h.launcher.workers[3];
+  CHECK(r.env("RANK") == "1");
+  CHECK(r.env("LOCAL_RANK") == "1");
+  CHECK(r.env("WORLD_SIZE") == "3");
+  CHECK(r.env("TORCHELASTIC_RESTART_COUNT") == "0");
+  CHECK(r.env("DDPRUN_GENERATION") == "1");
+  CHECK(r.env("DDPRUN_REPLACEMENT") == "1");
+  // The budget paid for it, the record was written before its number.
+  CHECK(h.rendezvous.replaced_ranks == std::vector<int>{1});
+  CHECK(h.rendezvous.replace_generations == std::vector<int64_t>{1});
+  CHECK(h.rendezvous.restarts_used == 1);
+  REQUIRE(h.store.sets == std::vector<std::string>{"/ddprun/generation/1",
+                                                   "/ddprun/generation"});
+  CHECK(h.store.keys["/ddprun/generation"] == "1");
+  const std::string record = h.store.keys["/ddprun/generation/1"];
+  CHECK(record.find("\"replaced\":[1]") != std::string::npos);
+  CHECK(record.find("\"source\":0") != std::string::npos);
+  CHECK(record.find("killed by SIGKILL") != std::string::npos);
+  CHECK(h.agent->state() == WorkerState::kHealthy);
+  CHECK(h.console.err.find("healed") == std::string::npos);
+
+  h.Heal(1);
+  CHECK(h.console.err.find("[ddprun] rank 1 replaced (generation 1): healed "
+                           "from rank 0 in") != std::string::npos);
+  REQUIRE(h.rendezvous.healed.size() == 1);
+  CHECK(h.rendezvous.healed[0].rank == 1);
+  CHECK(h.rendezvous.healed[0].generation == 1);
+
+  // A second, later failure is generation 2, healed from rank 0 again.
+  h.launcher.Exit(0, 1);
+  h.loop.RunUntilIdle();
+  REQUIRE(h.launcher.workers.size() == 5);
+  CHECK(h.launcher.workers[4]->env("RANK") == "0");
+  CHECK(h.launcher.workers[4]->env("DDPRUN_GENERATION") == "2");
+  CHECK(h.store.keys["/ddprun/generation/2"].find("\"source\":1") !=
+        std::string::npos);
+  h.Heal(2);
+
+  for (size_t i : {2, 3, 4}) h.launcher.Exit(i, 0);
+  h.loop.RunUntilIdle();
+  CHECK(h.exit_code == 0);
+  CHECK(h.agent->starts() == 1);
+  CHECK(h.rendezvous.joins == 1);
+}
+
+TEST_CASE("restart scope failed: a heal past --heal_timeout restarts the group",
+          "[agent][restart_scope]") {
+  Harness h(2, 3);
+  h.Start();
+  h.launcher.Exit(1, -SIGKILL);
+  h.loop.RunUntilIdle();
+  REQUIRE(h.launcher.workers.size() == 3);
+  h.loop.Advance(9s);
+  CHECK(h.launcher.workers[0]->signals.empty());
+  h.loop.Advance(2s);
+  // Both running processes were stopped, the group starts again.
+  CHECK(h.launcher.workers[0]->signals.front() == SIGTERM);
+  CHECK(h.launcher.workers[2]->signals.front() == SIGTERM);
+  h.loop.RunUntilIdle();  // SIGTERM ended them
+  REQUIRE(h.launcher.workers.size() == 5);
+  for (const auto& w : h.launcher.Latest(2)) {
+    CHECK(w->env("DDPRUN_GENERATION") == "0");
+    CHECK(w->spec.env.count("DDPRUN_REPLACEMENT") == 0);
+  }
+  CHECK(h.agent->starts() == 2);
+  CHECK(h.store.rounds == 2);
+}
+
+TEST_CASE("restart scope failed: a second failure while healing restarts the "
+          "group",
+          "[agent][restart_scope]") {
+  Harness h(3, 5);
+  h.Start();
+  h.launcher.Exit(1, -SIGKILL);
+  h.loop.RunUntilIdle();
+  REQUIRE(h.launcher.workers.size() == 4);
+  h.launcher.Exit(2, 1);  // before generation 1 healed
+  h.loop.RunUntilIdle();
+  CHECK(h.launcher.workers[0]->signals.front() == SIGTERM);
+  CHECK(h.launcher.workers[3]->signals.front() == SIGTERM);
+  h.loop.RunUntilIdle();  // SIGTERM ended them
+  REQUIRE(h.launcher.workers.size() == 7);
+  CHECK(h.agent->starts() == 2);
+  CHECK(h.rendezvous.failure_reasons.size() == 1);
+}
+
+TEST_CASE("restart scope failed: with no restart left the job fails as under "
+          "group",
+          "[agent][restart_scope]") {
+  Harness h(2, 0);
+  h.Start();
+  h.launcher.Exit(1, 1);
+  h.loop.RunUntilIdle();
+  CHECK(h.rendezvous.replaced_ranks == std::vector<int>{1});
+  CHECK(h.launcher.workers[0]->signals.front() == SIGTERM);
+  h.loop.RunUntilIdle();  // SIGTERM ended them
+  CHECK(h.exit_code == 1);
+  CHECK(h.launcher.workers.size() == 2);
+  CHECK(h.console.err.find("local_rank: 1") != std::string::npos);
+}
+
+TEST_CASE("restart scope failed: a rendezvous without ReplaceRank restarts the "
+          "group",
+          "[agent][restart_scope]") {
+  Harness h(2, 3);
+  h.rendezvous.replace_error =
+      Status(StatusCode::kUnimplemented, "method ReplaceRank not found");
+  h.Start();
+  h.launcher.Exit(1, -SIGKILL);
+  h.loop.RunUntilIdle();
+  CHECK(h.launcher.workers[0]->signals.front() == SIGTERM);
+  h.loop.RunUntilIdle();  // SIGTERM ended them
+  REQUIRE(h.launcher.workers.size() == 4);
+  CHECK(h.agent->starts() == 2);
+}
+
+TEST_CASE("restart scope failed: a node that does not serve the store "
+          "restarts the group",
+          "[agent][restart_scope]") {
+  Harness h(2, 3);
+  h.store.serves = false;
+  h.Start();
+  h.launcher.Exit(0, 1);
+  h.loop.RunUntilIdle();
+  CHECK(h.rendezvous.replaced_ranks.empty());
+  CHECK(h.launcher.workers[1]->signals.front() == SIGTERM);
+}
+
+TEST_CASE("restart scope failed: a store that cannot be served is a launch "
+          "error",
+          "[agent][restart_scope]") {
+  Harness h(2, 3);
+  h.store.start_error =
+      Status(StatusCode::kUnavailable, "127.0.0.1:29500 is in use");
+  h.Start();
+  CHECK(h.launcher.workers.empty());
+  CHECK(h.exit_code == 1);
+}
+
+TEST_CASE("restart scope failed: a rank whose peers finished is not replaced",
+          "[agent][restart_scope]") {
+  Harness h(2, 3);
+  h.Start();
+  h.launcher.Exit(0, 0);
+  h.launcher.Exit(1, -SIGKILL);
+  h.loop.RunUntilIdle();
+  CHECK(h.rendezvous.replaced_ranks.empty());
+  REQUIRE(h.launcher.workers.size() == 4);  // the group restarted
+  CHECK(h.agent->starts() == 2);
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""ddprun --restart_scope failed with a real trainer on one node (issue 41).
+
+Runs `ddprun --standalone --nproc_per_node 4 --restart_scope failed` on a
+trainer once uninterrupted, then once per kill point RANK@STEP: SIGKILL of
+that rank's process once its step file counts STEP. Every time: ddprun
+exits 0, the killed rank ran in two processes and every other rank in one
+(its pid unchanged), the console says
+"[ddprun] rank R replaced (generation 1): healed from rank S in X s", and
+metrics.jsonl and the final checkpoint equal the uninterrupted run's (timings
+aside). Prints one line per run with the heal time and the wall time.
+
+  restart_scope_ddprun.py --bin DIR --trainer survival|ddpm [--kill R@S]...
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+RANKS = 4
+TRAINERS = {
+    'survival': (
+        '--n 96 --synthetic_size 16 --seed 3', 'survival.csv',
+        '--image_size 16 16 16 --progress_interval 1 --batch_size 8 '
+        '--epochs 3 --checkpoint_every 4'),
+    'ddpm': (
+        '--n 12 --synthetic_size 16 --seed 9', 'cases.csv',
+        '--stages 8,12 --epochs 2 --gradient_accumulation_steps 1 --width 4 '
+        '--v_parameterization --progress_interval 1 --checkpoint_every 3'),
+}
+HEALED = re.compile(r'\[ddprun\] rank (\d+) replaced \(generation (\d+)\): '
+                    r'healed from rank (\d+) in ([0-9.]+) s')
+
+
+def workers_of(agent_pid):
+    """{rank: pid} of the agent's child processes that have a RANK."""
+    found = {}
+    for stat in glob.glob('/proc/[0-9]*/stat'):
+        try:
+            with open(stat) as f:
+                fields = f.read().rsplit(')', 1)[1].split()
+            if int(fields[1]) != agent_pid:
+                continue
+            pid = int(stat.split('/')[2])
+            with open(f'/proc/{pid}/environ', 'rb') as f:
+                env = dict(kv.split(b'=', 1) for kv in f.read().split(b'\0')
+                           if b'=' in kv)
+            if b'RANK' in env:
+                found[int(env[b'RANK'])] = pid
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def steps_of(log_dir, rank):
+    for path in glob.glob(f'{log_dir}/*/attempt_0/{rank}/steps'):
+        try:
+            with open(path) as f:
+                return int(f.readline().split()[0])
+        except (OSError, ValueError, IndexError):
+            return -1
+    return -1
+
+
+def run(args, trainer_cmd, out, kill=None):
+    """One ddprun run; returns (exit code, console, pids seen per rank,
+    seconds)."""
+    log_dir = out + '/logs'
+    cmd = [args.ddprun, '--standalone', f'--nproc_per_node={RANKS}',
+           '--restart_scope', 'failed', '--max_restarts', '3',
+           '--log_dir', log_dir, '--no_python'] + trainer_cmd + [
+               '--output_dir', out]
+    env = dict(os.environ, OMP_NUM_THREADS='1')
+    start = time.monotonic()
+    console = open(out + '/console.txt', 'w+')
+    agent = subprocess.Popen(cmd, stdout=console, stderr=subprocess.STDOUT,
+                             env=env)
+    seen = {}  # rank -> [pids in order]
+    killed = False
+    deadline = start + args.timeout
+    while agent.poll() is None:
+        if time.monotonic() > deadline:
+            agent.send_signal(signal.SIGTERM)
+            agent.wait(30)
+            break
+        for rank, pid in workers_of(agent.pid).items():
+            pids = seen.setdefault(rank, [])
+            if not pids or pids[-1] != pid:
+                pids.append(pid)
+        if kill is not None and not killed:
+            rank, step = kill
+            if rank in seen and steps_of(log_dir, rank) >= step:
+                os.kill(seen[rank][-1], signal.SIGKILL)
+                killed = True
+        time.sleep(0.02)
+    seconds = time.monotonic() - start
+    console.seek(0)
+    text = console.read()
+    console.close()
+    return agent.returncode, text, seen, seconds, killed
+
+
+def metrics(out):
+    records = []
+    with open(out + '/metrics.jsonl') as f:
+        for line in f:
+            r = json.loads(line)
+            for timing in ('time', 'samples_per_s', 'profile'):
+                r.pop(timing, None)
+            records.append(r)
+    return records
+
+
+def without_addresses(lines):
+    """LibTorch names optimizer state by the parameter's address in the
+    process that saved it: each becomes its place in its group."""
+    marker = 'optimizer/param_groups/param_groups/'
+    names = []
+    for line in lines:
+        if not line.startswith(marker) or '/params/' not in line:
+            continue
+        params = line.index('/params/')
+        eq = line.find(' = 0x')
+        if eq < params:
+            continue
+        group = line[len(marker):params]
+        index = line[params + 8:eq]
+        names.append((line[eq + 3:], f'group{group}/param{index}'))
+    out = []
+    for line in lines:
+        for address, name in names:
+            line = re.sub(re.escape(address) + r'(?![0-9a-fA-F])', name, line)
+        out.append(line)
+    return sorted(out)
+
+
+def checkpoint(args, out):
+    files = sorted(glob.glob(out + '/checkpoints/ckpt-*.pt'))
+    assert files, f'no checkpoint in {out}/checkpoints'
+    r = subprocess.run([args.bin + '/worker_rank_helper', 'ckpt_digest',
+                        files[-1]], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [l for l in r.stdout.splitlines() if ' ' in l and
+             'samples_per_s' not in l and
+             not l.startswith('meta/scalar_values ')]
+    assert len(lines) > 10, r.stdout
+    return without_addresses(lines)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument('--bin', required=True)
+    p.add_argument('--ddprun')
+    p.add_argument('--trainer', choices=sorted(TRAINERS), required=True)
+    p.add_argument('--kill', action='append', default=[])
+    p.add_argument('--timeout', type=float, default=300)
+    p.add_argument('--keep', action='store_true')
+    args = p.parse_args()
+    args.ddprun = args.ddprun or args.bin + '/ddprun'
+    make, data_file, flags = TRAINERS[args.trainer]
+    trainer = f'{args.bin}/{args.trainer}_trainer'
+    work = tempfile.mkdtemp(prefix=f'ddprun_scope_{args.trainer}_')
+    failures = []
+    try:
+        data = work + '/data'
+        subprocess.run([trainer, '--make_synthetic', data] + make.split(),
+                       check=True, capture_output=True, timeout=120)
+        trainer_cmd = [trainer, '--csv_path', f'{data}/{data_file}'] + \
+            flags.split()
+        clean_out = work + '/clean'
+        os.makedirs(clean_out)
+        code, text, seen, seconds, _ = run(args, trainer_cmd, clean_out)
+        if code != 0:
+            print(text)
+            print(f'FAIL: the uninterrupted run exited {code}')
+            return 1
+        print(f'uninterrupted: {seconds:.1f} s')
+        clean_metrics = metrics(clean_out)
+        clean_ckpt = checkpoint(args, clean_out)
+        for spec in args.kill:
+            rank, step = (int(x) for x in spec.split('@'))
+            out = f'{work}/kill{rank}_{step}'
+            os.makedirs(out)
+            code, text, seen, seconds, killed = run(args, trainer_cmd, out,
+                                                    (rank, step))
+            problems = []
+            if not killed:
+                problems.append('the kill point was never reached')
+            if code != 0:
+                problems.append(f'ddprun exited {code}')
+            for r in range(RANKS):
+                want = 2 if r == rank else 1
+                if len(seen.get(r, [])) != want:
+                    problems.append(f'rank {r} ran as pids {seen.get(r)} '
+                                    f'(expected {want} process(es))')
+            healed = HEALED.findall(text)
+            if len(healed) != 1 or int(healed[0][0]) != rank:
+                problems.append(f'heal lines: {healed}')
+            if not problems:
+                if metrics(out) != clean_metrics:
+                    problems.append('metrics.jsonl differs from the '
+                                    'uninterrupted run')
+                if checkpoint(args, out) != clean_ckpt:
+                    problems.append('the final checkpoint differs from the '
+                                    'uninterrupted run')
+            heal = healed[0][3] if healed else '-'
+            status = 'PASS' if not problems else 'FAIL'
+            print(f'{status} kill rank {rank} at step {step}: healed in '
+                  f'{heal} s, run {seconds:.1f} s')
+            if problems:
+                print(text[-6000:])
+                for problem in problems:
+                    print('  ' + problem)
+                failures.append(spec)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print('kept', work)
+    return 1 if failures else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
