@@ -41,6 +41,7 @@ struct ElasticAgent::Worker {
   std::string error_file;
   WorkerWatchFiles watch;     // ddprun's files for it, "" where off
   std::string watchdog_kill;  // why the watchdog killed it, "" if it did not
+  bool stopped_hang = false;  // the watchdog found it stopped (state T)
   std::unique_ptr<Process> process;
   std::unique_ptr<WorkerOutput> out;
   std::unique_ptr<WorkerOutput> err;
@@ -366,6 +367,7 @@ Status ElasticAgent::LaunchWorker(Worker* w, int64_t replacement_generation) {
   w->pid = w->process->pid();
   w->running = true;
   w->exit = ExitStatus{};
+  w->stopped_hang = false;
   if (watchdog_) watchdog_->Watch(w->local_rank, w->pid, w->watch.heartbeat);
   return Status::Ok();
 }
@@ -512,6 +514,7 @@ void ElasticAgent::OnWorkerStuck(const WorkerWatchdog::Stuck& stuck) {
   const std::string what =
       DescribeStuck(stuck, options_.launch.watchdog_timeout_s);
   w.watchdog_kill = "killed by the ddprun watchdog: " + what;
+  w.stopped_hang = stuck.reason == WorkerWatchdog::Reason::kStopped;
   hang_->OnHung(w.local_rank, w.pid, what);
 }
 
@@ -531,6 +534,22 @@ void ElasticAgent::KillHung(int local_rank, const std::string& diagnosis) {
   }
   Worker& w = *workers_[local_rank];
   if (!w.running) return;
+  if (replacement_->enabled() && !w.stopped_hang) {
+    // Under --restart_scope failed a stopped worker (state T) is the
+    // hang's cause and the others only wait for it: it alone is killed
+    // and replaced, and they re-form when it is gone.
+    for (const auto& other : workers_) {
+      if (other->running && other->stopped_hang) {
+        DDP_LOG(INFO) << "local_rank " << local_rank
+                      << " waits for stopped local_rank " << other->local_rank
+                      << ": not killed (--restart_scope failed)";
+        w.watchdog_kill.clear();
+        // Watched again from its next heartbeat on.
+        if (watchdog_) watchdog_->Watch(w.local_rank, w.pid, w.watch.heartbeat);
+        return;
+      }
+    }
+  }
   if (!diagnosis.empty()) w.watchdog_kill += "; hang diagnosis: " + diagnosis;
   Status s = w.process->SignalGroup(SIGKILL);
   if (!s.ok()) DDP_LOG(WARNING) << s.message();

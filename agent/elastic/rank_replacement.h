@@ -76,6 +76,8 @@ class RankReplacement {
   // running and waits); false: restart the group now. `reason`: one line.
   bool Replace(int local_rank, int rank, const std::string& reason);
 
+  // --restart_scope failed with a store to serve.
+  bool enabled() const { return options_.enabled && store_ != nullptr; }
   // A replacement is being set up or heals.
   bool busy() const { return busy_; }
   int64_t generation() const { return generation_; }

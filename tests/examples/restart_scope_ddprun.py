@@ -10,7 +10,17 @@ exits 0, the killed rank ran in two processes and every other rank in one
 metrics.jsonl and the final checkpoint equal the uninterrupted run's (timings
 aside). Prints one line per run with the heal time and the wall time.
 
+Chaos cases (--chaos KIND@STEP), each ending in a finished job equal to the
+uninterrupted one: "two" kills ranks 1 and 2 at once (the group restarts
+from its checkpoint), "heal" kills rank 1 and then, as soon as it was
+replaced, rank 2 (a second failure while healing: the group restarts; in
+these two the interrupted epoch's train_loss averages the steps since the
+checkpoint, as under --restart_scope group, and is not compared),
+"stop" SIGSTOPs rank 1 (ddprun's --watchdog_timeout kills it and it is
+replaced alone).
+
   restart_scope_ddprun.py --bin DIR --trainer survival|ddpm [--kill R@S]...
+      [--chaos two|heal|stop@S]...
 """
 import argparse
 import glob
@@ -69,21 +79,57 @@ def steps_of(log_dir, rank):
     return -1
 
 
-def run(args, trainer_cmd, out, kill=None):
+class Plan:
+    """What a run does to its workers: `kind` kill (rank at step), two,
+    heal or stop (rank 1's step counts `step`; see the module's text)."""
+
+    def __init__(self, kind, step, rank=1):
+        self.kind, self.step, self.rank = kind, step, rank
+        self.done = False
+        self.armed = False  # heal: rank 1 was killed, rank 2 is next
+
+    def act(self, seen, log_dir):
+        if self.done:
+            return
+        if self.armed:
+            if len(seen.get(1, [])) >= 2:  # rank 1's replacement started
+                os.kill(seen[2][-1], signal.SIGKILL)
+                self.done = True
+            return
+        if self.rank not in seen or steps_of(log_dir, self.rank) < self.step:
+            return
+        pid = seen[self.rank][-1]
+        if self.kind == 'kill':
+            os.kill(pid, signal.SIGKILL)
+            self.done = True
+        elif self.kind == 'two':
+            os.kill(pid, signal.SIGKILL)
+            os.kill(seen[2][-1], signal.SIGKILL)
+            self.done = True
+        elif self.kind == 'heal':
+            os.kill(pid, signal.SIGKILL)
+            self.armed = True
+        elif self.kind == 'stop':
+            os.kill(pid, signal.SIGSTOP)
+            self.done = True
+
+
+def run(args, trainer_cmd, out, plan=None):
     """One ddprun run; returns (exit code, console, pids seen per rank,
     seconds)."""
     log_dir = out + '/logs'
     cmd = [args.ddprun, '--standalone', f'--nproc_per_node={RANKS}',
            '--restart_scope', 'failed', '--max_restarts', '3',
-           '--log_dir', log_dir, '--no_python'] + trainer_cmd + [
-               '--output_dir', out]
+           '--log_dir', log_dir, '--no_python']
+    if plan is not None and plan.kind == 'stop':
+        cmd += ['--watchdog_timeout', '3']
+    cmd += trainer_cmd + ['--output_dir', out]
     env = dict(os.environ, OMP_NUM_THREADS='1')
     start = time.monotonic()
     console = open(out + '/console.txt', 'w+')
     agent = subprocess.Popen(cmd, stdout=console, stderr=subprocess.STDOUT,
                              env=env)
     seen = {}  # rank -> [pids in order]
-    killed = False
     deadline = start + args.timeout
     while agent.poll() is None:
         if time.monotonic() > deadline:
@@ -94,17 +140,17 @@ def run(args, trainer_cmd, out, kill=None):
             pids = seen.setdefault(rank, [])
             if not pids or pids[-1] != pid:
                 pids.append(pid)
-        if kill is not None and not killed:
-            rank, step = kill
-            if rank in seen and steps_of(log_dir, rank) >= step:
-                os.kill(seen[rank][-1], signal.SIGKILL)
-                killed = True
+        if plan is not None:
+            try:
+                plan.act(seen, log_dir)
+            except ProcessLookupError:
+                pass  # it exited meanwhile: the next poll sees
         time.sleep(0.02)
     seconds = time.monotonic() - start
     console.seek(0)
     text = console.read()
     console.close()
-    return agent.returncode, text, seen, seconds, killed
+    return agent.returncode, text, seen, seconds
 
 
 def metrics(out):
@@ -161,6 +207,7 @@ def main():
     p.add_argument('--ddprun')
     p.add_argument('--trainer', choices=sorted(TRAINERS), required=True)
     p.add_argument('--kill', action='append', default=[])
+    p.add_argument('--chaos', action='append', default=[])
     p.add_argument('--timeout', type=float, default=300)
     p.add_argument('--keep', action='store_true')
     args = p.parse_args()
@@ -177,35 +224,55 @@ def main():
             flags.split()
         clean_out = work + '/clean'
         os.makedirs(clean_out)
-        code, text, seen, seconds, _ = run(args, trainer_cmd, clean_out)
+        code, text, seen, clean_seconds = run(args, trainer_cmd, clean_out)
         if code != 0:
             print(text)
             print(f'FAIL: the uninterrupted run exited {code}')
             return 1
-        print(f'uninterrupted: {seconds:.1f} s')
+        print(f'uninterrupted: {clean_seconds:.1f} s')
         clean_metrics = metrics(clean_out)
         clean_ckpt = checkpoint(args, clean_out)
+        plans = []
         for spec in args.kill:
             rank, step = (int(x) for x in spec.split('@'))
-            out = f'{work}/kill{rank}_{step}'
+            plans.append((f'kill rank {rank} at step {step}',
+                          Plan('kill', step, rank)))
+        for spec in args.chaos:
+            kind, step = spec.split('@')
+            plans.append((f'{kind} at step {step}', Plan(kind, int(step))))
+        for n, (name, plan) in enumerate(plans):
+            out = f'{work}/run{n}'
             os.makedirs(out)
-            code, text, seen, seconds, killed = run(args, trainer_cmd, out,
-                                                    (rank, step))
+            code, text, seen, seconds = run(args, trainer_cmd, out, plan)
             problems = []
-            if not killed:
-                problems.append('the kill point was never reached')
+            if not plan.done:
+                problems.append('the fault was never injected')
             if code != 0:
                 problems.append(f'ddprun exited {code}')
-            for r in range(RANKS):
-                want = 2 if r == rank else 1
-                if len(seen.get(r, [])) != want:
-                    problems.append(f'rank {r} ran as pids {seen.get(r)} '
-                                    f'(expected {want} process(es))')
             healed = HEALED.findall(text)
-            if len(healed) != 1 or int(healed[0][0]) != rank:
-                problems.append(f'heal lines: {healed}')
+            if plan.kind in ('kill', 'stop'):
+                # Replaced alone: the others kept their processes.
+                for r in range(RANKS):
+                    want = 2 if r == plan.rank else 1
+                    if len(seen.get(r, [])) != want:
+                        problems.append(f'rank {r} ran as pids {seen.get(r)} '
+                                        f'(expected {want} process(es))')
+                if len(healed) != 1 or int(healed[0][0]) != plan.rank:
+                    problems.append(f'heal lines: {healed}')
+            else:
+                # The group restarted: every rank in a new process.
+                if any(len(seen.get(r, [])) < 2 for r in range(RANKS)):
+                    problems.append(f'no group restart: pids {seen}')
+                if 'restarting the group' not in text:
+                    problems.append('the fallback was not announced')
             if not problems:
-                if metrics(out) != clean_metrics:
+                got, want = metrics(out), clean_metrics
+                if plan.kind in ('two', 'heal'):
+                    # Resumed from a checkpoint mid-epoch, as under group:
+                    # that epoch's train_loss averages the steps since.
+                    got = [dict(r, train_loss=None) for r in got]
+                    want = [dict(r, train_loss=None) for r in want]
+                if got != want:
                     problems.append('metrics.jsonl differs from the '
                                     'uninterrupted run')
                 if checkpoint(args, out) != clean_ckpt:
@@ -213,13 +280,13 @@ def main():
                                     'uninterrupted run')
             heal = healed[0][3] if healed else '-'
             status = 'PASS' if not problems else 'FAIL'
-            print(f'{status} kill rank {rank} at step {step}: healed in '
-                  f'{heal} s, run {seconds:.1f} s')
+            print(f'{status} {name}: healed in {heal} s, run {seconds:.1f} s '
+                  f'(uninterrupted {clean_seconds:.1f} s)')
             if problems:
                 print(text[-6000:])
                 for problem in problems:
                     print('  ' + problem)
-                failures.append(spec)
+                failures.append(name)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
