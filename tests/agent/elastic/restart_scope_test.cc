@@ -19,6 +19,7 @@
 #include "agent/elastic/elastic_agent.h"
 #include "agent/elastic/worker_store.h"
 #include "tests/agent/agent_fakes.h"
+#include "tests/agent/fake_worker_probe.h"
 #include "tests/common/manual_event_loop.h"
 
 namespace ddprun::agent {
@@ -29,6 +30,7 @@ using ddprun::testing::ManualEventLoop;
 using testing::CaptureConsole;
 using testing::FakeLauncher;
 using testing::FakeRendezvous;
+using testing::FakeWorkerProbe;
 
 // The workers' store as the agent sees it, with every Set in order.
 class MemoryWorkerStore : public WorkerStore {
@@ -277,6 +279,48 @@ TEST_CASE("restart scope failed: a rank whose peers finished is not replaced",
   CHECK(h.rendezvous.replaced_ranks.empty());
   REQUIRE(h.launcher.workers.size() == 4);  // the group restarted
   CHECK(h.agent->starts() == 2);
+}
+
+TEST_CASE("restart scope failed: the watchdog kills a stopped worker alone; "
+          "the ones waiting for it are spared",
+          "[agent][restart_scope][watchdog]") {
+  Harness h(3, 3);
+  FakeWorkerProbe probe;
+  h.options.launch.watchdog_timeout_s = 2;
+  h.options.watchdog_probe = &probe;
+  h.Start();
+  REQUIRE(h.launcher.workers.size() == 3);
+  const std::string beat = h.log_dir + "/attempt_0/";
+  for (int lr = 0; lr < 3; ++lr) {
+    probe.Touch(beat + std::to_string(lr) + "/heartbeat");
+  }
+  h.loop.Advance(500ms);
+  // Rank 1 stops; ranks 0 and 2 wait for it in a collective: no beats.
+  probe.stopped.insert(h.launcher.workers[1]->pid);
+  for (int i = 0; i < 30; ++i) h.loop.Advance(100ms);
+  REQUIRE_FALSE(h.launcher.workers[1]->signals.empty());
+  CHECK(h.launcher.workers[1]->signals.front() == SIGKILL);
+  CHECK(h.launcher.workers[0]->signals.empty());
+  CHECK(h.launcher.workers[2]->signals.empty());
+  // Replaced alone.
+  REQUIRE(h.launcher.workers.size() == 4);
+  CHECK(h.launcher.workers[3]->env("RANK") == "1");
+  CHECK(h.launcher.workers[3]->env("DDPRUN_REPLACEMENT") == "1");
+  h.Heal(1);
+  CHECK(h.console.err.find("rank 1 replaced (generation 1)") !=
+        std::string::npos);
+  // The spared ones are watched again: a later silence of rank 0 is a hang
+  // of its own.
+  probe.Touch(beat + "0/heartbeat");
+  for (int i = 0; i < 5; ++i) h.loop.Advance(100ms);
+  for (int lr : {2, 1}) probe.Touch(beat + std::to_string(lr) + "/heartbeat");
+  for (int i = 0; i < 30; ++i) {
+    probe.Touch(beat + "2/heartbeat");
+    probe.Touch(beat + "1/heartbeat");
+    h.loop.Advance(100ms);
+  }
+  REQUIRE_FALSE(h.launcher.workers[0]->signals.empty());
+  CHECK(h.launcher.workers[0]->signals.front() == SIGKILL);
 }
 
 }  // namespace ddprun::agent
