@@ -114,12 +114,12 @@ class Plan:
             self.done = True
 
 
-def run(args, trainer_cmd, out, plan=None):
+def run(args, trainer_cmd, out, plan=None, scope='failed'):
     """One ddprun run; returns (exit code, console, pids seen per rank,
     seconds)."""
     log_dir = out + '/logs'
     cmd = [args.ddprun, '--standalone', f'--nproc_per_node={RANKS}',
-           '--restart_scope', 'failed', '--max_restarts', '3',
+           '--restart_scope', scope, '--max_restarts', '3',
            '--log_dir', log_dir, '--no_python']
     if plan is not None and plan.kind == 'stop':
         cmd += ['--watchdog_timeout', '3']

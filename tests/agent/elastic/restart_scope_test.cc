@@ -281,7 +281,7 @@ TEST_CASE("restart scope failed: a rank whose peers finished is not replaced",
   CHECK(h.agent->starts() == 2);
 }
 
-TEST_CASE("restart scope failed: the watchdog kills a stopped worker alone; "
+TEST_CASE("restart scope failed: the watchdog kills a stopped worker alone, "
           "the ones waiting for it are spared",
           "[agent][restart_scope][watchdog]") {
   Harness h(3, 3);

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""What a failure costs: ddprun --restart_scope failed against ddprun's own
+group restart (torchrun's behaviour), measured in the same run (issue 41).
+
+The job: ddpm_trainer on one node with 4 Gloo ranks, one stage, 2 epochs of
+108 optimizer steps, a checkpoint once per epoch (--checkpoint_every 108, as
+the guides save once per epoch). For each of --points kill points (a rank
+and a step drawn with --seed, spread over the second epoch), the job runs
+once per scope with that rank SIGKILLed when its step file counts that step.
+
+  time lost       = the faulted run's wall time - the uninterrupted run's
+                    (same scope, the median of --clean_runs, measured in
+                    this run after one warm-up run)
+  steps redone    = the step the rank was killed at - the step the ranks
+                    went on from ("healed ... at step S" of the replacement
+                    under failed, "resumed from ... step S" under group)
+
+Prints a line per run, then per scope the median time lost and steps
+redone, and the ratio group / failed. Exit 1 when a run failed or its model
+differs from the uninterrupted one (the failed scope must match it bit for
+bit). Takes ~10 minutes on the 2-core VM with the defaults.
+
+  bench/recovery/run.py --bin build/bin [--points 10] [--seed 1]
+"""
+import argparse
+import os
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, '..', '..', 'tests', 'examples'))
+import restart_scope_ddprun as scope_test  # noqa: E402
+
+STEPS_PER_EPOCH = 108
+HEALED_AT = re.compile(r'healed \(generation \d+\) from rank \d+ at step (\d+)')
+RESUMED_AT = re.compile(r'resumed from checkpoint at step (\d+)')
+
+
+def redone(text, killed_at):
+    # The step file of the killed rank can lag its peers by the step they
+    # committed meanwhile: never below 0.
+    m = HEALED_AT.findall(text) or RESUMED_AT.findall(text)
+    return max(0, killed_at - int(m[-1])) if m else None
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument('--bin', required=True)
+    p.add_argument('--ddprun')
+    p.add_argument('--points', type=int, default=10)
+    p.add_argument('--seed', type=int, default=1)
+    p.add_argument('--clean_runs', type=int, default=3)
+    p.add_argument('--timeout', type=float, default=300)
+    args = p.parse_args()
+    args.ddprun = args.ddprun or args.bin + '/ddprun'
+    trainer = args.bin + '/ddpm_trainer'
+    rng = random.Random(args.seed)
+    points = [(rng.randrange(4), STEPS_PER_EPOCH + 1 +
+               rng.randrange(STEPS_PER_EPOCH - 2))
+              for _ in range(args.points)]
+    work = tempfile.mkdtemp(prefix='ddprun_recovery_')
+    failed_runs = 0
+    try:
+        data = work + '/data'
+        subprocess.run([trainer, '--make_synthetic', data, '--n', '540',
+                        '--synthetic_size', '16', '--seed', '9'], check=True,
+                       capture_output=True, timeout=300)
+        cmd = [trainer, '--csv_path', data + '/cases.csv', '--stages', '16',
+               '--epochs', '2', '--width', '8',
+               '--gradient_accumulation_steps', '1',
+               '--checkpoint_every', str(STEPS_PER_EPOCH),
+               '--progress_interval', '1000']
+        # A first run fills the page cache (the trainer, LibTorch, the
+        # data); not counted.
+        out = f'{work}/warm'
+        os.makedirs(out)
+        scope_test.run(args, cmd, out)
+        results = {}
+        for scope in ('failed', 'group'):
+            cleans = []
+            for k in range(args.clean_runs):
+                out = f'{work}/{scope}_clean{k}'
+                os.makedirs(out)
+                code, text, _, s = scope_test.run(args, cmd, out, scope=scope)
+                if code != 0:
+                    print(text[-4000:])
+                    print(f'FAIL {scope}: the uninterrupted run exited {code}')
+                    return 1
+                cleans.append(s)
+            clean_s = statistics.median(cleans)
+            clean_ckpt = scope_test.checkpoint(args, out)
+            print(f'{scope}: uninterrupted {clean_s:.2f} s (median of '
+                  f'{", ".join("%.2f" % c for c in cleans)})')
+            lost, steps = [], []
+            for n, (rank, step) in enumerate(points):
+                out = f'{work}/{scope}_{n}'
+                os.makedirs(out)
+                plan = scope_test.Plan('kill', step, rank)
+                code, text, _, s = scope_test.run(args, cmd, out, plan,
+                                                  scope=scope)
+                r = redone(text, step)
+                ok = code == 0 and plan.done
+                same = ok and scope_test.checkpoint(args, out) == clean_ckpt
+                if not ok or (scope == 'failed' and not same):
+                    failed_runs += 1
+                lost.append(s - clean_s)
+                if r is not None:
+                    steps.append(r)
+                print(f'  {scope} kill rank {rank} at step {step}: '
+                      f'{"ok" if ok else "FAILED (exit %s)" % code}, '
+                      f'lost {s - clean_s:.2f} s, steps redone '
+                      f'{r if r is not None else "?"}, final model '
+                      f'{"equal" if same else "DIFFERENT"}')
+            results[scope] = (statistics.median(lost),
+                              statistics.median(steps) if steps else None)
+        f_lost, f_steps = results['failed']
+        g_lost, g_steps = results['group']
+        print(f'median time lost per failure: failed {f_lost:.2f} s, '
+              f'group {g_lost:.2f} s, ratio group/failed '
+              f'{g_lost / max(f_lost, 1e-3):.1f}x')
+        print(f'median steps redone: failed {f_steps}, group {g_steps}')
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 1 if failed_runs else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
