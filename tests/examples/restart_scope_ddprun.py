@@ -114,7 +114,8 @@ class Plan:
             self.done = True
 
 
-def run(args, trainer_cmd, out, plan=None, scope='failed'):
+def run(args, trainer_cmd, out, plan=None, scope='failed',
+        output_flag='--output_dir'):
     """One ddprun run; returns (exit code, console, pids seen per rank,
     seconds)."""
     log_dir = out + '/logs'
@@ -123,7 +124,7 @@ def run(args, trainer_cmd, out, plan=None, scope='failed'):
            '--log_dir', log_dir, '--no_python']
     if plan is not None and plan.kind == 'stop':
         cmd += ['--watchdog_timeout', '3']
-    cmd += trainer_cmd + ['--output_dir', out]
+    cmd += trainer_cmd + ([output_flag, out] if output_flag else [])
     env = dict(os.environ, OMP_NUM_THREADS='1')
     start = time.monotonic()
     console = open(out + '/console.txt', 'w+')

@@ -130,10 +130,52 @@ def plain_case(args):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def ddprun_case(args):
+    """The example under ddprun itself (--restart_scope failed, not the
+    stand-in): rank 2 killed at step 10 heals, the others keep their
+    processes, the parameters end as the uninterrupted run's."""
+    import torch
+    sys.path.insert(0, os.path.join(args.source, "tests", "examples"))
+    import restart_scope_ddprun as ddp  # noqa: E402
+    os.environ["PYTHONPATH"] = os.path.join(args.source, "agent", "python")
+    os.environ["DDPRUN_HEAL_TIMEOUT_S"] = "60"
+    run_args = argparse.Namespace(ddprun=args.ddprun, timeout=240)
+    script = os.path.join(args.source, "examples", "python", "elastic_gloo.py")
+    work = tempfile.mkdtemp(prefix="ddprun_elastic_")
+    try:
+        results = {}
+        for name, plan in (("clean", None), ("faulted", ddp.Plan("kill", 10, 2))):
+            out = os.path.join(work, name)
+            os.makedirs(out)
+            code, text, seen, _ = ddp.run(
+                run_args, [sys.executable, script, "--steps", str(STEPS),
+                           "--out", os.path.join(out, "result")],
+                out, plan, output_flag=None)
+            check(code == 0, "the %s run finished" % name, text)
+            results[name] = (load(out), text, seen)
+        mine, text, seen = results["faulted"]
+        theirs = results["clean"][0]
+        check(ddp.HEALED.search(text) is not None, "rank 2 healed", text)
+        for r in range(RANKS):
+            check(len(seen.get(r, [])) == (2 if r == 2 else 1),
+                  "rank %d ran as pids %s" % (r, seen.get(r)), text)
+            check(mine[r]["steps"] == STEPS, "rank %d did every step" % r, text)
+            for a, b in zip(mine[r]["params"], theirs[r]["params"]):
+                check(torch.allclose(a, b, rtol=1e-5, atol=1e-6),
+                      "rank %d equals the uninterrupted run (max diff %g)" %
+                      (r, float((a - b).abs().max())), text)
+        print("ok: under ddprun --restart_scope failed rank 2 healed; final "
+              "parameters equal the uninterrupted run's")
+        return 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("case", choices=["heal", "source", "plain"])
+    parser.add_argument("case", choices=["heal", "source", "plain", "ddprun"])
     parser.add_argument("--agent", required=True)
+    parser.add_argument("--ddprun")
     parser.add_argument("--source", required=True)
     args = parser.parse_args()
     try:
@@ -145,6 +187,8 @@ def main():
         return heal_case(args, 1, 6)
     if args.case == "source":
         return heal_case(args, 0, 9)
+    if args.case == "ddprun":
+        return ddprun_case(args)
     return plain_case(args)
 
 
