@@ -420,13 +420,16 @@ void ElasticAgent::OnWorkerFailed(int local_rank, ProcessFailure failure) {
   const Worker& w = *workers_[local_rank];
   // A replacement heals from a live peer: only while every other worker of
   // this node still runs (a finished peer left nothing to heal from).
-  bool others_running = true;
+  const Worker* gone = nullptr;
   for (const auto& other : workers_) {
-    if (other->local_rank != local_rank && !other->running) {
-      others_running = false;
-    }
+    if (other->local_rank != local_rank && !other->running) gone = other.get();
   }
-  if (!stop_pending_ && others_running) {
+  if (!stop_pending_ && gone != nullptr && replacement_->enabled()) {
+    DDP_LOG(WARNING) << "rank " << w.global_rank << " failed while rank "
+                     << gone->global_rank
+                     << " is not running: restarting the group";
+  }
+  if (!stop_pending_ && gone == nullptr) {
     const std::string reason =
         failure.exitcode < 0
             ? "killed by " + SignalName(-failure.exitcode)
@@ -511,6 +514,13 @@ void ElasticAgent::OnWorkerStuck(const WorkerWatchdog::Stuck& stuck) {
   }
   Worker& w = *workers_[stuck.local_rank];
   if (!w.running || w.pid != stuck.pid) return;
+  if (replacement_->busy() &&
+      stuck.reason == WorkerWatchdog::Reason::kNoHeartbeat) {
+    // A survivor re-forms and heals without stepping (bounded by
+    // --heal_timeout): silent, not hung. Watched again.
+    watchdog_->Watch(w.local_rank, w.pid, w.watch.heartbeat);
+    return;
+  }
   const std::string what =
       DescribeStuck(stuck, options_.launch.watchdog_timeout_s);
   w.watchdog_kill = "killed by the ddprun watchdog: " + what;
