@@ -325,8 +325,17 @@ class Elastic:
 
     # --- internals --------------------------------------------------------
     def _client(self):
-        return _dist.TCPStore(self._addr, self._port, self.world_size, False,
-                              _datetime.timedelta(seconds=300))
+        timeout = _datetime.timedelta(seconds=300)
+        try:
+            return _dist.TCPStore(self._addr, self._port, self.world_size,
+                                  False, timeout)
+        except RuntimeError as error:
+            # torch >= 2.4 asks for libuv by default; a torch built without
+            # it (Debian trixie's 2.6) refuses unless told not to.
+            if "libuv" not in str(error):
+                raise
+            return _dist.TCPStore(self._addr, self._port, self.world_size,
+                                  False, timeout, use_libuv=False)
 
     def _attempt_store(self):
         return _dist.PrefixStore(self._attempt, self._client())
