@@ -167,23 +167,22 @@ def metrics(out):
 
 def without_addresses(lines):
     """LibTorch names optimizer state by the parameter's address in the
-    process that saved it: each becomes its place in its group."""
+    process that saved it (hex in 1.13: "= 0x55...", decimal in 2.x): each
+    becomes its place in its group."""
     marker = 'optimizer/param_groups/param_groups/'
+    param = re.compile(r'^' + re.escape(marker) +
+                       r'(\d+)/params/(\d+) = (0x[0-9a-fA-F]+|\d+)$')
     names = []
     for line in lines:
-        if not line.startswith(marker) or '/params/' not in line:
-            continue
-        params = line.index('/params/')
-        eq = line.find(' = 0x')
-        if eq < params:
-            continue
-        group = line[len(marker):params]
-        index = line[params + 8:eq]
-        names.append((line[eq + 3:], f'group{group}/param{index}'))
+        m = param.match(line)
+        if m:
+            names.append((m.group(3), f'group{m.group(1)}/param{m.group(2)}'))
     out = []
     for line in lines:
         for address, name in names:
-            line = re.sub(re.escape(address) + r'(?![0-9a-fA-F])', name, line)
+            # Whole addresses only: one may be another's prefix.
+            line = re.sub(r'(?<![0-9a-zA-Z])' + re.escape(address) +
+                          r'(?![0-9a-zA-Z])', name, line)
         out.append(line)
     return sorted(out)
 
