@@ -104,14 +104,12 @@ ElasticAgent::ElasticAgent(AgentOptions options, EventLoop* loop,
   hang_ = std::make_unique<HangResponse>(std::move(hang), loop_, rendezvous_,
                                          console_, this, std::move(collector));
   RankReplacement::Options replace;
-  replace.enabled = options_.worker_store != nullptr &&
-                    ReplacesFailedRanks(options_.launch);
   replace.heal_timeout = std::chrono::milliseconds(
       static_cast<int64_t>(options_.launch.heal_timeout_s * 1000));
-  replace.role = options_.launch.role;
   replacement_ = std::make_unique<RankReplacement>(
-      std::move(replace), loop_, rendezvous_, options_.worker_store, console_,
-      this);
+      std::move(replace), loop_, rendezvous_,
+      ReplacesFailedRanks(options_.launch) ? options_.worker_store : nullptr,
+      console_, this);
 }
 
 ElasticAgent::~ElasticAgent() {
@@ -402,10 +400,14 @@ void ElasticAgent::RestartGroup(int local_rank, const std::string& why) {
     failures_.push_back(it->second);
     replaced_failures_.erase(it);
   }
+  NoteGroupFailure();
+  BeginStop(StopReason::kWorkerFailure, SIGTERM, why);
+}
+
+void ElasticAgent::NoteGroupFailure() {
   stop_pending_ = true;
   failure_seen_at_ = loop_->clock()->Now();
   state_ = WorkerState::kUnhealthy;
-  BeginStop(StopReason::kWorkerFailure, SIGTERM, why);
 }
 
 int64_t ElasticAgent::StepsOf(int local_rank) const {
@@ -444,9 +446,7 @@ void ElasticAgent::OnWorkerFailed(int local_rank, ProcessFailure failure) {
   }
   failures_.push_back(std::move(failure));
   if (!stop_pending_) {
-    stop_pending_ = true;
-    failure_seen_at_ = loop_->clock()->Now();
-    state_ = WorkerState::kUnhealthy;
+    NoteGroupFailure();
     // Posted, so that exits already queued in this batch are recorded as
     // failures too (torchrun reports every failure seen in one poll).
     const int generation = generation_;

@@ -165,6 +165,8 @@ class ElasticAgent : public HangResponse::Workers,
   // Local rank `local_rank` failed (`failure` recorded): replaced alone, or
   // the group stops.
   void OnWorkerFailed(int local_rank, ProcessFailure failure);
+  // The group is to stop for a worker failure (seen now).
+  void NoteGroupFailure();
   // HangResponse::Workers.
   std::vector<StackTarget> StackTargets() const override;
   void KillHung(int local_rank, const std::string& diagnosis) override;

@@ -41,12 +41,11 @@ void RankReplacement::StartGroup(const rendezvous::RendezvousResult& round,
   serves_store_ = serves_store;
   generation_ = 0;
   replaced_.clear();
-  healed_at_steps_.assign(static_cast<size_t>(round.world_size), -1);
+  healed_at_steps_.clear();
 }
 
 void RankReplacement::Stop() {
   ++epoch_;
-  busy_ = false;
   busy_local_rank_ = -1;
   busy_rank_ = -1;
   if (poll_armed_) {
@@ -57,7 +56,7 @@ void RankReplacement::Stop() {
 
 bool RankReplacement::Replace(int local_rank, int rank,
                               const std::string& reason) {
-  if (!options_.enabled || store_ == nullptr) return false;
+  if (store_ == nullptr) return false;
   if (!serves_store_) {
     // The node that serves the store writes the generation keys; this
     // version replaces only the ranks of that node.
@@ -67,22 +66,20 @@ bool RankReplacement::Replace(int local_rank, int rank,
     return false;
   }
   if (round_.world_size < 2) return false;  // no live peer to heal from
-  if (busy_) {
+  if (busy()) {
     DDP_LOG(WARNING) << "rank " << rank << " failed while rank " << busy_rank_
                      << " heals (generation " << generation_
                      << "): restarting the group";
     return false;
   }
-  if (local_rank >= 0 &&
-      local_rank < static_cast<int>(healed_at_steps_.size()) &&
-      healed_at_steps_[local_rank] >= 0 &&
-      agent_->StepsOf(local_rank) <= healed_at_steps_[local_rank]) {
+  auto healed_at = healed_at_steps_.find(local_rank);
+  if (healed_at != healed_at_steps_.end() &&
+      agent_->StepsOf(local_rank) <= healed_at->second) {
     DDP_LOG(WARNING) << "rank " << rank
                      << " failed again before making a step after it "
                         "healed: restarting the group";
     return false;
   }
-  busy_ = true;
   busy_local_rank_ = local_rank;
   busy_rank_ = rank;
   heal_started_ = loop_->clock()->Now();
@@ -139,7 +136,7 @@ void RankReplacement::OnRendezvousAnswer(uint64_t epoch, int local_rank,
 
 void RankReplacement::PollHealed(uint64_t epoch) {
   poll_armed_ = false;
-  if (epoch != epoch_ || !busy_) return;
+  if (epoch != epoch_ || !busy()) return;
   const Clock::TimePoint now = loop_->clock()->Now();
   std::optional<std::string> healed =
       store_->Get(RecordKey(generation_) + "/healed");
@@ -154,12 +151,8 @@ void RankReplacement::PollHealed(uint64_t epoch) {
                   seconds);
     console_->Write(Console::Stream::kErr, line);
     replaced_.back().heal_seconds = seconds;
-    if (busy_local_rank_ >= 0 &&
-        busy_local_rank_ < static_cast<int>(healed_at_steps_.size())) {
-      healed_at_steps_[busy_local_rank_] = agent_->StepsOf(busy_local_rank_);
-    }
+    healed_at_steps_[busy_local_rank_] = agent_->StepsOf(busy_local_rank_);
     rendezvous_->ReportHealed(round_.round, busy_rank_, generation_, seconds);
-    busy_ = false;
     busy_local_rank_ = -1;
     busy_rank_ = -1;
     return;

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -53,11 +54,11 @@ class RankReplacement {
   };
 
   struct Options {
-    bool enabled = false;  // --restart_scope failed and a store to serve
     std::chrono::milliseconds heal_timeout{120000};
-    std::string role = "default";  // console lines: "[<role>]"
   };
 
+  // `store` null: ranks are never replaced (--restart_scope group, or a
+  // mode that cannot).
   RankReplacement(Options options, EventLoop* loop,
                   rendezvous::RendezvousClient* rendezvous, WorkerStore* store,
                   Console* console, Agent* agent);
@@ -77,9 +78,9 @@ class RankReplacement {
   bool Replace(int local_rank, int rank, const std::string& reason);
 
   // --restart_scope failed with a store to serve.
-  bool enabled() const { return options_.enabled && store_ != nullptr; }
+  bool enabled() const { return store_ != nullptr; }
   // A replacement is being set up or heals.
-  bool busy() const { return busy_; }
+  bool busy() const { return busy_local_rank_ >= 0; }
   int64_t generation() const { return generation_; }
   // Ranks replaced in the current group, in order (for the failure table).
   struct Replaced {
@@ -108,17 +109,15 @@ class RankReplacement {
   bool serves_store_ = false;
   uint64_t epoch_ = 0;  // counts StartGroup/Stop: late callbacks are dropped
   int64_t generation_ = 0;
-  bool busy_ = false;
-  int busy_local_rank_ = -1;
+  int busy_local_rank_ = -1;  // >= 0 while busy()
   int busy_rank_ = -1;
   int source_ = -1;
   Clock::TimePoint heal_started_{};
   Clock::TimePoint heal_deadline_{};
   EventLoop::TimerId poll_timer_ = 0;
   bool poll_armed_ = false;
-  // Per local rank: the replacement's step count when it healed (-1: not
-  // a replacement in this group).
-  std::vector<int64_t> healed_at_steps_;
+  // By local rank: a replacement's step count when it healed.
+  std::map<int, int64_t> healed_at_steps_;
   std::vector<Replaced> replaced_;
 };
 
