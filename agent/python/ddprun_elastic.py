@@ -62,6 +62,7 @@ they were registered may differ from the uninterrupted run by float
 rounding (the C++ runtime passes the old layout on instead).
 """
 import datetime as _datetime
+import gc as _gc
 import hashlib as _hashlib
 import io as _io
 import json as _json
@@ -208,13 +209,21 @@ class Elastic:
                         isinstance(error, StepAborted) or
                         _looks_collective(error)):
                     raise
-                self._abort_unless_added(step)
-                self._restore_buffers(buffers)
-                self.reform(str(error))
-                self._heal_loop(str(error))
-                continue
-            apply(result)
-            return result
+                why = str(error)
+            else:
+                apply(result)
+                return result
+            # Re-formed only here, after the except block: its traceback
+            # holds the failed collective's frames, whose work keeps the old
+            # Gloo context, and so its connections, open. A peer blocked in
+            # a receive from this rank would then wait for the Gloo timeout
+            # instead of failing at once and re-forming too (seen under torch
+            # 2.6: a third survivor missed the heal timeout).
+            result = None
+            self._abort_unless_added(step)
+            self._restore_buffers(buffers)
+            self.reform(why)
+            self._heal_loop(why)
 
     def agree(self, step):
         """The step agreement (collective over the store): True to apply
@@ -266,6 +275,9 @@ class Elastic:
             _dist.destroy_process_group()
         except (RuntimeError, AssertionError, ValueError):
             pass
+        # Whatever still holds the old group (a DDP's reducer in a cycle)
+        # goes now, so its connections close and blocked peers fail.
+        _gc.collect()
         deadline = _time.monotonic() + self.heal_timeout
         while True:
             latest = self.latest_generation()

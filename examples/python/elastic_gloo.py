@@ -51,6 +51,10 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--exchange", type=int, default=0,
+                        help="also all-reduce this many floats each step "
+                        "(more than one Gloo ring chunk: a survivor then "
+                        "waits on another survivor, not on the dead rank)")
     parser.add_argument("--plain", action="store_true",
                         help="no ddprun_elastic: init_process_group and DDP")
     args = parser.parse_args()
@@ -71,6 +75,7 @@ def main():
             optimizer.step()
             count_step()
         save(model, args.out, rank, args.steps)
+        dist.destroy_process_group()
         return 0
 
     import ddprun_elastic
@@ -90,6 +95,8 @@ def main():
             loss.backward()
             mean = loss.detach().clone()
             dist.all_reduce(mean)
+            if args.exchange:
+                dist.all_reduce(torch.ones(args.exchange))
             return float(mean) / world
 
         def apply(loss):
@@ -101,6 +108,7 @@ def main():
         elastic.run_step(step, compute, apply)
     save(model, args.out, rank, progress["step"],
          progress["loss_sum"] / max(1, progress["step"]))
+    dist.destroy_process_group()
     return 0
 
 

@@ -10,6 +10,8 @@ heal:    rank 1 killed at step 6: the job finishes, the other ranks keep their
          uninterrupted run's (to float rounding: a rebuilt Python DDP sums its
          first step's buckets in another order, see ddprun_elastic's doc)
 source:  the same with rank 0 (the rank the others heal from) killed at step 9
+drop:    tests/worker/elastic_drop_worker.py, nothing replaced: every
+         survivor re-forms at once (none held by another's open group)
 plain:   the script without ddprun_elastic (--plain) under restart scope
          failed, rank 2 killed at step 5, nothing replaced: the survivors fail
          their next collective and exit non-zero, none hangs
@@ -30,18 +32,25 @@ from ddprun_skip import skip_unless_ci  # noqa: E402
 
 RANKS = 4
 STEPS = 14
+# Floats all-reduced beside the model each step of a faulted run: several
+# Gloo ring chunks, so when a rank dies one survivor blocks on another
+# survivor, which must drop its connections for it to fail and re-form
+# (else it waits for the Gloo timeout and misses the heal timeout).
+EXCHANGE = 1 << 16
 
 
-def run_agent(args, out, agent_args, script_args, timeout=300):
+def run_agent(args, out, agent_args, script_args, timeout=300,
+              heal_timeout=60, script=None):
     os.makedirs(out)
+    if script is None:
+        script = [os.path.join(args.source, "examples", "python",
+                               "elastic_gloo.py"), "--steps", str(STEPS),
+                  "--out", os.path.join(out, "result")]
     cmd = [args.agent, "--out", out, "--nproc", str(RANKS), "--timeout",
            str(timeout - 40), "--env",
            "PYTHONPATH=" + os.path.join(args.source, "agent", "python"),
-           "--env", "DDPRUN_HEAL_TIMEOUT_S=60"] + agent_args + [
-               "--", sys.executable,
-               os.path.join(args.source, "examples", "python",
-                            "elastic_gloo.py"), "--steps", str(STEPS),
-               "--out", os.path.join(out, "result")] + script_args
+           "--env", "DDPRUN_HEAL_TIMEOUT_S=%d" % heal_timeout] + agent_args + [
+               "--", sys.executable] + script + script_args
     start = time.monotonic()
     proc = subprocess.run(cmd, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, timeout=timeout)
@@ -84,7 +93,8 @@ def heal_case(args, killed, at_step):
         check(code == 0, "the uninterrupted run finished", logs)
         faulted = os.path.join(work, "faulted")
         code, text, logs, _ = run_agent(
-            args, faulted, ["--kill", "%d@%d" % (killed, at_step)], [])
+            args, faulted, ["--kill", "%d@%d" % (killed, at_step)],
+            ["--exchange", str(EXCHANGE)])
         check(code == 0, "the faulted run finished", logs)
         check("generation 1 healed in" in text, "generation 1 healed", logs)
         first, final = pids(text)
@@ -125,6 +135,37 @@ def plain_case(args):
                   "of its own" % r, logs)
         check(seconds < 200, "no survivor hung (%.0f s)" % seconds, logs)
         print("ok: a script without ddprun_elastic fails its next collective")
+        return 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def drop_case(args):
+    """tests/worker/elastic_drop_worker.py: rank 1 dies while the others are
+    inside a 256 KiB all-reduce, nothing is replaced; every survivor must
+    give up within one heal timeout of the others (a survivor that kept its
+    failed group's connections open while re-forming held a peer blocked on
+    it for a whole heal timeout: seen in the torch 2.6 leg)."""
+    heal_timeout = 15
+    work = tempfile.mkdtemp(prefix="ddprun_elastic_")
+    try:
+        out = os.path.join(work, "drop")
+        script = [os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                               "elastic_drop_worker.py")]
+        code, text, logs, _ = run_agent(
+            args, out, ["--max_replacements", "0"], [], timeout=200,
+            heal_timeout=heal_timeout, script=script)
+        check(code == 1, "the job failed (not the stand-in's timeout)", logs)
+        gave_up = {int(r): float(t) for r, t in re.findall(
+            r"^rank (\d+) gave up at ([0-9.]+):", logs, re.M)}
+        check(sorted(gave_up) == [0, 2, 3],
+              "ranks 0, 2 and 3 gave up (%s)" % sorted(gave_up), logs)
+        spread = max(gave_up.values()) - min(gave_up.values())
+        check(spread < heal_timeout / 2,
+              "the survivors gave up within %.1f s of each other, not one "
+              "heal timeout (%d s) apart" % (spread, heal_timeout), logs)
+        print("ok: every survivor re-formed at once (gave up %.1f s apart)"
+              % spread)
         return 0
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -173,7 +214,8 @@ def ddprun_case(args):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("case", choices=["heal", "source", "plain", "ddprun"])
+    parser.add_argument("case",
+                        choices=["heal", "source", "plain", "drop", "ddprun"])
     parser.add_argument("--agent", required=True)
     parser.add_argument("--ddprun")
     parser.add_argument("--source", required=True)
@@ -186,17 +228,11 @@ def main():
     if args.case == "heal":
         return heal_case(args, 1, 6)
     if args.case == "source":
-        if int(torch.__version__.split(".")[0]) >= 2:
-            # Known gap (issue 41's note): under torch 2.6 the replacement of
-            # rank 0 prints nothing and does not arrive within the heal
-            # timeout; the survivors then exit with ElasticError. Rank 1's
-            # replacement (the heal case) and ddprun's own run heal there.
-            print("DDPRUN_SKIP: torch %s: the replacement of rank 0 does not "
-                  "arrive (known, issue 41)" % torch.__version__)
-            return 77
         return heal_case(args, 0, 9)
     if args.case == "ddprun":
         return ddprun_case(args)
+    if args.case == "drop":
+        return drop_case(args)
     return plain_case(args)
 
 
