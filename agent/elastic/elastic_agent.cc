@@ -1,15 +1,10 @@
 #include "agent/elastic/elastic_agent.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
-#include <tuple>
 
 #include "agent/process/signal_names.h"
-#include "agent/watch/step_file.h"
 #include "common/logging.h"
 
 namespace ddprun::agent {
@@ -32,30 +27,7 @@ const char* WorkerStateName(WorkerState state) {
   return "UNKNOWN";
 }
 
-struct ElasticAgent::Worker {
-  int local_rank = 0;
-  int global_rank = 0;
-  int pid = -1;
-  bool running = false;
-  ExitStatus exit;
-  std::string error_file;
-  WorkerWatchFiles watch;     // ddprun's files for it, "" where off
-  std::string watchdog_kill;  // why the watchdog killed it, "" if it did not
-  bool stopped_hang = false;  // the watchdog found it stopped (state T)
-  std::unique_ptr<Process> process;
-  std::unique_ptr<WorkerOutput> out;
-  std::unique_ptr<WorkerOutput> err;
-};
-
 namespace {
-
-void RemoveIfEmpty(const std::string& path) {
-  struct stat st;
-  if (!path.empty() && ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-      st.st_size == 0) {
-    ::unlink(path.c_str());
-  }
-}
 
 double Millis(Clock::Duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
@@ -72,22 +44,14 @@ ElasticAgent::ElasticAgent(AgentOptions options, EventLoop* loop,
       launcher_(launcher),
       rendezvous_(rendezvous),
       console_(console),
+      watchdog_(MakeWatchdog()),
       logs_(&options_.launch, options_.run_log_dir, console),
+      group_(&options_, loop_, launcher_, console_, watchdog_.get(),
+             [this](int local_rank, ExitStatus status) {
+               OnWorkerExit(local_rank, status);
+             }),
       hostname_(options_.hostname),
       progress_(options_.launch.max_restarts_without_progress) {
-  const double timeout_s = options_.launch.watchdog_timeout_s;
-  if (timeout_s > 0) {
-    WorkerProbe* probe = options_.watchdog_probe;
-    if (probe == nullptr) {
-      own_probe_ = MakeProcWorkerProbe();
-      probe = own_probe_.get();
-    }
-    watchdog_ = std::make_unique<WorkerWatchdog>(
-        loop_, probe,
-        std::chrono::duration_cast<Clock::Duration>(
-            std::chrono::duration<double>(timeout_s)),
-        [this](const WorkerWatchdog::Stuck& s) { OnWorkerStuck(s); });
-  }
   StragglerPolicy policy;
   policy.factor = options_.launch.straggler_factor;
   policy.slow_for = std::chrono::duration_cast<Clock::Duration>(
@@ -110,6 +74,21 @@ ElasticAgent::ElasticAgent(AgentOptions options, EventLoop* loop,
       std::move(replace), loop_, rendezvous_,
       ReplacesFailedRanks(options_.launch) ? options_.worker_store : nullptr,
       console_, this);
+}
+
+std::unique_ptr<WorkerWatchdog> ElasticAgent::MakeWatchdog() {
+  const double timeout_s = options_.launch.watchdog_timeout_s;
+  if (timeout_s <= 0) return nullptr;
+  WorkerProbe* probe = options_.watchdog_probe;
+  if (probe == nullptr) {
+    own_probe_ = MakeProcWorkerProbe();
+    probe = own_probe_.get();
+  }
+  return std::make_unique<WorkerWatchdog>(
+      loop_, probe,
+      std::chrono::duration_cast<Clock::Duration>(
+          std::chrono::duration<double>(timeout_s)),
+      [this](const WorkerWatchdog::Stuck& s) { OnWorkerStuck(s); });
 }
 
 ElasticAgent::~ElasticAgent() {
@@ -149,29 +128,15 @@ bool ElasticAgent::GroupStopping() const {
 }
 
 int ElasticAgent::RunningWorker(int pid) const {
-  for (const auto& w : workers_) {
-    if (w->running && w->pid == pid) return w->local_rank;
-  }
-  return -1;
+  return group_.RunningWorker(pid);
 }
 
 void ElasticAgent::NoteKill(int local_rank, const std::string& why,
                             bool replace) {
-  Worker& w = *workers_[local_rank];
-  if (replace || w.watchdog_kill.empty()) w.watchdog_kill = why;
-}
-
-std::vector<int> ElasticAgent::worker_pids() const {
-  std::vector<int> pids;
-  for (const auto& w : workers_) pids.push_back(w->pid);
-  return pids;
-}
-
-bool ElasticAgent::AnyRunning() const {
-  for (const auto& w : workers_) {
-    if (w->running) return true;
+  WorkerGroup::Worker* w = group_.worker(local_rank);
+  if (w != nullptr && (replace || w->watchdog_kill.empty())) {
+    w->watchdog_kill = why;
   }
-  return false;
 }
 
 void ElasticAgent::StartRendezvous() {
@@ -188,7 +153,7 @@ void ElasticAgent::StartRendezvous() {
     // The node proves it is healthy before it joins (a signal meanwhile
     // leaves, as during a Join).
     const int check = ++health_checks_;
-    options_.health->Check(starts_ > 0, [this, check](Status healthy) {
+    options_.health->Check(group_.starts() > 0, [this, check](Status healthy) {
       if (finished_ || phase_ != Phase::kJoining || check != health_checks_) {
         return;
       }
@@ -262,144 +227,64 @@ void ElasticAgent::OnJoined(StatusOr<rendezvous::RendezvousResult> round) {
     LeaveAndFinish(WorkerState::kFailed, 1);
     return;
   }
-  round_ = *round;
   phase_ = Phase::kRunning;
-  Status started = StartWorkers();
+  Status started = StartWorkers(*round);
   if (!started.ok()) {
     DDP_LOG(ERROR) << "cannot start workers: " << started.message();
     BeginStop(StopReason::kLaunchError, SIGKILL, started.message());
     return;
   }
   state_ = WorkerState::kHealthy;
-  if (starts_ > 1 && failure_seen_at_ != Clock::TimePoint{}) {
+  if (group_.starts() > 1 && failure_seen_at_ != Clock::TimePoint{}) {
     DDP_LOG(INFO) << "[" << options_.launch.role
                   << "] worker group restarted (attempt "
-                  << round_.restart_count << ") "
+                  << group_.round().restart_count << ") "
                   << Millis(loop_->clock()->Now() - failure_seen_at_)
                   << " ms after the failure was seen";
   }
 }
 
-Status ElasticAgent::StartWorkers() {
-  const LaunchOptions& o = options_.launch;
-  ++generation_;
-  ++starts_;
-  workers_.clear();
-  failures_.clear();
-  hang_->StartGroup(round_);
-  replaced_failures_.clear();
+Status ElasticAgent::StartWorkers(const rendezvous::RendezvousResult& round) {
+  group_.Reset(round);
+  hang_->StartGroup(round);
   stop_pending_ = false;
   stop_reason_ = StopReason::kNone;
   bool serves_store = false;
   if (options_.worker_store != nullptr) {
     DDP_ASSIGN_OR_RETURN(serves_store,
-                         options_.worker_store->StartRound(round_));
+                         options_.worker_store->StartRound(round));
   }
-  replacement_->StartGroup(round_, serves_store);
-  DDP_RETURN_IF_ERROR(logs_.StartAttempt(round_.restart_count));
-  for (int lr = 0; lr < o.nproc_per_node; ++lr) {
-    auto w = std::make_unique<Worker>();
-    w->local_rank = lr;
-    w->global_rank = round_.rank_offset + lr;
-    DDP_ASSIGN_OR_RETURN(WorkerLogs::Rank logs,
-                         logs_.OpenRank(lr, w->global_rank, round_.group_rank));
-    if (logs_.files()) {
-      w->error_file = logs.dir + "/error.json";
-      if (watchdog_) w->watch.heartbeat = logs.dir + "/heartbeat";
-      if (hang_->collects_stacks()) w->watch.stacks = logs.dir + "/stacks.txt";
-      w->watch.steps = logs.dir + "/steps";
-    }
-    if (file_timer_) w->watch.timer = file_timer_->path();
-    w->out = std::move(logs.out);
-    w->err = std::move(logs.err);
-    workers_.push_back(std::move(w));
-  }
+  replacement_->StartGroup(round, serves_store);
+  DDP_RETURN_IF_ERROR(logs_.StartAttempt(round.restart_count));
   if (file_timer_) file_timer_->Reset();  // torch: a server per group
-  for (auto& w : workers_) {
-    DDP_RETURN_IF_ERROR(LaunchWorker(w.get(), -1));
-  }
+  DDP_RETURN_IF_ERROR(group_.Start(&logs_, hang_->collects_stacks(),
+                                   file_timer_ ? file_timer_->path() : ""));
   // Every worker is reported (pid, state); those with a step file also
   // with their counts.
-  std::vector<StragglerWatch::Target> watched;
-  for (const auto& w : workers_) {
-    watched.push_back({w->global_rank, w->local_rank, w->pid, w->watch.steps});
-  }
-  stragglers_->Start(std::move(watched));
-  DDP_LOG(DEBUG) << "started " << workers_.size() << " workers, attempt "
-                 << round_.restart_count;
-  return Status::Ok();
-}
-
-Status ElasticAgent::LaunchWorker(Worker* w, int64_t replacement_generation) {
-  const LaunchOptions& o = options_.launch;
-  ProcessSpec spec;
-  spec.argv = BuildWorkerArgv(o, options_.worker_torch, w->local_rank,
-                              options_.parent_env, round_.rank_offset);
-  spec.env = BuildWorkerEnv(o, options_.worker_torch, round_, options_.run_id,
-                            w->local_rank, w->error_file, options_.parent_env);
-  AddWatchEnv(w->watch, options_.python_stack_helper_dir, &spec.env);
-  if (replacement_generation >= 0) {
-    AddReplacementEnv(replacement_generation, &spec.env);
-  }
-  if (w->local_rank < static_cast<int>(options_.worker_cpus.size())) {
-    spec.cpu_affinity = options_.worker_cpus[w->local_rank];
-  }
-  // As torchrun's workers write to the terminal: a stream shown live on
-  // a terminal console (and kept in no file) is a terminal for the worker.
-  spec.tty_stdout = w->out->live_terminal();
-  spec.tty_stderr = w->err->live_terminal();
-  if (spec.tty_stdout || spec.tty_stderr) {
-    std::tie(spec.tty_rows, spec.tty_cols) = console_->TerminalSize();
-  }
-  ProcessCallbacks cb;
-  int generation = generation_;
-  cb.on_stdout = [w](std::string_view c) { w->out->OnChunk(c); };
-  cb.on_stderr = [w](std::string_view c) { w->err->OnChunk(c); };
-  int lr = w->local_rank;
-  cb.on_exit = [this, generation, lr](ExitStatus s) {
-    OnWorkerExit(generation, lr, s);
-  };
-  StatusOr<std::unique_ptr<Process>> p = launcher_->Launch(spec, cb);
-  if (!p.ok()) return p.status();
-  w->process = std::move(p).value();
-  w->pid = w->process->pid();
-  w->running = true;
-  w->exit = ExitStatus{};
-  w->stopped_hang = false;
-  if (watchdog_) watchdog_->Watch(w->local_rank, w->pid, w->watch.heartbeat);
+  stragglers_->Start(group_.StragglerTargets());
+  DDP_LOG(DEBUG) << "started " << group_.size() << " workers, attempt "
+                 << round.restart_count;
   return Status::Ok();
 }
 
 Status ElasticAgent::StartReplacement(int local_rank, int64_t generation) {
-  Worker& w = *workers_[local_rank];
-  w.watchdog_kill.clear();
-  // The replacement's output goes on in the rank's files.
-  DDP_RETURN_IF_ERROR(w.out->Reopen());
-  DDP_RETURN_IF_ERROR(w.err->Reopen());
-  DDP_RETURN_IF_ERROR(LaunchWorker(&w, generation));
+  DDP_RETURN_IF_ERROR(group_.Relaunch(local_rank, generation));
+  const WorkerGroup::Worker& w = *group_.worker(local_rank);
   stragglers_->Restarted(w.global_rank, w.pid);
   if (options_.generation_signal != 0) {
     // The opt-in notice: the survivors need not wait for a collective to
     // fail to learn of the new generation.
-    for (const auto& other : workers_) {
-      if (other->running && other->local_rank != local_rank) {
-        (void)other->process->SignalGroup(options_.generation_signal);
-      }
-    }
+    group_.Signal(options_.generation_signal, local_rank);
   }
   DDP_LOG(INFO) << "[" << options_.launch.role << "] rank " << w.global_rank
-                << " started again alone (generation " << generation
-                << ", pid " << w.pid << ")";
+                << " started again alone (generation " << generation << ", pid "
+                << w.pid << ")";
   return Status::Ok();
 }
 
 void ElasticAgent::RestartGroup(int local_rank, const std::string& why) {
   if (stop_reason_ != StopReason::kNone || finished_) return;
-  auto it = replaced_failures_.find(local_rank);
-  if (it != replaced_failures_.end()) {
-    failures_.push_back(it->second);
-    replaced_failures_.erase(it);
-  }
+  group_.AddHeldFailure(local_rank);
   NoteGroupFailure();
   BeginStop(StopReason::kWorkerFailure, SIGTERM, why);
 }
@@ -411,21 +296,14 @@ void ElasticAgent::NoteGroupFailure() {
 }
 
 int64_t ElasticAgent::StepsOf(int local_rank) const {
-  if (local_rank < 0 || local_rank >= static_cast<int>(workers_.size())) {
-    return -1;
-  }
-  const std::string& path = workers_[local_rank]->watch.steps;
-  return path.empty() ? -1 : ReadStepFile(path).steps;
+  return group_.Steps(local_rank);
 }
 
 void ElasticAgent::OnWorkerFailed(int local_rank, ProcessFailure failure) {
-  const Worker& w = *workers_[local_rank];
+  const WorkerGroup::Worker& w = *group_.worker(local_rank);
   // A replacement heals from a live peer: only while every other worker of
   // this node still runs (a finished peer left nothing to heal from).
-  const Worker* gone = nullptr;
-  for (const auto& other : workers_) {
-    if (other->local_rank != local_rank && !other->running) gone = other.get();
-  }
+  const WorkerGroup::Worker* gone = group_.NotRunningBesides(local_rank);
   if (!stop_pending_ && gone != nullptr && replacement_->enabled()) {
     DDP_LOG(WARNING) << "rank " << w.global_rank << " failed while rank "
                      << gone->global_rank
@@ -440,58 +318,43 @@ void ElasticAgent::OnWorkerFailed(int local_rank, ProcessFailure failure) {
                               "local rank " + std::to_string(local_rank) +
                                   " (pid " + std::to_string(w.pid) + ") " +
                                   reason)) {
-      replaced_failures_[local_rank] = std::move(failure);
+      group_.HoldFailure(local_rank, std::move(failure));
       return;
     }
   }
-  failures_.push_back(std::move(failure));
+  group_.AddFailure(std::move(failure));
   if (!stop_pending_) {
     NoteGroupFailure();
     // Posted, so that exits already queued in this batch are recorded as
     // failures too (torchrun reports every failure seen in one poll).
-    const int generation = generation_;
-    loop_->Post([this, generation] {
-      if (generation != generation_ || stop_reason_ != StopReason::kNone)
+    const int starts = group_.starts();
+    loop_->Post([this, starts] {
+      if (starts != group_.starts() || stop_reason_ != StopReason::kNone) {
         return;
+      }
       BeginStop(StopReason::kWorkerFailure, SIGTERM, "worker failure");
     });
   }
 }
 
-void ElasticAgent::OnWorkerExit(int generation, int local_rank,
-                                ExitStatus status) {
-  if (generation != generation_) return;
-  Worker& w = *workers_[local_rank];
-  w.running = false;
-  w.exit = status;
-  stragglers_->NoteExit(w.global_rank, status.succeeded());
-  if (watchdog_) watchdog_->Forget(local_rank);
-  w.out->OnEof();
-  w.err->OnEof();
-  // The worker's hook created its stacks file at start; one that no dump
-  // wrote to is not kept (torchrun's log layout has no such file).
-  RemoveIfEmpty(w.watch.stacks);
+void ElasticAgent::OnWorkerExit(int local_rank, ExitStatus status) {
+  stragglers_->NoteExit(group_.worker(local_rank)->global_rank,
+                        status.succeeded());
   if (stop_reason_ != StopReason::kNone) {
     MaybeFinishStop();
     return;
   }
   if (!status.succeeded()) {
-    ProcessFailure failure = MakeProcessFailure(
-        w.local_rank, w.global_rank, w.pid, status.exitcode, w.error_file,
-        loop_->clock()->WallSeconds());
-    if (!w.watchdog_kill.empty() && failure.error_json.empty()) {
-      failure.traceback = w.watchdog_kill;
-    }
-    OnWorkerFailed(local_rank, std::move(failure));
+    OnWorkerFailed(local_rank, group_.FailureOf(local_rank));
     return;
   }
-  if (!stop_pending_ && !AnyRunning() && !replacement_->busy()) {
+  if (!stop_pending_ && !group_.AnyRunning() && !replacement_->busy()) {
     state_ = WorkerState::kSucceeded;
     stragglers_->Stop();
     DDP_LOG(DEBUG) << "worker group succeeded";
-    KillLeftovers();
+    group_.KillLeftovers();
     phase_ = Phase::kBarrier;
-    rendezvous_->ReportSuccess(round_.round,
+    rendezvous_->ReportSuccess(group_.round().round,
                                std::chrono::duration_cast<Clock::Duration>(
                                    std::chrono::duration<double>(
                                        options_.launch.exit_barrier_timeout_s)),
@@ -508,61 +371,44 @@ void ElasticAgent::OnBarrierPassed(const Status& status) {
 
 void ElasticAgent::OnWorkerStuck(const WorkerWatchdog::Stuck& stuck) {
   if (finished_ || stop_reason_ != StopReason::kNone) return;
-  if (stuck.local_rank < 0 ||
-      stuck.local_rank >= static_cast<int>(workers_.size())) {
-    return;
-  }
-  Worker& w = *workers_[stuck.local_rank];
-  if (!w.running || w.pid != stuck.pid) return;
+  WorkerGroup::Worker* w = group_.worker(stuck.local_rank);
+  if (w == nullptr || !w->running || w->pid != stuck.pid) return;
   if (replacement_->busy() &&
       stuck.reason == WorkerWatchdog::Reason::kNoHeartbeat) {
     // A survivor re-forms and heals without stepping (bounded by
     // --heal_timeout): silent, not hung. Watched again.
-    watchdog_->Watch(w.local_rank, w.pid, w.watch.heartbeat);
+    group_.Watch(w->local_rank);
     return;
   }
   const std::string what =
       DescribeStuck(stuck, options_.launch.watchdog_timeout_s);
-  w.watchdog_kill = "killed by the ddprun watchdog: " + what;
-  w.stopped_hang = stuck.reason == WorkerWatchdog::Reason::kStopped;
-  hang_->OnHung(w.local_rank, w.pid, what);
+  w->watchdog_kill = "killed by the ddprun watchdog: " + what;
+  w->stopped_hang = stuck.reason == WorkerWatchdog::Reason::kStopped;
+  hang_->OnHung(w->local_rank, w->pid, what);
 }
 
 std::vector<StackTarget> ElasticAgent::StackTargets() const {
-  std::vector<StackTarget> targets;
-  if (phase_ != Phase::kRunning) return targets;
-  for (const auto& w : workers_) {
-    if (!w->running || w->watch.stacks.empty()) continue;
-    targets.push_back({w->global_rank, w->pid, w->watch.stacks});
-  }
-  return targets;
+  if (phase_ != Phase::kRunning) return {};
+  return group_.StackTargets();
 }
 
 void ElasticAgent::KillHung(int local_rank, const std::string& diagnosis) {
-  if (local_rank < 0 || local_rank >= static_cast<int>(workers_.size())) {
-    return;
-  }
-  Worker& w = *workers_[local_rank];
-  if (!w.running) return;
-  if (replacement_->enabled() && !w.stopped_hang) {
+  WorkerGroup::Worker* w = group_.worker(local_rank);
+  if (w == nullptr || !w->running) return;
+  const WorkerGroup::Worker* stopped = group_.StoppedWorker();
+  if (replacement_->enabled() && !w->stopped_hang && stopped != nullptr) {
     // Under --restart_scope failed a stopped worker (state T) is the
     // hang's cause and the others only wait for it: it alone is killed
     // and replaced, and they re-form when it is gone.
-    for (const auto& other : workers_) {
-      if (other->running && other->stopped_hang) {
-        DDP_LOG(INFO) << "local_rank " << local_rank
-                      << " waits for stopped local_rank " << other->local_rank
-                      << ": not killed (--restart_scope failed)";
-        w.watchdog_kill.clear();
-        // Watched again from its next heartbeat on.
-        if (watchdog_) watchdog_->Watch(w.local_rank, w.pid, w.watch.heartbeat);
-        return;
-      }
-    }
+    DDP_LOG(INFO) << "local_rank " << local_rank
+                  << " waits for stopped local_rank " << stopped->local_rank
+                  << ": not killed (--restart_scope failed)";
+    w->watchdog_kill.clear();
+    group_.Watch(local_rank);  // from its next heartbeat on
+    return;
   }
-  if (!diagnosis.empty()) w.watchdog_kill += "; hang diagnosis: " + diagnosis;
-  Status s = w.process->SignalGroup(SIGKILL);
-  if (!s.ok()) DDP_LOG(WARNING) << s.message();
+  if (!diagnosis.empty()) w->watchdog_kill += "; hang diagnosis: " + diagnosis;
+  group_.Kill(local_rank);
 }
 
 void ElasticAgent::DumpStacks() { hang_->DumpStacks(); }
@@ -627,8 +473,7 @@ void ElasticAgent::OnSignal(int sig) {
     // A second signal while stopping: do not wait for the grace period.
     DDP_LOG(WARNING) << "received " << SignalName(sig)
                      << " again: killing workers";
-    if (stop_timer_armed_) loop_->Cancel(stop_timer_);
-    OnStopDeadline();
+    group_.KillRunning();
     return;
   }
   DDP_LOG(INFO) << "received " << SignalName(sig)
@@ -637,9 +482,7 @@ void ElasticAgent::OnSignal(int sig) {
     // Already stopping (failure or restart): exit after it instead.
     stop_reason_ = StopReason::kSignal;
     stop_signal_ = sig;
-    for (auto& w : workers_) {
-      if (w->running) (void)w->process->SignalGroup(sig);
-    }
+    group_.Signal(sig);
     return;
   }
   BeginStop(StopReason::kSignal, sig, SignalName(sig));
@@ -652,80 +495,41 @@ void ElasticAgent::BeginStop(StopReason reason, int sig,
   stop_reason_ = reason;
   stop_signal_ = sig;
   stop_why_ = why;
-  if (watchdog_) watchdog_->ForgetAll();
   if (reason != StopReason::kSignal && reason != StopReason::kLaunchError) {
     state_ = WorkerState::kUnhealthy;
   }
-  for (auto& w : workers_) {
-    if (!w->running) continue;
-    Status s = w->process->SignalGroup(sig);
-    if (!s.ok()) DDP_LOG(WARNING) << s.message();
-    // A stopped worker (SIGSTOP, Ctrl-Z) only acts on SIGTERM once
-    // continued; without this it would sit out --shutdown_timeout.
-    if (sig == SIGTERM) (void)w->process->SignalGroup(SIGCONT);
-  }
-  if (AnyRunning()) {
-    auto timeout = std::chrono::duration_cast<Clock::Duration>(
-        std::chrono::duration<double>(options_.launch.shutdown_timeout_s));
-    stop_timer_ = loop_->RunAt(loop_->clock()->Now() + timeout,
-                               [this] { OnStopDeadline(); });
-    stop_timer_armed_ = true;
-    return;
-  }
-  int generation = generation_;
-  loop_->Post([this, generation] {
-    if (generation == generation_) MaybeFinishStop();
+  group_.Stop(sig);
+  if (group_.AnyRunning()) return;  // MaybeFinishStop on the last exit
+  const int starts = group_.starts();
+  loop_->Post([this, starts] {
+    if (starts == group_.starts()) MaybeFinishStop();
   });
 }
 
-void ElasticAgent::OnStopDeadline() {
-  stop_timer_armed_ = false;
-  for (auto& w : workers_) {
-    if (!w->running) continue;
-    DDP_LOG(WARNING) << "worker pid " << w->pid
-                     << " did not stop in time: sending SIGKILL";
-    (void)w->process->SignalGroup(SIGKILL);
-  }
-}
-
 void ElasticAgent::MaybeFinishStop() {
-  if (stop_reason_ == StopReason::kNone || AnyRunning() || finished_) return;
-  if (stop_timer_armed_) {
-    loop_->Cancel(stop_timer_);
-    stop_timer_armed_ = false;
+  if (stop_reason_ == StopReason::kNone || group_.AnyRunning() || finished_) {
+    return;
   }
-  KillLeftovers();
+  group_.KillLeftovers();
   state_ = WorkerState::kStopped;
   AfterStop();
-}
-
-void ElasticAgent::KillLeftovers() {
-  // What a worker started in its process group ends with the group, also
-  // after a successful exit; a process that left the group (setsid, a
-  // deliberate daemon) is not ours to kill.
-  for (auto& w : workers_) {
-    if (w->process) (void)w->process->SignalGroup(SIGKILL);
-  }
 }
 
 void ElasticAgent::AfterStop() {
   StopReason reason = stop_reason_;
   switch (reason) {
     case StopReason::kWorkerFailure: {
-      const ProcessFailure& root = failures_[RootCauseIndex(failures_)];
+      const std::vector<ProcessFailure>& failures = group_.failures();
+      const ProcessFailure& root = failures[RootCauseIndex(failures)];
       DDP_LOG(ERROR) << "failed (exitcode: " << root.exitcode
                      << ") local_rank: " << root.local_rank
                      << " (pid: " << root.pid
                      << ") of binary: " << EntrypointName(options_.launch);
-      std::vector<std::string> step_files;
-      for (const auto& w : workers_) {
-        if (!w->watch.steps.empty()) step_files.push_back(w->watch.steps);
-      }
       const std::string not_retried = NotRetriedReason(
-          root.local_rank, root.exitcode, starts_,
-          options_.launch.retry_usage_errors, step_files, &progress_);
+          root.local_rank, root.exitcode, group_.starts(),
+          options_.launch.retry_usage_errors, group_.StepFiles(), &progress_);
       phase_ = Phase::kReporting;
-      rendezvous_->ReportFailure(round_.round, root.traceback,
+      rendezvous_->ReportFailure(group_.round().round, root.traceback,
                                  /*retry=*/not_retried.empty(),
                                  [this, not_retried](StatusOr<bool> again) {
                                    OnFailureReported(again, not_retried);
@@ -739,7 +543,7 @@ void ElasticAgent::AfterStop() {
       return;
     case StopReason::kJobFailed:
     case StopReason::kConnectionLost:
-      if (!failures_.empty()) ReportFailedJob();
+      ReportFailedJob();
       DDP_LOG(ERROR) << "job failed: " << stop_why_;
       Finish(WorkerState::kFailed, 1);
       return;
@@ -778,8 +582,8 @@ void ElasticAgent::LeaveAndFinish(WorkerState state, int exit_code) {
 }
 
 void ElasticAgent::ReportFailedJob() {
-  if (failures_.empty()) return;
-  std::vector<ProcessFailure> sorted = failures_;
+  if (group_.failures().empty()) return;
+  std::vector<ProcessFailure> sorted = group_.failures();
   std::stable_sort(sorted.begin(), sorted.end(),
                    [](const ProcessFailure& a, const ProcessFailure& b) {
                      return a.local_rank < b.local_rank;

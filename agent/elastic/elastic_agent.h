@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +13,7 @@
 #include "agent/elastic/progress_budget.h"
 #include "agent/elastic/rank_replacement.h"
 #include "agent/elastic/worker_env.h"
+#include "agent/elastic/worker_group.h"
 #include "agent/elastic/worker_logs.h"
 #include "agent/process/console.h"
 #include "agent/process/process_launcher.h"
@@ -82,6 +82,9 @@ const char* WorkerStateName(WorkerState state);
 // answered (a restart becomes the exit). agent/README.md draws the state
 // machine.
 //
+// The current worker group's processes, their stop and their failures are
+// WorkerGroup's (worker_group.h); the agent decides what follows.
+//
 // Confined to the loop thread (the rendezvous client and the launcher
 // deliver there). The collaborators must outlive the agent.
 class ElasticAgent : public HangResponse::Workers,
@@ -109,12 +112,14 @@ class ElasticAgent : public HangResponse::Workers,
   // For tests only (ddprun reads none of these): what the loop did.
   WorkerState state() const { return state_; }
   // TORCHELASTIC_RESTART_COUNT of the current attempt.
-  int restart_count() const { return round_.restart_count; }
+  int restart_count() const { return group_.round().restart_count; }
   // How many times workers were started (rounds run).
-  int starts() const { return starts_; }
+  int starts() const { return group_.starts(); }
   // Pids of the current attempt's workers, by local rank.
-  std::vector<int> worker_pids() const;
-  const std::vector<ProcessFailure>& last_failures() const { return failures_; }
+  std::vector<int> worker_pids() const { return group_.pids(); }
+  const std::vector<ProcessFailure>& last_failures() const {
+    return group_.failures();
+  }
 
  private:
   enum class StopReason {
@@ -138,16 +143,15 @@ class ElasticAgent : public HangResponse::Workers,
     kLeaving,    // Leave in flight: the agent finishes when it is over
     kDone,
   };
-  struct Worker;
-
   // Starts a Join (or, with a signal pending, leaves instead).
   void StartRendezvous();
   // Joins the next round; `unhealthy` non-empty (the health check failed)
   // reports the node to the bad-host policy instead and finishes with 1.
   void JoinRound(const std::string& unhealthy);
   void OnJoined(StatusOr<rendezvous::RendezvousResult> round);
-  Status StartWorkers();
-  void OnWorkerExit(int generation, int local_rank, ExitStatus status);
+  Status StartWorkers(const rendezvous::RendezvousResult& round);
+  // WorkerGroup's exit callback.
+  void OnWorkerExit(int local_rank, ExitStatus status);
   // The watchdog's hook: a running worker of this group is hung; the hang
   // response decides when it is killed (KillHung).
   void OnWorkerStuck(const WorkerWatchdog::Stuck& stuck);
@@ -160,8 +164,6 @@ class ElasticAgent : public HangResponse::Workers,
   Status StartReplacement(int local_rank, int64_t generation) override;
   void RestartGroup(int local_rank, const std::string& why) override;
   int64_t StepsOf(int local_rank) const override;
-  // Launches `w` (a group start: generation < 0; else a replacement).
-  Status LaunchWorker(Worker* w, int64_t generation);
   // Local rank `local_rank` failed (`failure` recorded): replaced alone, or
   // the group stops.
   void OnWorkerFailed(int local_rank, ProcessFailure failure);
@@ -178,15 +180,14 @@ class ElasticAgent : public HangResponse::Workers,
   // Leaves the job (cancelling a call in flight), then finishes.
   void LeaveAndFinish(WorkerState state, int exit_code);
   void BeginStop(StopReason reason, int sig, const std::string& why);
-  void OnStopDeadline();
   void MaybeFinishStop();
-  // SIGKILL to every worker's process group (the workers have exited).
-  void KillLeftovers();
   void AfterStop();
   void ReportFailedJob();
   void Finish(WorkerState state, int exit_code);
-  bool AnyRunning() const;
   std::string Host();  // hostname_, resolved once
+  // watchdog_ (null with --watchdog_timeout=0; sets own_probe_ when the
+  // options have no probe), made in the initializer list for group_.
+  std::unique_ptr<WorkerWatchdog> MakeWatchdog();
 
   // Constant after construction (the objects pointed to change; the
   // collaborators are confined to the loop thread, as the agent is).
@@ -195,14 +196,15 @@ class ElasticAgent : public HangResponse::Workers,
   ProcessLauncher* const launcher_;
   rendezvous::RendezvousClient* const rendezvous_;
   Console* const console_;
-  std::unique_ptr<WorkerProbe> own_probe_;      // when config has none
-  std::unique_ptr<WorkerWatchdog> watchdog_;    // null: --watchdog_timeout=0
-  std::unique_ptr<StragglerWatch> stragglers_;  // step rates, warnings
-  std::unique_ptr<HangResponse> hang_;          // stacks, hung workers
+  std::unique_ptr<WorkerProbe> own_probe_;        // when config has none
+  std::unique_ptr<WorkerWatchdog> watchdog_;      // null: --watchdog_timeout=0
+  std::unique_ptr<StragglerWatch> stragglers_;    // step rates, warnings
+  std::unique_ptr<HangResponse> hang_;            // stacks, hung workers
   std::unique_ptr<RankReplacement> replacement_;  // --restart_scope failed
   // Each attempt's log folder and the workers' streams. Declared before
-  // workers_, whose outputs write to its filtered logs.
+  // group_, whose workers' outputs write to its filtered logs.
   WorkerLogs logs_;
+  WorkerGroup group_;  // the current attempt's workers
 
   // State below is confined to the loop thread.
 
@@ -219,16 +221,8 @@ class ElasticAgent : public HangResponse::Workers,
   ProgressBudget progress_;  // --max_restarts_without_progress
   int health_checks_ = 0;    // the health check in flight (by number)
 
-  // The current worker group: set when a round is joined and its workers
-  // start (OnJoined, StartWorkers), read until the next one starts.
-  rendezvous::RendezvousResult round_;
-  int generation_ = 0;  // counts groups; callbacks of older ones are dropped
-  int starts_ = 0;
-  std::vector<std::unique_ptr<Worker>> workers_;
-  std::vector<ProcessFailure> failures_;
-  // Failures of ranks replaced alone in this group, by local rank (the
-  // newest); one becomes the group's failure if its replacement gives up.
-  std::map<int, ProcessFailure> replaced_failures_;
+  // When the current group's first failure was seen (for the restart's
+  // log line); none after a restart for a membership change.
   Clock::TimePoint failure_seen_at_{};
 
   // Stopping the group (kRunning): from the first failure, event or signal
@@ -237,8 +231,6 @@ class ElasticAgent : public HangResponse::Workers,
   StopReason stop_reason_ = StopReason::kNone;
   int stop_signal_ = 0;
   std::string stop_why_;
-  EventLoop::TimerId stop_timer_ = 0;
-  bool stop_timer_armed_ = false;
 };
 
 }  // namespace ddprun::agent
