@@ -75,7 +75,6 @@ def main():
             optimizer.step()
             count_step()
         save(model, args.out, rank, args.steps)
-        dist.destroy_process_group()
         return 0
 
     import ddprun_elastic
@@ -108,7 +107,6 @@ def main():
         elastic.run_step(step, compute, apply)
     save(model, args.out, rank, progress["step"],
          progress["loss_sum"] / max(1, progress["step"]))
-    dist.destroy_process_group()
     return 0
 
 
