@@ -249,12 +249,12 @@ Status ElasticAgent::StartWorkers(const rendezvous::RendezvousResult& round) {
   hang_->StartGroup(round);
   stop_pending_ = false;
   stop_reason_ = StopReason::kNone;
-  bool serves_store = false;
+  bool reaches_store = false;
   if (options_.worker_store != nullptr) {
-    DDP_ASSIGN_OR_RETURN(serves_store,
+    DDP_ASSIGN_OR_RETURN(reaches_store,
                          options_.worker_store->StartRound(round));
   }
-  replacement_->StartGroup(round, serves_store);
+  replacement_->StartGroup(round, reaches_store);
   DDP_RETURN_IF_ERROR(logs_.StartAttempt(round.restart_count));
   if (file_timer_) file_timer_->Reset();  // torch: a server per group
   DDP_RETURN_IF_ERROR(group_.Start(&logs_, hang_->collects_stacks(),

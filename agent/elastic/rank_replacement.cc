@@ -11,6 +11,9 @@ namespace ddprun::agent {
 namespace {
 
 constexpr std::chrono::milliseconds kHealPoll{50};
+// How often the generation's number is looked for before the replacement
+// starts (a store of another node shows it a round trip later).
+constexpr std::chrono::milliseconds kPublishPoll{5};
 
 // docs/restart_scope.md, "Generations".
 const char kGenerationKey[] = "/ddprun/generation";
@@ -35,10 +38,10 @@ RankReplacement::RankReplacement(Options options, EventLoop* loop,
 RankReplacement::~RankReplacement() { Stop(); }
 
 void RankReplacement::StartGroup(const rendezvous::RendezvousResult& round,
-                                 bool serves_store) {
+                                 bool reaches_store) {
   Stop();
   round_ = round;
-  serves_store_ = serves_store;
+  reaches_store_ = reaches_store;
   generation_ = 0;
   replaced_.clear();
   healed_at_steps_.clear();
@@ -57,12 +60,10 @@ void RankReplacement::Stop() {
 bool RankReplacement::Replace(int local_rank, int rank,
                               const std::string& reason) {
   if (store_ == nullptr) return false;
-  if (!serves_store_) {
-    // The node that serves the store writes the generation keys; this
-    // version replaces only the ranks of that node.
+  if (!reaches_store_) {
     DDP_LOG(WARNING) << "rank " << rank
-                     << " failed on a node that does not serve the workers' "
-                        "store (group rank 0 does): restarting the group";
+                     << " failed on a node that cannot write the workers' "
+                        "store: restarting the group";
     return false;
   }
   if (round_.world_size < 2) return false;  // no live peer to heal from
@@ -86,8 +87,9 @@ bool RankReplacement::Replace(int local_rank, int rank,
   const uint64_t epoch = epoch_;
   rendezvous_->ReplaceRank(
       round_.round, rank, generation_ + 1, reason,
-      [this, epoch, local_rank, rank](StatusOr<bool> replaced) {
-        OnRendezvousAnswer(epoch, local_rank, rank, std::move(replaced));
+      [this, epoch, local_rank, rank](
+          StatusOr<rendezvous::RendezvousClient::ReplaceAnswer> answer) {
+        OnRendezvousAnswer(epoch, local_rank, rank, std::move(answer));
       });
   replaced_.push_back({rank, generation_ + 1, reason, -1});
   return true;
@@ -102,34 +104,67 @@ std::string RankReplacement::Record(int rank, const std::string& reason) const {
   return record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-void RankReplacement::OnRendezvousAnswer(uint64_t epoch, int local_rank,
-                                         int rank, StatusOr<bool> replaced) {
+void RankReplacement::OnRendezvousAnswer(
+    uint64_t epoch, int local_rank, int rank,
+    StatusOr<rendezvous::RendezvousClient::ReplaceAnswer> answer) {
   if (epoch != epoch_) return;  // the group stopped meanwhile
-  if (!replaced.ok()) {
+  if (!answer.ok()) {
     GiveUp(local_rank, "the rendezvous cannot replace rank " +
                            std::to_string(rank) + " (" +
-                           replaced.status().message() + ")");
+                           answer.status().message() + ")");
     return;
   }
-  if (!*replaced) {
+  if (!answer->replaced) {
+    if (answer->healing_rank >= 0) {
+      GiveUp(local_rank, "rank " + std::to_string(rank) +
+                             " failed while rank " +
+                             std::to_string(answer->healing_rank) +
+                             " heals on another node");
+      return;
+    }
     GiveUp(local_rank, "no restarts left to replace rank " +
                            std::to_string(rank));
     return;
   }
-  ++generation_;
+  // The server's number when it hands them out: nodes never share one.
+  generation_ = answer->generation > 0 ? answer->generation : generation_ + 1;
+  replaced_.back().generation = generation_;
   // The lowest rank that holds state: the failed one is the only rank
   // without it (a second failure while healing restarts the group).
   source_ = rank == 0 ? 1 : 0;
   store_->Set(RecordKey(generation_), Record(rank, replaced_.back().reason));
   store_->Set(kGenerationKey, std::to_string(generation_));
-  Status started = agent_->StartReplacement(local_rank, generation_);
-  if (!started.ok()) {
-    GiveUp(local_rank, "cannot start the replacement of rank " +
-                           std::to_string(rank) + ": " + started.message());
+  heal_deadline_ = loop_->clock()->Now() + options_.heal_timeout;
+  AwaitPublished(epoch);
+}
+
+void RankReplacement::AwaitPublished(uint64_t epoch) {
+  poll_armed_ = false;
+  if (epoch != epoch_ || !busy()) return;
+  // The replacement reads its generation's record as it starts: it starts
+  // once the store shows the number, which is written after the record.
+  const Clock::TimePoint now = loop_->clock()->Now();
+  if (store_->Get(kGenerationKey) != std::to_string(generation_)) {
+    if (now >= heal_deadline_) {
+      GiveUp(busy_local_rank_,
+             "generation " + std::to_string(generation_) +
+                 " did not reach the workers' store within " +
+                 std::to_string(options_.heal_timeout.count() / 1000) + " s");
+      return;
+    }
+    poll_timer_ = loop_->RunAt(now + kPublishPoll,
+                               [this, epoch] { AwaitPublished(epoch); });
+    poll_armed_ = true;
     return;
   }
-  heal_deadline_ = loop_->clock()->Now() + options_.heal_timeout;
-  poll_timer_ = loop_->RunAt(loop_->clock()->Now() + kHealPoll,
+  Status started = agent_->StartReplacement(busy_local_rank_, generation_);
+  if (!started.ok()) {
+    GiveUp(busy_local_rank_, "cannot start the replacement of rank " +
+                                 std::to_string(busy_rank_) + ": " +
+                                 started.message());
+    return;
+  }
+  poll_timer_ = loop_->RunAt(now + kHealPoll,
                              [this, epoch] { PollHealed(epoch); });
   poll_armed_ = true;
 }

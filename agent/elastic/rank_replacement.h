@@ -20,20 +20,24 @@ namespace ddprun::agent {
 //
 // For each failure the agent asks Replace(). With true, this class owns
 // what follows: it asks the rendezvous to spend a restart (ReplaceRank),
-// writes the generation record and then its number into the workers'
-// store, has the agent start the replacement (Agent::StartReplacement),
+// which hands out the generation (unique across the job's nodes), writes
+// the generation record and then its number into the workers' store (its
+// own, or the one another node serves), has the agent start the
+// replacement (Agent::StartReplacement) once the store shows the number,
 // waits for the source rank's "healed" key (polled every 50 ms, bounded by
 // --heal_timeout) and prints one console line:
 //   [ddprun] rank R replaced (generation G): healed from rank S in X.XX s
 // With false, or later through Agent::RestartGroup, the agent restarts the
 // group as under --restart_scope group: never a hang. Replace() answers
-// false (the group restarts) when the scope is "group", this node does not
-// serve the round's store, the world has a single rank (no peer to heal
-// from), a replacement is still healing (a second failure), or the failed
-// worker is a replacement that made no step progress since it healed.
-// RestartGroup comes when the rendezvous refuses (no budget left,
-// kUnimplemented from an older server, an error), when starting the
-// replacement fails, or when the heal outlives --heal_timeout.
+// false (the group restarts) when the scope is "group", this node cannot
+// write the round's store, the world has a single rank (no peer to heal
+// from), a replacement of this node is still healing (a second failure),
+// or the failed worker is a replacement that made no step progress since
+// it healed. RestartGroup comes when the rendezvous refuses (no budget
+// left, a rank of another node still heals, kUnimplemented from an older
+// server, an error), when starting the replacement fails, or when the
+// generation does not reach the store or the heal outlives
+// --heal_timeout.
 //
 // Confined to the agent's loop thread; callbacks of a group that stopped
 // (Stop) are dropped. The collaborators must outlive it.
@@ -64,10 +68,11 @@ class RankReplacement {
                   Console* console, Agent* agent);
   ~RankReplacement();
 
-  // A round's workers are about to start. `serves_store`: this node serves
-  // its store (WorkerStore::StartRound). Resets the generation to 0.
+  // A round's workers are about to start. `reaches_store`: this node can
+  // write its store (WorkerStore::StartRound: it serves it, or reaches the
+  // node that does). Resets the generation to 0.
   void StartGroup(const rendezvous::RendezvousResult& round,
-                  bool serves_store);
+                  bool reaches_store);
   // The group stops (a restart, the job's end): pending callbacks and the
   // heal wait are dropped.
   void Stop();
@@ -92,8 +97,11 @@ class RankReplacement {
   const std::vector<Replaced>& replaced() const { return replaced_; }
 
  private:
-  void OnRendezvousAnswer(uint64_t epoch, int local_rank, int rank,
-                          StatusOr<bool> replaced);
+  void OnRendezvousAnswer(
+      uint64_t epoch, int local_rank, int rank,
+      StatusOr<rendezvous::RendezvousClient::ReplaceAnswer> answer);
+  // Starts the replacement once the store shows the generation's number.
+  void AwaitPublished(uint64_t epoch);
   void PollHealed(uint64_t epoch);
   void GiveUp(int local_rank, const std::string& why);
   std::string Record(int rank, const std::string& reason) const;
@@ -106,7 +114,7 @@ class RankReplacement {
   Agent* const agent_;
 
   rendezvous::RendezvousResult round_;
-  bool serves_store_ = false;
+  bool reaches_store_ = false;
   uint64_t epoch_ = 0;  // counts StartGroup/Stop: late callbacks are dropped
   int64_t generation_ = 0;
   int busy_local_rank_ = -1;  // >= 0 while busy()

@@ -666,7 +666,7 @@ void GrpcRendezvousClient::ReportHealed(int64_t round, int rank,
   req.set_healed(true);
   req.set_heal_seconds(seconds);
   SendReplaceRank(round, rank, generation, std::move(req),
-                  [this](StatusOr<bool> answer) {
+                  [this](StatusOr<ReplaceAnswer> answer) {
                     if (!answer.ok()) {
                       DDP_LOG(DEBUG) << "heal report: "
                                      << answer.status().message();
@@ -706,7 +706,15 @@ void GrpcRendezvousClient::SendReplaceRank(int64_t round, int rank,
       done(FromGrpc(s, Target()));
       return;
     }
-    done(answer->replaced());
+    ReplaceAnswer a;
+    a.replaced = answer->replaced();
+    a.generation = answer->generation();
+    // Generations start at 1: a server that does not say (0) leaves rank 0
+    // unnamed.
+    if (!answer->replaced() && answer->healing_generation() > 0) {
+      a.healing_rank = answer->healing_rank();
+    }
+    done(a);
   };
   retries_.insert(call);
   Run(call);

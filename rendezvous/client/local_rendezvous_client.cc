@@ -50,9 +50,11 @@ void LocalRendezvousClient::ReplaceRank(int64_t round, int rank,
                                         int64_t generation,
                                         const std::string& reason,
                                         ReplaceDone done) {
-  const bool replace = restarts_used_ < max_restarts_;
-  if (replace) ++restarts_used_;
-  loop_->Post([done = std::move(done), replace] { done(replace); });
+  // One node: the agent's own count is the job's.
+  ReplaceAnswer answer;
+  answer.replaced = restarts_used_ < max_restarts_;
+  if (answer.replaced) ++restarts_used_;
+  loop_->Post([done = std::move(done), answer] { done(answer); });
 }
 
 void LocalRendezvousClient::ReportSuccess(int64_t round,

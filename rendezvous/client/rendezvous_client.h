@@ -136,12 +136,20 @@ class RendezvousClient {
 
   // Restart scope "failed" (docs/restart_scope.md): one worker of this
   // node, global `rank`, failed in `round` and the node would replace it
-  // alone, as `generation`, while the round goes on. `done` gets true when
-  // one unit of the job-global restart budget was spent for it, false when
-  // none is left (nothing changed: the node reports an ordinary failure),
-  // or an error (kUnimplemented: a backend or server without it): the node
+  // alone while the round goes on; `generation` is the node's own next
+  // number. `done` gets replaced = true when one unit of the job-global
+  // restart budget was spent for it, with the generation to start it in
+  // (the server's; 0: the backend does not hand them out, use your own);
+  // replaced = false when none is left or another rank is still healing
+  // (healing_rank; nothing changed: the node restarts its group); or an
+  // error (kUnimplemented: a backend or server without it): the node
   // restarts its group instead. Bounded by the backend's RPC timeout.
-  using ReplaceDone = std::function<void(StatusOr<bool> replaced)>;
+  struct ReplaceAnswer {
+    bool replaced = false;
+    int64_t generation = 0;
+    int healing_rank = -1;
+  };
+  using ReplaceDone = std::function<void(StatusOr<ReplaceAnswer> answer)>;
   virtual void ReplaceRank(int64_t round, int rank, int64_t generation,
                            const std::string& reason, ReplaceDone done) = 0;
   // That replacement healed after `seconds` (for status pages); best

@@ -527,17 +527,37 @@ StatusOr<v1::ReplaceRankResponse> RendezvousJob::ReplaceRank(
   const std::string rank = "rank " + std::to_string(req.rank()) +
                            " (generation " + std::to_string(req.generation()) +
                            ")";
+  if (replacements_.round != round_) replacements_ = Replacements{round_};
   v1::ReplaceRankResponse resp;
   if (req.healed()) {
     char secs[32];
     snprintf(secs, sizeof(secs), "%.2f", req.heal_seconds());
     timeline_.RankHealed(round_, rank + " healed in " + secs + " s");
+    if (req.generation() == replacements_.healing_generation) {
+      replacements_.healing_rank = -1;
+    }
     resp.set_replaced(true);
+  } else if (replacements_.healing_rank >= 0) {
+    // A second failure while a replacement heals: the asking node restarts
+    // the group (the round then ends), nothing is spent.
+    resp.set_healing_rank(replacements_.healing_rank);
+    resp.set_healing_generation(replacements_.healing_generation);
   } else if (budget_.TrySpend()) {
+    // The agent proposes its own next number; the larger wins, so a number
+    // is never handed out twice in a round, also when the agents of a
+    // rebuilt server's round counted some before it.
+    const int64_t generation =
+        std::max(replacements_.generation + 1, req.generation());
+    replacements_.generation = generation;
+    replacements_.healing_rank = req.rank();
+    replacements_.healing_generation = generation;
     timeline_.RankReplaced(
-        round_, rank + " replaced on node '" + req.node_id() + "'" +
+        round_, "rank " + std::to_string(req.rank()) + " (generation " +
+                    std::to_string(generation) + ") replaced on node '" +
+                    req.node_id() + "'" +
                     (req.reason().empty() ? "" : ": " + req.reason()));
     resp.set_replaced(true);
+    resp.set_generation(generation);
   }
   resp.set_restart_count(budget_.used());
   return resp;

@@ -137,8 +137,10 @@ class RendezvousJob {
   Status ReportSuccess(const v1::ReportSuccessRequest& request, WaiterId waiter,
                        std::vector<Outcome>* out);
   // Restart scope "failed": spends one budget unit to replace one rank of
-  // the running round (replaced = false when none is left: nothing
-  // changes), or records that a replacement healed. The round goes on.
+  // the running round and hands out its generation (replaced = false when
+  // none is left, or while another replacement of the round has not
+  // reported its heal: healing_rank; nothing changes then), or records
+  // that a replacement healed. The round goes on.
   StatusOr<v1::ReplaceRankResponse> ReplaceRank(
       const v1::ReplaceRankRequest& request);
   Status Leave(const v1::LeaveRequest& request, std::vector<Outcome>* out);
@@ -279,6 +281,16 @@ class RendezvousJob {
   Phase phase_ = Phase::kOpen;
   int64_t round_ = 1;
   RestartBudget budget_;
+  // Restart scope "failed" in the running round: the newest generation
+  // handed out and the replacement that has not reported its heal yet
+  // (-1: none). Reset when ReplaceRank first sees a new round.
+  struct Replacements {
+    int64_t round = 0;
+    int64_t generation = 0;
+    int healing_rank = -1;
+    int64_t healing_generation = 0;
+  };
+  Replacements replacements_;
   BadHostPolicy bad_hosts_;
   JobTimeline timeline_;
   uint64_t news_ = 0;  // count of Announce()s

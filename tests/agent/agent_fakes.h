@@ -165,9 +165,14 @@ class FakeRendezvous : public rendezvous::RendezvousClient {
       loop_->Post([done, e = replace_error] { done(e); });
       return;
     }
-    const bool replace = restarts_used < max_restarts;
-    if (replace) ++restarts_used;
-    loop_->Post([done, replace] { done(replace); });
+    ReplaceAnswer answer;
+    answer.replaced = restarts_used < max_restarts && healing_rank < 0;
+    answer.healing_rank = healing_rank;
+    if (answer.replaced) {
+      ++restarts_used;
+      answer.generation = allocate_generations ? ++allocated : 0;
+    }
+    loop_->Post([done, answer] { done(answer); });
   }
   void ReportHealed(int64_t, int rank, int64_t generation,
                     double seconds) override {
@@ -233,6 +238,11 @@ class FakeRendezvous : public rendezvous::RendezvousClient {
   std::vector<int> replaced_ranks;
   std::vector<int64_t> replace_generations;
   Status replace_error = Status::Ok();
+  // As a server: hand out generations 1, 2, ... (else 0: the agent counts),
+  // and refuse while `healing_rank` >= 0 heals on another node.
+  bool allocate_generations = false;
+  int64_t allocated = 0;
+  int healing_rank = -1;
   struct Healed {
     int rank;
     int64_t generation;

@@ -870,6 +870,52 @@ TEST_CASE("RendezvousState: ReplaceRank spends a restart and keeps the round",
   CHECK(h.Job().state() == v1::JobStatus::STATE_RUNNING);
 }
 
+TEST_CASE("RendezvousState: ReplaceRank hands out each generation once "
+          "across nodes and refuses a second failure while one heals",
+          "[rendezvous][restart_scope]") {
+  Harness h(2, 2, /*max_restarts=*/5);
+  REQUIRE(h.Join("a", 2).ok());
+  REQUIRE(h.Join("b", 2).ok());
+  const int a0 = h.Of("a").rank_offset();
+  const int b0 = h.Of("b").rank_offset();
+  // Both nodes' agents count from their own view: each proposes 1.
+  StatusOr<v1::ReplaceRankResponse> r =
+      h.state_.ReplaceRank(Replace(h, "b", b0, 1));
+  REQUIRE(r.ok());
+  REQUIRE(r->replaced());
+  CHECK(r->generation() == 1);
+  // Node a's rank fails while b's replacement heals: refused, nothing
+  // spent, and the answer names the healing rank.
+  r = h.state_.ReplaceRank(Replace(h, "a", a0, 1));
+  REQUIRE(r.ok());
+  CHECK_FALSE(r->replaced());
+  CHECK(r->healing_rank() == b0);
+  CHECK(r->healing_generation() == 1);
+  CHECK(r->restart_count() == 1);
+  // A heal report of another generation does not clear it.
+  v1::ReplaceRankRequest stale = Replace(h, "b", b0, 7);
+  stale.set_healed(true);
+  REQUIRE(h.state_.ReplaceRank(stale).ok());
+  CHECK_FALSE(h.state_.ReplaceRank(Replace(h, "a", a0, 1))->replaced());
+  // Healed: node a's next failure gets generation 2, not its own 1.
+  v1::ReplaceRankRequest healed = Replace(h, "b", b0, 1);
+  healed.set_healed(true);
+  REQUIRE(h.state_.ReplaceRank(healed).ok());
+  r = h.state_.ReplaceRank(Replace(h, "a", a0, 1));
+  REQUIRE(r.ok());
+  CHECK(r->replaced());
+  CHECK(r->generation() == 2);
+  CHECK(r->healing_generation() == 0);
+  CHECK(r->restart_count() == 2);
+  // An agent that counted further (a rebuilt server's round) is believed.
+  healed = Replace(h, "a", a0, 2);
+  healed.set_healed(true);
+  REQUIRE(h.state_.ReplaceRank(healed).ok());
+  r = h.state_.ReplaceRank(Replace(h, "b", b0 + 1, 9));
+  REQUIRE(r.ok());
+  CHECK(r->generation() == 9);
+}
+
 TEST_CASE("RendezvousState: ReplaceRank refuses what is not this node's",
           "[rendezvous][restart_scope]") {
   Harness h(2, 2, /*max_restarts=*/3);

@@ -43,7 +43,16 @@ class MemoryWorkerStore : public WorkerStore {
   }
   void Set(const std::string& key, std::string value) override {
     sets.push_back(key);
+    if (remote) {
+      pending.emplace_back(key, std::move(value));
+      return;
+    }
     keys[key] = std::move(value);
+  }
+  // Another node's store: a Set shows once the round trip is over.
+  void Deliver() {
+    for (auto& [key, value] : pending) keys[key] = std::move(value);
+    pending.clear();
   }
   std::optional<std::string> Get(const std::string& key) const override {
     auto it = keys.find(key);
@@ -52,6 +61,8 @@ class MemoryWorkerStore : public WorkerStore {
   }
 
   bool serves = true;
+  bool remote = false;
+  std::vector<std::pair<std::string, std::string>> pending;
   Status start_error = Status::Ok();
   int rounds = 0;
   std::vector<std::string> sets;
@@ -242,6 +253,83 @@ TEST_CASE("restart scope failed: a rendezvous without ReplaceRank restarts the "
   h.loop.RunUntilIdle();
   CHECK(h.launcher.workers[0]->signals.front() == SIGTERM);
   h.loop.RunUntilIdle();  // SIGTERM ended them
+  REQUIRE(h.launcher.workers.size() == 4);
+  CHECK(h.agent->starts() == 2);
+}
+
+TEST_CASE("restart scope failed: the generation is the rendezvous's when it "
+          "hands them out",
+          "[agent][restart_scope]") {
+  Harness h(2, 5);
+  h.rendezvous.allocate_generations = true;
+  h.rendezvous.allocated = 4;  // another node's ranks were replaced 4 times
+  h.Start();
+  h.launcher.Exit(1, -SIGKILL);
+  h.loop.RunUntilIdle();
+  REQUIRE(h.launcher.workers.size() == 3);
+  CHECK(h.launcher.workers[2]->env("DDPRUN_GENERATION") == "5");
+  CHECK(h.store.keys["/ddprun/generation"] == "5");
+  CHECK(h.store.keys.count("/ddprun/generation/5") == 1);
+  h.Heal(5);
+  CHECK(h.console.err.find("rank 1 replaced (generation 5)") !=
+        std::string::npos);
+  CHECK(h.rendezvous.healed.size() == 1);
+}
+
+TEST_CASE("restart scope failed: a rank that fails while another node's rank "
+          "heals restarts the group",
+          "[agent][restart_scope]") {
+  Harness h(2, 5);
+  h.rendezvous.healing_rank = 7;
+  h.Start();
+  h.launcher.Exit(1, -SIGKILL);
+  h.loop.RunUntilIdle();
+  // Asked, refused without spending: the group stops and restarts.
+  CHECK(h.rendezvous.replaced_ranks == std::vector<int>{1});
+  CHECK(h.launcher.workers[0]->signals.front() == SIGTERM);
+  h.loop.RunUntilIdle();
+  REQUIRE(h.launcher.workers.size() == 4);
+  CHECK(h.agent->starts() == 2);
+  CHECK(h.store.sets.empty());
+}
+
+TEST_CASE("restart scope failed: through another node's store the replacement "
+          "starts once the generation shows there",
+          "[agent][restart_scope]") {
+  Harness h(2, 5);
+  h.store.remote = true;
+  h.Start();
+  h.launcher.Exit(1, -SIGKILL);
+  h.loop.RunUntilIdle();
+  // Written, not yet visible: the replacement waits (a worker reading its
+  // generation's record first would find none).
+  REQUIRE(h.store.sets.size() == 2);
+  h.loop.Advance(20ms);
+  CHECK(h.launcher.workers.size() == 2);
+  h.store.Deliver();
+  h.loop.Advance(10ms);
+  REQUIRE(h.launcher.workers.size() == 3);
+  CHECK(h.launcher.workers[2]->env("DDPRUN_GENERATION") == "1");
+  CHECK(h.launcher.workers[0]->signals.empty());
+  h.Heal(1);
+  CHECK(h.console.err.find("rank 1 replaced (generation 1)") !=
+        std::string::npos);
+}
+
+TEST_CASE("restart scope failed: a generation that never reaches the store "
+          "restarts the group after --heal_timeout",
+          "[agent][restart_scope]") {
+  Harness h(2, 5);
+  h.store.remote = true;
+  h.Start();
+  h.launcher.Exit(1, -SIGKILL);
+  h.loop.RunUntilIdle();
+  h.loop.Advance(9s);
+  CHECK(h.launcher.workers.size() == 2);
+  CHECK(h.launcher.workers[0]->signals.empty());
+  h.loop.Advance(2s);
+  CHECK(h.launcher.workers[0]->signals.front() == SIGTERM);
+  h.loop.RunUntilIdle();
   REQUIRE(h.launcher.workers.size() == 4);
   CHECK(h.agent->starts() == 2);
 }
