@@ -96,6 +96,12 @@ struct Harness {
     loop.RunUntilIdle();
   }
 
+  // Local rank `local_rank` is killed; the agent acts on it.
+  void Kill(int local_rank) {
+    launcher.Exit(local_rank, -SIGKILL);
+    loop.RunUntilIdle();
+  }
+
   // The source rank marks generation `g` healed; the agent polls it.
   void Heal(int g) {
     store.keys["/ddprun/generation/" + std::to_string(g) + "/healed"] = "1";
@@ -264,8 +270,7 @@ TEST_CASE("restart scope failed: the generation is the rendezvous's when it "
   h.rendezvous.allocate_generations = true;
   h.rendezvous.allocated = 4;  // another node's ranks were replaced 4 times
   h.Start();
-  h.launcher.Exit(1, -SIGKILL);
-  h.loop.RunUntilIdle();
+  h.Kill(1);
   REQUIRE(h.launcher.workers.size() == 3);
   CHECK(h.launcher.workers[2]->env("DDPRUN_GENERATION") == "5");
   CHECK(h.store.keys["/ddprun/generation"] == "5");
@@ -282,8 +287,7 @@ TEST_CASE("restart scope failed: a rank that fails while another node's rank "
   Harness h(2, 5);
   h.rendezvous.healing_rank = 7;
   h.Start();
-  h.launcher.Exit(1, -SIGKILL);
-  h.loop.RunUntilIdle();
+  h.Kill(1);
   // Asked, refused without spending: the group stops and restarts.
   CHECK(h.rendezvous.replaced_ranks == std::vector<int>{1});
   CHECK(h.launcher.workers[0]->signals.front() == SIGTERM);
@@ -299,8 +303,7 @@ TEST_CASE("restart scope failed: through another node's store the replacement "
   Harness h(2, 5);
   h.store.remote = true;
   h.Start();
-  h.launcher.Exit(1, -SIGKILL);
-  h.loop.RunUntilIdle();
+  h.Kill(1);
   // Written, not yet visible: the replacement waits (a worker reading its
   // generation's record first would find none).
   REQUIRE(h.store.sets.size() == 2);
@@ -322,8 +325,7 @@ TEST_CASE("restart scope failed: a generation that never reaches the store "
   Harness h(2, 5);
   h.store.remote = true;
   h.Start();
-  h.launcher.Exit(1, -SIGKILL);
-  h.loop.RunUntilIdle();
+  h.Kill(1);
   h.loop.Advance(9s);
   CHECK(h.launcher.workers.size() == 2);
   CHECK(h.launcher.workers[0]->signals.empty());
