@@ -10,16 +10,30 @@ namespace {
 // would otherwise keep its capacity for the connection's life).
 constexpr size_t kKeepCapacity = size_t{4} << 20;
 
+// Legacy query types: the index is the type byte.
+constexpr StoreOp kLegacyOps[] = {
+    StoreOp::kSet,       StoreOp::kCompareSet, StoreOp::kGet,
+    StoreOp::kAdd,       StoreOp::kCheck,      StoreOp::kWait,
+    StoreOp::kNumKeys,   StoreOp::kWatchKey,   StoreOp::kDelete,
+    StoreOp::kAppend,    StoreOp::kMultiGet,   StoreOp::kMultiSet,
+    StoreOp::kCancelWait};
+constexpr size_t kNumLegacyOps = sizeof(kLegacyOps) / sizeof(kLegacyOps[0]);
+
 bool LegacyOp(uint8_t t, StoreOp* op) {
-  static const StoreOp kOps[] = {
-      StoreOp::kSet,       StoreOp::kCompareSet, StoreOp::kGet,
-      StoreOp::kAdd,       StoreOp::kCheck,      StoreOp::kWait,
-      StoreOp::kNumKeys,   StoreOp::kWatchKey,   StoreOp::kDelete,
-      StoreOp::kAppend,    StoreOp::kMultiGet,   StoreOp::kMultiSet,
-      StoreOp::kCancelWait};
-  if (t >= sizeof(kOps) / sizeof(kOps[0])) return false;
-  *op = kOps[t];
+  if (t >= kNumLegacyOps) return false;
+  *op = kLegacyOps[t];
   return true;
+}
+
+void PutU64(uint64_t v, std::string* out) {
+  for (size_t i = 0; i < 8; ++i) {
+    out->push_back(static_cast<char>(v >> (8 * i)));
+  }
+}
+
+void PutBytes(const std::string& s, std::string* out) {
+  PutU64(s.size(), out);
+  out->append(s);
 }
 
 bool ModernOp(uint8_t t, StoreOp* op) {
@@ -41,6 +55,84 @@ std::string OverLimit(const char* what, uint64_t n, uint64_t limit,
 }
 
 }  // namespace
+
+uint64_t StoreWireU64(const char* bytes) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < 8; ++i) {
+    v |= uint64_t(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  }
+  return v;
+}
+
+std::string TorchClientKey(const std::string& key) { return "/" + key; }
+
+Status AppendLegacyQuery(const StoreRequest& r, std::string* out) {
+  size_t type = 0;
+  while (type < kNumLegacyOps && kLegacyOps[type] != r.op) ++type;
+  if (type == kNumLegacyOps || r.op == StoreOp::kWatchKey) {
+    return InvalidArgumentError(std::string(StoreOpName(r.op)) +
+                                " is not sent in torch 1.13's dialect");
+  }
+  size_t keys = 0;
+  size_t values = 0;
+  switch (r.op) {
+    case StoreOp::kSet:
+    case StoreOp::kAppend:
+      keys = values = 1;
+      break;
+    case StoreOp::kCompareSet:
+      keys = 1;
+      values = 2;
+      break;
+    case StoreOp::kGet:
+    case StoreOp::kAdd:
+    case StoreOp::kDelete:
+      keys = 1;
+      break;
+    case StoreOp::kMultiSet:
+      values = r.keys.size();
+      break;
+    default:  // CHECK, WAIT, MULTI_GET: any number of keys; the rest none
+      break;
+  }
+  if (r.keys.size() < keys || r.values.size() < values) {
+    return InvalidArgumentError(std::string("a ") + StoreOpName(r.op) +
+                                " query without its keys or values");
+  }
+  out->push_back(static_cast<char>(type));
+  switch (r.op) {
+    case StoreOp::kSet:
+    case StoreOp::kAppend:
+    case StoreOp::kCompareSet:
+      PutBytes(r.keys[0], out);
+      for (size_t i = 0; i < values; ++i) PutBytes(r.values[i], out);
+      break;
+    case StoreOp::kGet:
+    case StoreOp::kDelete:
+      PutBytes(r.keys[0], out);
+      break;
+    case StoreOp::kAdd:
+      PutBytes(r.keys[0], out);
+      PutU64(static_cast<uint64_t>(r.delta), out);
+      break;
+    case StoreOp::kCheck:
+    case StoreOp::kWait:
+    case StoreOp::kMultiGet:
+      PutU64(r.keys.size(), out);
+      for (const std::string& k : r.keys) PutBytes(k, out);
+      break;
+    case StoreOp::kMultiSet:
+      PutU64(r.keys.size(), out);
+      for (size_t i = 0; i < r.keys.size(); ++i) {
+        PutBytes(r.keys[i], out);
+        PutBytes(r.values[i], out);
+      }
+      break;
+    default:  // GETNUMKEYS, CANCEL_WAIT: the type alone
+      break;
+  }
+  return Status::Ok();
+}
 
 FirstBytes SniffFirstBytes(const char* data, size_t n) {
   static const char kPreface[] = "PRI ";
@@ -114,11 +206,7 @@ void StoreDecoder::Append(const char* data, size_t n) {
 }
 
 uint64_t StoreDecoder::ReadU64(size_t at) const {
-  uint64_t v = 0;
-  for (size_t i = 0; i < 8; ++i) {
-    v |= uint64_t(static_cast<unsigned char>(buf_[start_ + at + i])) << (8 * i);
-  }
-  return v;
+  return StoreWireU64(&buf_[start_ + at]);
 }
 
 Status StoreDecoder::DetectDialect(bool* ready) {

@@ -9,9 +9,10 @@
 
 namespace ddprun::agent {
 
-// torch's c10d TCPStore wire format, as the agent store reads it: no
-// sockets, no key store (store_session.h runs what this decodes against a
-// KeyStore; agent_store.h owns the sockets).
+// torch's c10d TCPStore wire format, as the agent store reads it and its
+// client writes it: no sockets, no key store (store_session.h runs what
+// this decodes against a KeyStore; agent_store.h owns the sockets;
+// store_client.h sends what AppendLegacyQuery encodes).
 //
 // Two dialects, told apart by a connection's first query:
 // - torch >= 2.2 ("modern"): the connection opens with VALIDATE (type 0)
@@ -26,6 +27,17 @@ namespace ddprun::agent {
 // uint64, ADD's delta int64, PING's nonce and VALIDATE's magic uint32.
 
 constexpr uint32_t kStoreValidateMagic = 0x3C85F7CE;
+
+// A little-endian uint64 of the wire (a length, a count, ADD's int64) at
+// `bytes`, which holds at least 8.
+uint64_t StoreWireU64(const char* bytes);
+
+// A key as torch's TCPStore client sends it: its keyPrefix_ "/" goes before
+// every key (1.13 through 2.x), so a worker's "/ddprun/generation" is
+// "//ddprun/generation" in the store. The agent names the workers' keys
+// so whether it serves their store (worker_store_host.h) or reaches it
+// over TCP (store_client.h): it sees what the workers see.
+std::string TorchClientKey(const std::string& key);
 
 // What a connection on the agent store's port opens with.
 enum class FirstBytes {
@@ -159,5 +171,13 @@ class StoreDecoder {
   int field_ = 0;  // < num_head: in the head; else (field_ - num_head)
   uint64_t reps_left_ = 0;
 };
+
+// The client's side (store_client.h): appends `request` to *out as torch
+// 1.13's client sends it, in the legacy dialect (no VALIDATE first), which
+// AgentStore and torch 1.13's server read. Its fields as StoreRequest says
+// for its op. INVALID_ARGUMENT, with nothing appended, for an op the legacy
+// dialect lacks (VALIDATE, PING), for WATCH_KEY (AgentStore refuses it)
+// and for fields missing for the op.
+Status AppendLegacyQuery(const StoreRequest& request, std::string* out);
 
 }  // namespace ddprun::agent

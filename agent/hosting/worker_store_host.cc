@@ -5,17 +5,10 @@
 #include <utility>
 
 #include "agent/hosting/rendezvous_factory.h"
+#include "agent/hosting/store_protocol.h"
 #include "common/logging.h"
 
 namespace ddprun::agent {
-namespace {
-
-// torch's TCPStore client puts "/" before every key it sends (its
-// keyPrefix_, 1.13 through 2.x): a worker's "/ddprun/generation" is
-// "//ddprun/generation" on the wire, as the store keeps it.
-std::string WireKey(const std::string& key) { return "/" + key; }
-
-}  // namespace
 
 WorkerStoreHost::WorkerStoreHost(RendezvousHost* static_host)
     : static_host_(static_host) {}
@@ -53,16 +46,18 @@ StatusOr<bool> WorkerStoreHost::StartRound(
 void WorkerStoreHost::Set(const std::string& key, std::string value) {
   if (!serving_) return;
   if (own_ != nullptr) {
-    own_->Set(WireKey(key), std::move(value));
+    own_->Set(TorchClientKey(key), std::move(value));
   } else if (static_host_ != nullptr) {
-    static_host_->SetStoreKey(WireKey(key), std::move(value));
+    static_host_->SetStoreKey(TorchClientKey(key), std::move(value));
   }
 }
 
 std::optional<std::string> WorkerStoreHost::Get(const std::string& key) const {
   if (!serving_) return std::nullopt;
-  if (own_ != nullptr) return own_->Get(WireKey(key));
-  if (static_host_ != nullptr) return static_host_->GetStoreKey(WireKey(key));
+  if (own_ != nullptr) return own_->Get(TorchClientKey(key));
+  if (static_host_ != nullptr) {
+    return static_host_->GetStoreKey(TorchClientKey(key));
+  }
   return std::nullopt;
 }
 

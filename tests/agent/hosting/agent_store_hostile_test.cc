@@ -22,6 +22,7 @@
 #include "ddprun_skip.h"
 #include "store_test_client.h"
 #include "tests/support/process.h"
+#include "torch_python.h"
 
 namespace ddprun::agent {
 namespace {
@@ -395,10 +396,8 @@ TEST_CASE(
     "[agent][agent_store][hostile][torch]") {
   // Its second socket (watch_key's) never speaks: closing it after the
   // timeout would make the client's watch thread spin on it.
-  const std::string python = "/usr/bin/python3";
-  if (testing::RunShell(python + " -c 'import torch.distributed' 2>/dev/null",
-                        60s)
-          .exit_code != 0) {
+  const std::string& python = TorchPython();
+  if (!HasTorchDistributed()) {
     DDPRUN_SKIP(python << " has no torch.distributed");
   }
   AgentStore::Options o;
