@@ -28,6 +28,7 @@
 #include "agent/elastic/worker_store.h"
 #include "agent/frontends/accelerate/accelerate_main.h"
 #include "agent/frontends/deepspeed/deepspeed_main.h"
+#include "agent/hosting/remote_worker_store.h"
 #include "agent/hosting/rendezvous_factory.h"
 #include "agent/hosting/worker_store_host.h"
 #include "agent/process/asio_event_loop.h"
@@ -50,23 +51,42 @@ namespace {
 // The agent's view (agent/elastic/worker_store.h) of the store hosting
 // serves (agent/hosting/worker_store_host.h): two floors that do not see
 // each other, met here.
+// The workers' store as the agent sees it each round: the one this node
+// serves, or a client of the node that serves it.
 class HostedWorkerStore : public WorkerStore {
  public:
   explicit HostedWorkerStore(RendezvousHost* static_host)
       : host_(static_host) {}
   StatusOr<bool> StartRound(
       const rendezvous::RendezvousResult& round) override {
-    return host_.StartRound(round);
+    DDP_ASSIGN_OR_RETURN(serving_, host_.StartRound(round));
+    if (serving_) return true;
+    Status pointed = remote_.StartRound(round);
+    if (!pointed.ok()) {
+      DDP_LOG(WARNING) << "--restart_scope failed: the workers' store of "
+                          "round "
+                       << round.round << " cannot be reached ("
+                       << pointed.message()
+                       << "); a failure of this node restarts the group";
+      return false;
+    }
+    return true;
   }
   void Set(const std::string& key, std::string value) override {
-    host_.Set(key, std::move(value));
+    if (serving_) {
+      host_.Set(key, std::move(value));
+    } else {
+      remote_.Set(key, std::move(value));
+    }
   }
   std::optional<std::string> Get(const std::string& key) const override {
-    return host_.Get(key);
+    return serving_ ? host_.Get(key) : remote_.Get(key);
   }
 
  private:
   WorkerStoreHost host_;
+  RemoteWorkerStore remote_;  // its thread idles until pointed at a store
+  bool serving_ = false;
 };
 
 std::string NodeId(const std::string& host) {

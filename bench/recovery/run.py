@@ -20,7 +20,7 @@ redone, and the ratio group / failed. Exit 1 when a run failed or its model
 differs from the uninterrupted one (the failed scope must match it bit for
 bit). Takes ~10 minutes on the 2-core VM with the defaults.
 
-  bench/recovery/run.py --bin build/bin [--points 10] [--seed 1]
+  bench/recovery/run.py --bin build/bin [--points 10] [--seed 1] [--nodes 2]
 """
 import argparse
 import os
@@ -56,6 +56,9 @@ def main():
     p.add_argument('--seed', type=int, default=1)
     p.add_argument('--clean_runs', type=int, default=3)
     p.add_argument('--timeout', type=float, default=300)
+    p.add_argument('--nodes', type=int, choices=[1, 2], default=1,
+                   help='2: the 4 ranks as two agents of 2 (one hosts the '
+                   'c10d rendezvous), as the issue\'s 2 x 2 job')
     args = p.parse_args()
     args.ddprun = args.ddprun or args.bin + '/ddprun'
     trainer = args.bin + '/ddpm_trainer'

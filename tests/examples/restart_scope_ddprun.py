@@ -10,6 +10,11 @@ exits 0, the killed rank ran in two processes and every other rank in one
 metrics.jsonl and the final checkpoint equal the uninterrupted run's (timings
 aside). Prints one line per run with the heal time and the wall time.
 
+--nodes 2 runs the same 4 ranks as two ddprun agents on this host (2 x 2
+ranks, the first hosting the c10d rendezvous): a rank of the node that does
+not serve the workers' store (group rank 1's) is replaced through the
+store of the node that does.
+
 Chaos cases (--chaos KIND@STEP), each ending in a finished job equal to the
 uninterrupted one: "two" kills ranks 1 and 2 at once (the group restarts
 from its checkpoint), "heal" kills rank 1 and then, as soon as it was
@@ -20,7 +25,7 @@ checkpoint, as under --restart_scope group, and is not compared),
 replaced alone).
 
   restart_scope_ddprun.py --bin DIR --trainer survival|ddpm [--kill R@S]...
-      [--chaos two|heal|stop@S]...
+      [--chaos two|heal|stop@S]... [--nodes 1|2]
 """
 import argparse
 import glob
@@ -29,6 +34,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -49,8 +55,9 @@ HEALED = re.compile(r'\[ddprun\] rank (\d+) replaced \(generation (\d+)\): '
                     r'healed from rank (\d+) in ([0-9.]+) s')
 
 
-def workers_of(agent_pid):
-    """{rank: pid} of the agent's child processes that have a RANK."""
+def workers_of(agent_pid, local_ranks=None):
+    """{rank: pid} of the agent's child processes that have a RANK (their
+    LOCAL_RANK into `local_ranks` when given)."""
     found = {}
     for stat in glob.glob('/proc/[0-9]*/stat'):
         try:
@@ -64,6 +71,9 @@ def workers_of(agent_pid):
                            if b'=' in kv)
             if b'RANK' in env:
                 found[int(env[b'RANK'])] = pid
+                if local_ranks is not None:
+                    local_ranks[int(env[b'RANK'])] = (
+                        int(env[b'LOCAL_RANK']), int(env[b'GROUP_RANK']))
         except (OSError, IndexError, ValueError):
             continue
     return found
@@ -88,7 +98,7 @@ class Plan:
         self.done = False
         self.armed = False  # heal: rank 1 was killed, rank 2 is next
 
-    def act(self, seen, log_dir):
+    def act(self, seen, steps_of):
         if self.done:
             return
         if self.armed:
@@ -96,7 +106,7 @@ class Plan:
                 os.kill(seen[2][-1], signal.SIGKILL)
                 self.done = True
             return
-        if self.rank not in seen or steps_of(log_dir, self.rank) < self.step:
+        if self.rank not in seen or steps_of(self.rank) < self.step:
             return
         pid = seen[self.rank][-1]
         if self.kind == 'kill':
@@ -114,44 +124,86 @@ class Plan:
             self.done = True
 
 
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
 def run(args, trainer_cmd, out, plan=None, scope='failed',
         output_flag='--output_dir'):
-    """One ddprun run; returns (exit code, console, pids seen per rank,
-    seconds)."""
-    log_dir = out + '/logs'
-    cmd = [args.ddprun, '--standalone', f'--nproc_per_node={RANKS}',
-           '--restart_scope', scope, '--max_restarts', '3',
-           '--log_dir', log_dir, '--no_python']
-    if plan is not None and plan.kind == 'stop':
-        cmd += ['--watchdog_timeout', '3']
-    cmd += trainer_cmd + ([output_flag, out] if output_flag else [])
+    """One ddprun run (one agent per node); returns (exit code, console,
+    pids seen per rank, seconds)."""
+    nodes = getattr(args, 'nodes', 1)
+    if nodes == 1:
+        placements = [['--standalone', f'--nproc_per_node={RANKS}']]
+    else:
+        endpoint = f'127.0.0.1:{free_port()}'
+        common = [f'--nnodes={nodes}', f'--nproc_per_node={RANKS // nodes}',
+                  '--rdzv_backend=c10d', '--rdzv_id=scope',
+                  f'--rdzv_endpoint={endpoint}']
+        placements = [common + [f'--rdzv_conf=is_host={str(n == 0).lower()}']
+                      for n in range(nodes)]
     env = dict(os.environ, OMP_NUM_THREADS='1')
     start = time.monotonic()
-    console = open(out + '/console.txt', 'w+')
-    agent = subprocess.Popen(cmd, stdout=console, stderr=subprocess.STDOUT,
-                             env=env)
+    agents, consoles, log_dirs = [], [], []
+    for n, placement in enumerate(placements):
+        log_dir = out + ('/logs' if nodes == 1 else f'/logs{n}')
+        cmd = [args.ddprun] + placement + [
+            '--restart_scope', scope, '--max_restarts', '3',
+            '--log_dir', log_dir, '--no_python']
+        if plan is not None and plan.kind == 'stop':
+            cmd += ['--watchdog_timeout', '3']
+        cmd += trainer_cmd + ([output_flag, out] if output_flag else [])
+        console = open(out + ('/console.txt' if nodes == 1 else
+                              f'/console{n}.txt'), 'w+')
+        agents.append(subprocess.Popen(cmd, stdout=console,
+                                       stderr=subprocess.STDOUT, env=env))
+        consoles.append(console)
+        log_dirs.append(log_dir)
     seen = {}  # rank -> [pids in order]
+    where = {}  # rank -> (node, (local rank, group rank))
+
+    def steps_of_rank(rank):
+        if rank not in where:
+            return -1
+        node, (local, _) = where[rank]
+        return steps_of(log_dirs[node], local)
+
     deadline = start + args.timeout
-    while agent.poll() is None:
+    while any(a.poll() is None for a in agents):
         if time.monotonic() > deadline:
-            agent.send_signal(signal.SIGTERM)
-            agent.wait(30)
+            for a in agents:
+                if a.poll() is None:
+                    a.send_signal(signal.SIGTERM)
+            for a in agents:
+                a.wait(30)
             break
-        for rank, pid in workers_of(agent.pid).items():
-            pids = seen.setdefault(rank, [])
-            if not pids or pids[-1] != pid:
-                pids.append(pid)
+        for n, a in enumerate(agents):
+            local_ranks = {}
+            for rank, pid in workers_of(a.pid, local_ranks).items():
+                where[rank] = (n, local_ranks[rank])
+                pids = seen.setdefault(rank, [])
+                if not pids or pids[-1] != pid:
+                    pids.append(pid)
         if plan is not None:
             try:
-                plan.act(seen, log_dir)
+                plan.act(seen, steps_of_rank)
             except ProcessLookupError:
                 pass  # it exited meanwhile: the next poll sees
         time.sleep(0.02)
     seconds = time.monotonic() - start
-    console.seek(0)
-    text = console.read()
-    console.close()
-    return agent.returncode, text, seen, seconds
+    text = ''
+    for console in consoles:
+        console.seek(0)
+        text += console.read()
+        console.close()
+    codes = [a.returncode for a in agents]
+    code = next((c for c in codes if c != 0), 0)
+    # Group rank 0's agent serves the workers' store: its node's ranks.
+    seen['store_node_ranks'] = sorted(
+        r for r, (_, (_, group)) in where.items() if group == 0)
+    return code, text, seen, seconds
 
 
 def metrics(out):
@@ -209,6 +261,7 @@ def main():
     p.add_argument('--kill', action='append', default=[])
     p.add_argument('--chaos', action='append', default=[])
     p.add_argument('--timeout', type=float, default=300)
+    p.add_argument('--nodes', type=int, choices=[1, 2], default=1)
     p.add_argument('--keep', action='store_true')
     args = p.parse_args()
     args.ddprun = args.ddprun or args.bin + '/ddprun'
@@ -240,6 +293,7 @@ def main():
         for spec in args.chaos:
             kind, step = spec.split('@')
             plans.append((f'{kind} at step {step}', Plan(kind, int(step))))
+        remote_kills = 0
         for n, (name, plan) in enumerate(plans):
             out = f'{work}/run{n}'
             os.makedirs(out)
@@ -265,7 +319,15 @@ def main():
                     problems.append(f'no group restart: pids {seen}')
                 if 'restarting the group' not in text:
                     problems.append('the fallback was not announced')
-            if not problems:
+            if not problems and plan.kind in ('two', 'heal') and \
+                    args.nodes > 1:
+                # Known (issue 41's note): a 2-node job resumed from its
+                # checkpoint after a group restart ends near, not equal to,
+                # the uninterrupted run, under --restart_scope group as
+                # well; one node's does equal it. Finishing is checked.
+                print(f'note {name}: 2 nodes, the group restart\'s result '
+                      'is not compared')
+            elif not problems:
                 got, want = metrics(out), clean_metrics
                 if plan.kind in ('two', 'heal'):
                     # Resumed from a checkpoint mid-epoch, as under group:
@@ -280,13 +342,23 @@ def main():
                                     'uninterrupted run')
             heal = healed[0][3] if healed else '-'
             status = 'PASS' if not problems else 'FAIL'
-            print(f'{status} {name}: healed in {heal} s, run {seconds:.1f} s '
-                  f'(uninterrupted {clean_seconds:.1f} s)')
+            node = ''
+            if args.nodes > 1 and plan.kind == 'kill':
+                remote = plan.rank not in seen['store_node_ranks']
+                remote_kills += remote
+                node = (' (on a node that does not serve the store)'
+                        if remote else ' (on the node that serves the store)')
+            print(f'{status} {name}{node}: healed in {heal} s, run '
+                  f'{seconds:.1f} s (uninterrupted {clean_seconds:.1f} s)')
             if problems:
                 print(text[-6000:])
                 for problem in problems:
                     print('  ' + problem)
                 failures.append(name)
+        if args.nodes > 1 and args.kill and not remote_kills:
+            print('FAIL: no kill hit a rank of a node that does not serve '
+                  'the store')
+            failures.append('placement')
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
