@@ -61,7 +61,9 @@ class HostedWorkerStore : public WorkerStore {
       const rendezvous::RendezvousResult& round) override {
     DDP_ASSIGN_OR_RETURN(serving_, host_.StartRound(round));
     if (serving_) return true;
-    Status pointed = remote_.StartRound(round);
+    // Only a node that does not serve the store needs the client's thread.
+    if (remote_ == nullptr) remote_ = std::make_unique<RemoteWorkerStore>();
+    Status pointed = remote_->StartRound(round);
     if (!pointed.ok()) {
       DDP_LOG(WARNING) << "--restart_scope failed: the workers' store of "
                           "round "
@@ -75,17 +77,19 @@ class HostedWorkerStore : public WorkerStore {
   void Set(const std::string& key, std::string value) override {
     if (serving_) {
       host_.Set(key, std::move(value));
-    } else {
-      remote_.Set(key, std::move(value));
+    } else if (remote_ != nullptr) {
+      remote_->Set(key, std::move(value));
     }
   }
   std::optional<std::string> Get(const std::string& key) const override {
-    return serving_ ? host_.Get(key) : remote_.Get(key);
+    if (serving_) return host_.Get(key);
+    return remote_ != nullptr ? remote_->Get(key) : std::nullopt;
   }
 
  private:
   WorkerStoreHost host_;
-  RemoteWorkerStore remote_;  // its thread idles until pointed at a store
+  std::unique_ptr<RemoteWorkerStore> remote_;  // made for the first round
+                                               // this node does not serve
   bool serving_ = false;
 };
 
