@@ -146,9 +146,15 @@ void TrainerSession::Prepare(const TrainingSetup& setup) {
         state_.step));
   }
   if (ddp_options_ && !ddp_) {
+    worker::DdpOptions options = *ddp_options_;
+    // Resumed: the first step buckets the gradients as the saving run's
+    // steps did, so that a job spanning hosts resumes bit for bit.
+    options.layout = std::move(state_.bucket_layout);
+    state_.bucket_layout.clear();
     ddp_ = std::make_unique<worker::DistributedDataParallel>(
-        world_, setup.model, *ddp_options_);
+        world_, setup.model, options);
   }
+  parts_.ddp = ddp_.get();
   StepRunnerOptions options;
   options.loss_scaling = precision().loss_scaling;
   options.clip_grad_norm = setup.clip_grad_norm;

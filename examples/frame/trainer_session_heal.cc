@@ -188,6 +188,7 @@ void TrainerSession::HealAndRebuild(std::string why) {
                                                                  options);
       }
       if (runner_) runner_->Rebind(ddp_.get());
+      parts_.ddp = ddp_.get();
       const std::vector<int>& replaced = world_.generation_record().replaced;
       if (world_.rank() == healed.source ||
           std::find(replaced.begin(), replaced.end(), world_.rank()) !=
@@ -213,6 +214,7 @@ void TrainerSession::DropDdp() {
   bucket_layout_ = ddp_->bucket_layout();
   // Its reducer holds the old process group, whose connections must close
   // for the peers still inside a collective with this rank.
+  parts_.ddp = nullptr;
   ddp_.reset();
   if (runner_) runner_->Rebind(nullptr);
 }

@@ -314,7 +314,6 @@ int Train(const std::string& dir, int total, int every, const std::string& log,
       torch::nn::Linear(64, 512),
       torch::nn::Dropout(std::getenv("NO_DROPOUT") ? 0.0 : 0.2),
       torch::nn::ReLU(), torch::nn::Linear(512, 10));
-  w::DistributedDataParallel ddp(world, net.ptr());
   torch::optim::Adam adam(net->parameters(), torch::optim::AdamOptions(1e-3));
   w::ShardedAdamOptions zo;
   zo.reduce_gradients = false;  // DDP already averaged
@@ -335,7 +334,15 @@ int Train(const std::string& dir, int total, int every, const std::string& log,
     parts.optimizer = &adam;
   }
   int start = 0;
-  if (auto st = cp.LoadLatest(parts)) start = static_cast<int>(st->step);
+  w::DdpOptions ddp_options;
+  if (auto st = cp.LoadLatest(parts)) {
+    start = static_cast<int>(st->step);
+    // As TrainerSession does: the first step after a resume buckets the
+    // gradients as the saving run's steps did.
+    ddp_options.layout = st->bucket_layout;
+  }
+  w::DistributedDataParallel ddp(world, net.ptr(), ddp_options);
+  parts.ddp = &ddp;
   std::printf("rank %d resumed from step %d\n", r, start);
   std::fflush(stdout);
   const char* slow = std::getenv("SLOW_MS");

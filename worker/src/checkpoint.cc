@@ -22,6 +22,7 @@
 
 #include "common/file_util.h"
 #include "common/logging.h"
+#include "ddprun/worker/ddp.h"
 #include "ddprun/worker/errors.h"
 #include "ddprun/worker/rng_fork.h"
 #include "ddprun/worker/sharded_adam.h"
@@ -213,6 +214,12 @@ void FillArchive(torch::serialize::OutputArchive& archive, const World& world,
     parts.sharded_optimizer->Save(sub);  // collective
     archive.write("sharded_optimizer", sub);
   }
+  if (parts.ddp != nullptr) {
+    const std::vector<std::vector<size_t>> layout = parts.ddp->bucket_layout();
+    if (!layout.empty()) {
+      archive.write("ddp/bucket_layout", EncodeBucketLayout(layout));
+    }
+  }
   if (parts.rng) {
     // Every rank's generators: ranks draw different dropout masks.
     for (auto& [kind, gen] : DefaultGenerators(ModelDevice(parts.model))) {
@@ -370,6 +377,17 @@ TrainState LoadArchive(const ArchiveOpener& open, const std::string& what,
         throw WorkerError(what + " has no sharded optimizer state");
       }
       parts.sharded_optimizer->Load(sub);
+    }
+    at::Tensor layout;
+    if (parts.model != nullptr &&
+        archive.try_read("ddp/bucket_layout", layout)) {
+      size_t params = 0;
+      for (const at::Tensor& p : parts.model->parameters()) {
+        if (p.requires_grad()) ++params;
+      }
+      if (auto decoded = DecodeBucketLayout(layout, params)) {
+        state.bucket_layout = *std::move(decoded);
+      }
     }
     if (parts.rng) {
       for (auto& [kind, gen] : DefaultGenerators(device)) {

@@ -1,6 +1,8 @@
 #include "ddprun/worker/ddp.h"
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
 #include <unordered_map>
 
 #include <ATen/ATen.h>
@@ -11,6 +13,7 @@
 #include <torch/csrc/distributed/c10d/logger.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
+#include "common/logging.h"
 #include "ddprun/worker/errors.h"
 #include "ddprun/worker/shared_memory_group.h"
 #include "ddprun/worker/shared_memory_join.h"
@@ -67,36 +70,57 @@ class SharedMemoryAllReduceHook : public c10d::CommHookInterface {
   c10::intrusive_ptr<c10d::ProcessGroup> pg_;
 };
 
-// Rank `root`'s bucket layout on every rank (a broadcast of its sizes and
-// indices). Throws WorkerError when it does not name every parameter once.
+// Rank `root`'s bucket layout on every rank (a broadcast of its encoding).
+// Throws WorkerError when it does not name every parameter once.
 std::vector<std::vector<size_t>> SharedLayout(
     const World& world, int root, const std::vector<std::vector<size_t>>& mine,
     size_t params) {
-  std::vector<int64_t> flat;
-  if (world.rank() == root) {
-    flat.push_back(static_cast<int64_t>(mine.size()));
-    for (const auto& bucket : mine) flat.push_back(bucket.size());
-    for (const auto& bucket : mine)
-      flat.insert(flat.end(), bucket.begin(), bucket.end());
-  }
-  at::Tensor size = at::tensor({static_cast<int64_t>(flat.size())}, at::kLong);
+  at::Tensor data;
+  if (world.rank() == root) data = EncodeBucketLayout(mine);
+  at::Tensor size =
+      at::tensor({world.rank() == root ? data.numel() : int64_t{0}}, at::kLong);
   world.Broadcast(size, root);
-  at::Tensor data = at::zeros({size.item<int64_t>()}, at::kLong);
-  if (world.rank() == root) {
-    std::memcpy(data.data_ptr<int64_t>(), flat.data(),
-                flat.size() * sizeof(int64_t));
-  }
+  if (world.rank() != root) data = at::zeros({size.item<int64_t>()}, at::kLong);
   world.Broadcast(data, root);
+  std::optional<std::vector<std::vector<size_t>>> layout =
+      DecodeBucketLayout(data, params);
+  if (!layout) {
+    throw WorkerError("DistributedDataParallel: rank " + std::to_string(root) +
+                      "'s bucket layout does not name each of the " +
+                      std::to_string(params) + " parameters once");
+  }
+  return *std::move(layout);
+}
+
+}  // namespace
+
+at::Tensor EncodeBucketLayout(const std::vector<std::vector<size_t>>& layout) {
+  std::vector<int64_t> flat;
+  flat.push_back(static_cast<int64_t>(layout.size()));
+  for (const auto& bucket : layout) flat.push_back(bucket.size());
+  for (const auto& bucket : layout)
+    flat.insert(flat.end(), bucket.begin(), bucket.end());
+  return at::tensor(flat, at::kLong);
+}
+
+std::optional<std::vector<std::vector<size_t>>> DecodeBucketLayout(
+    const at::Tensor& encoded, size_t params) {
+  if (!encoded.defined() || encoded.dim() != 1 ||
+      encoded.scalar_type() != at::kLong) {
+    return std::nullopt;
+  }
+  const at::Tensor data = encoded.to(c10::kCPU).contiguous();
   const int64_t* v = data.data_ptr<int64_t>();
   const int64_t n = data.numel();
   std::vector<std::vector<size_t>> layout;
   std::vector<bool> seen(params, false);
-  bool ok = n >= 1 && v[0] >= 0 && 1 + v[0] <= n;
+  bool ok = n >= 1 && v[0] >= 0 && v[0] < n;
   int64_t at = ok ? 1 + v[0] : 0;
   for (int64_t b = 0; ok && b < v[0]; ++b) {
+    ok = v[1 + b] >= 0 && v[1 + b] <= n;
     layout.emplace_back();
     for (int64_t i = 0; ok && i < v[1 + b]; ++i, ++at) {
-      ok = at < n && v[at] >= 0 && static_cast<size_t>(v[at]) < params &&
+      ok = at < n && v[at] >= 0 && static_cast<uint64_t>(v[at]) < params &&
            !seen[v[at]];
       if (ok) {
         seen[v[at]] = true;
@@ -106,15 +130,9 @@ std::vector<std::vector<size_t>> SharedLayout(
   }
   ok =
       ok && at == n && std::find(seen.begin(), seen.end(), false) == seen.end();
-  if (!ok) {
-    throw WorkerError("DistributedDataParallel: rank " + std::to_string(root) +
-                      "'s bucket layout does not name each of the " +
-                      std::to_string(params) + " parameters once");
-  }
+  if (!ok) return std::nullopt;
   return layout;
 }
-
-}  // namespace
 
 struct DistributedDataParallel::Impl {
   std::vector<at::Tensor> params;   // requires_grad, in module order
@@ -189,9 +207,23 @@ DistributedDataParallel::DistributedDataParallel(
       impl_->params, {first_cap, cap}, sparse);
   std::reverse(indices.begin(), indices.end());
   std::reverse(limits.begin(), limits.end());
+  std::optional<std::vector<std::vector<size_t>>> given;
   if (options_.layout_root >= 0) {
-    indices = SharedLayout(world_, options_.layout_root, options_.layout,
-                           impl_->params.size());
+    given = SharedLayout(world_, options_.layout_root, options_.layout,
+                         impl_->params.size());
+  } else if (!options_.layout.empty()) {
+    given = DecodeBucketLayout(EncodeBucketLayout(options_.layout),
+                               impl_->params.size());
+    if (!given && world_.rank() == 0) {
+      DDP_LOG(WARNING) << "DistributedDataParallel: the bucket layout given "
+                          "(a checkpoint's) does not name each of the "
+                       << impl_->params.size()
+                       << " parameters that require grad once; the buckets "
+                          "are computed";
+    }
+  }
+  if (given) {
+    indices = *std::move(given);
     limits.assign(indices.size(), cap);
     if (!limits.empty()) limits.front() = first_cap;
   }

@@ -18,6 +18,7 @@ class Optimizer;
 
 namespace ddprun::worker {
 
+class DistributedDataParallel;
 class ShardedAdam;
 
 // Where training stands; saved with every checkpoint.
@@ -31,6 +32,13 @@ struct TrainState {
   int64_t batch_in_epoch = 0;
   // Free-form numbers the trainer wants back (best metric, LR, ...).
   std::map<std::string, double> scalars;
+  // Loaded only: the saving DDP's gradient buckets (CheckpointParts::ddp),
+  // empty when the checkpoint has none or they do not fit the model. A DDP
+  // resumed with them (DdpOptions::layout) sums its first all-reduce as the
+  // saving run's later steps did: a fresh DDP's first step buckets the
+  // gradients otherwise, and over a process group (ranks on several hosts)
+  // the float sums then round otherwise.
+  std::vector<std::vector<size_t>> bucket_layout;
 };
 
 // What to save and restore; any pointer may be null. They must outlive the
@@ -46,6 +54,9 @@ struct CheckpointParts {
   // on a CUDA device, that device's default generator, so data augmentation
   // and dropout continue identically.
   bool rng = true;
+  // Its gradient buckets as they are at the save (after its first step:
+  // in the order backward produced the gradients) are saved with the rest.
+  const DistributedDataParallel* ddp = nullptr;
 };
 
 struct CheckpointOptions {

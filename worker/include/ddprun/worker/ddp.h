@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,9 +48,22 @@ struct DdpOptions {
   // float sums depend on where each gradient lies in its bucket, so a DDP
   // rebuilt after a heal reduces as the one it replaces did (bit for bit),
   // and not as a fresh DDP, whose buckets are rebuilt after its first step.
+  // < 0 with a non-empty `layout`: every rank's own, the same on every
+  // rank (a resumed checkpoint's TrainState::bucket_layout), no broadcast;
+  // one that does not name each parameter once is ignored with a warning
+  // (the buckets are computed), as every rank decides alike.
   int layout_root = -1;
   std::vector<std::vector<size_t>> layout;
 };
+
+// A bucket layout as one 1-D int64 tensor: the bucket count, each bucket's
+// size, then the indices bucket by bucket (what checkpoints store and
+// SharedLayout broadcasts).
+at::Tensor EncodeBucketLayout(const std::vector<std::vector<size_t>>& layout);
+// The layout `encoded` holds, or nullopt unless it is such a tensor naming
+// each of `params` parameters exactly once.
+std::optional<std::vector<std::vector<size_t>>> DecodeBucketLayout(
+    const at::Tensor& encoded, size_t params);
 
 // Distributed data parallel for a torch::nn::Module, built on c10d's
 // Reducer (the engine under Python's DistributedDataParallel).
