@@ -1,11 +1,13 @@
 #include "examples/frame/norm_layer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <numeric>
 
 #include "ddprun/worker/errors.h"
 #include "ddprun/worker/sync_batch_norm.h"
+#include "examples/frame/norm_counts.h"
 
 namespace ddprun::examples {
 
@@ -43,12 +45,18 @@ constexpr int64_t kWarmBatches = 9;
 // kWarmBatches. From there on the momentum no longer depends on the count,
 // which only grows while training (DDP's broadcast rewrites rank 0's equal
 // count every step): no more reads.
+// RereadBatchCounts() moves it: every copy is read again.
+std::atomic<uint64_t> reread_epoch{0};
+
 class TrackedCount {
  public:
   int64_t Read(const torch::Tensor& buffer) {
-    if (!known_ || (value_ < kWarmBatches && buffer._version() != version_)) {
+    const uint64_t epoch = reread_epoch.load(std::memory_order_relaxed);
+    if (!known_ || epoch != epoch_ ||
+        (value_ < kWarmBatches && buffer._version() != version_)) {
       value_ = buffer.item<int64_t>();
       version_ = buffer._version();
+      epoch_ = epoch;
       known_ = true;
     }
     return value_;
@@ -67,6 +75,7 @@ class TrackedCount {
 
  private:
   bool known_ = false;
+  uint64_t epoch_ = 0;
   int64_t version_ = 0;
   int64_t value_ = 0;
 };
@@ -150,6 +159,10 @@ class Fp32GroupNorm : public nn::GroupNormImpl {
 };
 
 }  // namespace
+
+void RereadBatchCounts() {
+  reread_epoch.fetch_add(1, std::memory_order_relaxed);
+}
 
 NormKind ParseNormKind(const std::string& norm, bool sync_batchnorm) {
   if (norm == "group") {

@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "ddprun/worker/heal.h"
 #include "ddprun/worker/rng_fork.h"
+#include "examples/frame/norm_counts.h"
 #include "examples/frame/trainer_session.h"
 
 namespace ddprun::examples {
@@ -96,6 +97,8 @@ void TrainerSession::RestoreUnit() {
     for (const at::Tensor& b : parts_.model->buffers()) {
       if (i < unit_.buffers.size()) b.detach().copy_(unit_.buffers[i++]);
     }
+    // The interrupted step's forward counted a batch the redo counts again.
+    RereadBatchCounts();
   }
   for (size_t i = 0; i < heal_states_.size() && i < unit_.trainer.size(); ++i) {
     heal_states_[i].load(unit_.trainer[i]);
@@ -145,6 +148,7 @@ void TrainerSession::HealAndRebuild(std::string why) {
       }
       worker::HealResult healed =
           worker::Heal(world_, has_state_, sent, parts_);
+      RereadBatchCounts();  // the source's buffers
       worker::TrainState got = std::move(healed.state);
       const std::vector<double> loss = TakeNumbers(got, "session/epoch_loss");
       const std::vector<double> saved = TakeNumbers(got, "session/saved");

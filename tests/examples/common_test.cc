@@ -16,6 +16,7 @@
 #include "examples/frame/eval_metrics.h"
 #include "examples/frame/image_io.h"
 #include "examples/frame/nifti_io.h"
+#include "examples/frame/norm_counts.h"
 #include "examples/frame/norm_layer.h"
 #include "examples/survival/cox_loss.h"
 #include "examples/survival/smart_cache.h"
@@ -287,6 +288,51 @@ TEST_CASE("MakeNorm: warm-start batch norm follows writes to its batch count",
     norm.forward(x2);
     CHECK(torch::allclose(mean, (x.mean({0, 2, 3}) + x2.mean({0, 2, 3})) / 2,
                           1e-5, 1e-5));
+  }
+}
+
+TEST_CASE(
+    "MakeNorm: a batch norm rolled back from 9 batches to 8 counts 8 again "
+    "once told (RereadBatchCounts)",
+    "[norm]") {
+  // Restart scope "failed": a failure inside the 9th step makes every rank
+  // put its buffers back to the 8th step's and redo the 9th. Past the
+  // warm-up the layer no longer reads its count; without the reread it
+  // kept 9 and updated with momentum 1/10 instead of 1/9 (the redone run's
+  // validation then differed from the uninterrupted one's).
+  for (NormKind kind : {NormKind::kBatch, NormKind::kSyncBatch}) {
+    CAPTURE(NormKindName(kind));
+    torch::manual_seed(11);
+    std::vector<torch::Tensor> batches;
+    for (int i = 0; i < 9; ++i) batches.push_back(torch::randn({4, 2, 3, 3}));
+    auto make = [&] {
+      torch::nn::AnyModule norm = MakeNorm(kind, 2, 2, 1, worker::World());
+      norm.ptr()->train();
+      return norm;
+    };
+    torch::nn::AnyModule straight = make();
+    for (const torch::Tensor& x : batches) straight.forward(x);
+    torch::nn::AnyModule redone = make();
+    for (int i = 0; i < 8; ++i) redone.forward(batches[i]);
+    std::vector<torch::Tensor> saved;
+    for (const torch::Tensor& b : redone.ptr()->buffers())
+      saved.push_back(b.detach().clone());
+    redone.forward(batches[8]);  // the interrupted attempt
+    {
+      torch::NoGradGuard no_grad;
+      size_t i = 0;
+      for (const torch::Tensor& b : redone.ptr()->buffers())
+        b.detach().copy_(saved[i++]);
+    }
+    RereadBatchCounts();
+    redone.forward(batches[8]);  // the redo
+    auto a = straight.ptr()->named_buffers();
+    auto b = redone.ptr()->named_buffers();
+    for (const char* name :
+         {"running_mean", "running_var", "num_batches_tracked"}) {
+      CAPTURE(name);
+      CHECK(torch::equal(a[name], b[name]));
+    }
   }
 }
 

@@ -47,7 +47,7 @@ TRAINERS = {
     'survival': (
         '--n 96 --synthetic_size 16 --seed 3', 'survival.csv',
         '--image_size 16 16 16 --progress_interval 1 --batch_size 8 '
-        '--epochs 3 --checkpoint_every 4'),
+        '--epochs 3 --checkpoint_every 5'),
     'ddpm': (
         '--n 12 --synthetic_size 16 --seed 9', 'cases.csv',
         '--stages 8,12 --epochs 2 --gradient_accumulation_steps 1 --width 4 '
