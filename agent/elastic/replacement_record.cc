@@ -60,7 +60,9 @@ Status ReplacementRecord::HealFailed(const std::string& why) {
 }
 
 Status ReplacementRecord::Write() const {
-  using nlohmann::json;
+  // In the schema's order (docs/restart_scope.md), for a person reading it;
+  // the failed process's error file keeps its own order too.
+  using json = nlohmann::ordered_json;
   json record = json::object();
   record["rank"] = rank_;
   record["local_rank"] = local_rank_;
