@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "agent/process/signal_names.h"
+#include "common/file_util.h"
 #include "common/logging.h"
 
 namespace ddprun::agent {
@@ -255,6 +256,7 @@ Status ElasticAgent::StartWorkers(const rendezvous::RendezvousResult& round) {
                          options_.worker_store->StartRound(round));
   }
   replacement_->StartGroup(round, reaches_store);
+  replacement_record_.reset();
   DDP_RETURN_IF_ERROR(logs_.StartAttempt(round.restart_count));
   if (file_timer_) file_timer_->Reset();  // torch: a server per group
   DDP_RETURN_IF_ERROR(group_.Start(&logs_, hang_->collects_stacks(),
@@ -267,7 +269,11 @@ Status ElasticAgent::StartWorkers(const rendezvous::RendezvousResult& round) {
   return Status::Ok();
 }
 
-Status ElasticAgent::StartReplacement(int local_rank, int64_t generation) {
+Status ElasticAgent::StartReplacement(int local_rank, int64_t generation,
+                                      const std::string& reason) {
+  // Before the launch: the replacement writes its own failure, if any, to
+  // the same error file path.
+  RecordReplacement(local_rank, generation, reason);
   DDP_RETURN_IF_ERROR(group_.Relaunch(local_rank, generation));
   const WorkerGroup::Worker& w = *group_.worker(local_rank);
   stragglers_->Restarted(w.global_rank, w.pid);
@@ -280,6 +286,56 @@ Status ElasticAgent::StartReplacement(int local_rank, int64_t generation) {
                 << " started again alone (generation " << generation << ", pid "
                 << w.pid << ")";
   return Status::Ok();
+}
+
+void ElasticAgent::RecordReplacement(int local_rank, int64_t generation,
+                                     const std::string& reason) {
+  replacement_record_.reset();
+  const WorkerGroup::Worker* w = group_.worker(local_rank);
+  ProcessFailure* failed = group_.HeldFailure(local_rank);
+  // Without log files (--log_dir /dev/null) a rank has no directory.
+  if (w == nullptr || failed == nullptr || w->error_file.empty()) return;
+  auto record = std::make_unique<ReplacementRecord>(
+      Dirname(w->error_file), *failed, generation, reason);
+  Status s = record->Begin();
+  if (!s.ok()) {
+    DDP_LOG(WARNING) << "recording the replacement of rank " << w->global_rank
+                     << ": " << s.message();
+  }
+  if (!record->moved_error_file().empty() &&
+      failed->error_file != kNotAvailable) {
+    // Should the replacement give up, the failure table names the file
+    // where it now is.
+    failed->error_file = record->moved_error_file();
+  }
+  replacement_record_ = std::move(record);
+}
+
+void ElasticAgent::EndReplacementRecord(int local_rank, int64_t generation,
+                                        int source, double seconds,
+                                        const std::string& why) {
+  if (replacement_record_ == nullptr ||
+      replacement_record_->local_rank() != local_rank ||
+      replacement_record_->generation() != generation) {
+    return;
+  }
+  Status s = source >= 0 ? replacement_record_->Healed(source, seconds)
+                         : replacement_record_->HealFailed(why);
+  if (!s.ok()) {
+    DDP_LOG(WARNING) << "recording the heal of local rank " << local_rank
+                     << ": " << s.message();
+  }
+  replacement_record_.reset();
+}
+
+void ElasticAgent::ReplacementHealed(int local_rank, int64_t generation,
+                                     int source, double seconds) {
+  EndReplacementRecord(local_rank, generation, source, seconds, "");
+}
+
+void ElasticAgent::ReplacementGaveUp(int local_rank, int64_t generation,
+                                     const std::string& why) {
+  EndReplacementRecord(local_rank, generation, -1, 0, why);
 }
 
 void ElasticAgent::RestartGroup(int local_rank, const std::string& why) {
@@ -492,6 +548,13 @@ void ElasticAgent::BeginStop(StopReason reason, int sig,
                              const std::string& why) {
   stragglers_->Stop();
   replacement_->Stop();
+  if (replacement_record_ != nullptr) {
+    // Stopped while a replacement healed (a second failure, a signal, a
+    // membership change): its heal did not happen.
+    EndReplacementRecord(replacement_record_->local_rank(),
+                         replacement_record_->generation(), -1, 0,
+                         "the group stopped (" + why + ")");
+  }
   stop_reason_ = reason;
   stop_signal_ = sig;
   stop_why_ = why;

@@ -12,6 +12,7 @@
 #include "agent/elastic/health_check.h"
 #include "agent/elastic/progress_budget.h"
 #include "agent/elastic/rank_replacement.h"
+#include "agent/elastic/replacement_record.h"
 #include "agent/elastic/worker_env.h"
 #include "agent/elastic/worker_group.h"
 #include "agent/elastic/worker_logs.h"
@@ -161,9 +162,23 @@ class ElasticAgent : public HangResponse::Workers,
   int RunningWorker(int pid) const override;
   void NoteKill(int local_rank, const std::string& why, bool replace) override;
   // RankReplacement::Agent.
-  Status StartReplacement(int local_rank, int64_t generation) override;
+  Status StartReplacement(int local_rank, int64_t generation,
+                          const std::string& reason) override;
   void RestartGroup(int local_rank, const std::string& why) override;
   int64_t StepsOf(int local_rank) const override;
+  void ReplacementHealed(int local_rank, int64_t generation, int source,
+                         double seconds) override;
+  void ReplacementGaveUp(int local_rank, int64_t generation,
+                         const std::string& why) override;
+  // Writes the replacement's record in the rank's directory and moves the
+  // failed process's error file aside (replacement_record.h); nothing
+  // without log files. A write that fails is a warning.
+  void RecordReplacement(int local_rank, int64_t generation,
+                         const std::string& reason);
+  // Ends the record of the replacement in progress, if any: healed
+  // (`source` >= 0) or not (`why`).
+  void EndReplacementRecord(int local_rank, int64_t generation, int source,
+                            double seconds, const std::string& why);
   // Local rank `local_rank` failed (`failure` recorded): replaced alone, or
   // the group stops.
   void OnWorkerFailed(int local_rank, ProcessFailure failure);
@@ -201,6 +216,9 @@ class ElasticAgent : public HangResponse::Workers,
   std::unique_ptr<StragglerWatch> stragglers_;    // step rates, warnings
   std::unique_ptr<HangResponse> hang_;            // stacks, hung workers
   std::unique_ptr<RankReplacement> replacement_;  // --restart_scope failed
+  // The on-disk record of the replacement that heals now; null when none
+  // is in progress or there are no log files.
+  std::unique_ptr<ReplacementRecord> replacement_record_;
   // Each attempt's log folder and the workers' streams. Declared before
   // group_, whose workers' outputs write to its filtered logs.
   WorkerLogs logs_;

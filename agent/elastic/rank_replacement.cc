@@ -51,6 +51,7 @@ void RankReplacement::Stop() {
   ++epoch_;
   busy_local_rank_ = -1;
   busy_rank_ = -1;
+  started_ = false;
   if (poll_armed_) {
     loop_->Cancel(poll_timer_);
     poll_armed_ = false;
@@ -83,6 +84,7 @@ bool RankReplacement::Replace(int local_rank, int rank,
   }
   busy_local_rank_ = local_rank;
   busy_rank_ = rank;
+  started_ = false;
   heal_started_ = loop_->clock()->Now();
   const uint64_t epoch = epoch_;
   rendezvous_->ReplaceRank(
@@ -157,7 +159,9 @@ void RankReplacement::AwaitPublished(uint64_t epoch) {
     poll_armed_ = true;
     return;
   }
-  Status started = agent_->StartReplacement(busy_local_rank_, generation_);
+  started_ = true;
+  Status started = agent_->StartReplacement(busy_local_rank_, generation_,
+                                            replaced_.back().reason);
   if (!started.ok()) {
     GiveUp(busy_local_rank_, "cannot start the replacement of rank " +
                                  std::to_string(busy_rank_) + ": " +
@@ -188,6 +192,7 @@ void RankReplacement::PollHealed(uint64_t epoch) {
     replaced_.back().heal_seconds = seconds;
     healed_at_steps_[busy_local_rank_] = agent_->StepsOf(busy_local_rank_);
     rendezvous_->ReportHealed(round_.round, busy_rank_, generation_, seconds);
+    agent_->ReplacementHealed(busy_local_rank_, generation_, source_, seconds);
     busy_local_rank_ = -1;
     busy_rank_ = -1;
     return;
@@ -206,7 +211,10 @@ void RankReplacement::PollHealed(uint64_t epoch) {
 
 void RankReplacement::GiveUp(int local_rank, const std::string& why) {
   DDP_LOG(WARNING) << why << ": restarting the group";
+  const bool started = started_;
+  const int64_t generation = generation_;
   Stop();
+  if (started) agent_->ReplacementGaveUp(local_rank, generation, why);
   agent_->RestartGroup(local_rank, why);
 }
 

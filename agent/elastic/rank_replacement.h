@@ -27,6 +27,9 @@ namespace ddprun::agent {
 // waits for the source rank's "healed" key (polled every 50 ms, bounded by
 // --heal_timeout) and prints one console line:
 //   [ddprun] rank R replaced (generation G): healed from rank S in X.XX s
+// The agent hears how each started replacement ended (ReplacementHealed,
+// ReplacementGaveUp) and records it in the rank's files
+// (replacement_record.h).
 // With false, or later through Agent::RestartGroup, the agent restarts the
 // group as under --restart_scope group: never a hang. Replace() answers
 // false (the group restarts) when the scope is "group", this node cannot
@@ -49,7 +52,18 @@ class RankReplacement {
     virtual ~Agent() = default;
     // Starts local rank `local_rank` again with DDPRUN_GENERATION=
     // `generation` and DDPRUN_REPLACEMENT=1, other variables as its group's.
-    virtual Status StartReplacement(int local_rank, int64_t generation) = 0;
+    // `reason`: the failure's one line (as given to Replace()), for the
+    // agent's record of the replacement (replacement_record.h).
+    virtual Status StartReplacement(int local_rank, int64_t generation,
+                                    const std::string& reason) = 0;
+    // The replacement of local rank `local_rank` (generation `generation`)
+    // healed from rank `source` in `seconds` (from its failure).
+    virtual void ReplacementHealed(int local_rank, int64_t generation,
+                                   int source, double seconds) = 0;
+    // The replacement StartReplacement() was asked for (whether or not it
+    // started) gave up: `why`, one line. RestartGroup follows at once.
+    virtual void ReplacementGaveUp(int local_rank, int64_t generation,
+                                   const std::string& why) = 0;
     // Restarts the group: local rank `local_rank`'s failure (the one
     // Replace() took) becomes the group's failure; `why`: one line.
     virtual void RestartGroup(int local_rank, const std::string& why) = 0;
@@ -120,6 +134,8 @@ class RankReplacement {
   int busy_local_rank_ = -1;  // >= 0 while busy()
   int busy_rank_ = -1;
   int source_ = -1;
+  // StartReplacement was called for the replacement in progress.
+  bool started_ = false;
   Clock::TimePoint heal_started_{};
   Clock::TimePoint heal_deadline_{};
   EventLoop::TimerId poll_timer_ = 0;

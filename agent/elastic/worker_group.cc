@@ -294,4 +294,9 @@ void WorkerGroup::AddHeldFailure(int local_rank) {
   held_failures_.erase(it);
 }
 
+ProcessFailure* WorkerGroup::HeldFailure(int local_rank) {
+  auto it = held_failures_.find(local_rank);
+  return it == held_failures_.end() ? nullptr : &it->second;
+}
+
 }  // namespace ddprun::agent

@@ -143,6 +143,9 @@ class WorkerGroup {
   // becomes the group's only if its replacement gives up (AddHeldFailure).
   void HoldFailure(int local_rank, ProcessFailure failure);
   void AddHeldFailure(int local_rank);
+  // Local rank `local_rank`'s held failure, or null (the agent may change
+  // it: where its error file was moved).
+  ProcessFailure* HeldFailure(int local_rank);
 
  private:
   // Launches `w`; `generation` < 0 for a group start, else a replacement's.

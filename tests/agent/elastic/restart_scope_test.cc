@@ -5,16 +5,22 @@
 
 #include "ddprun_catch.h"
 
+#include <dirent.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <csignal>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "agent/elastic/elastic_agent.h"
 #include "agent/elastic/worker_store.h"
@@ -411,6 +417,221 @@ TEST_CASE("restart scope failed: the watchdog kills a stopped worker alone, "
   }
   REQUIRE_FALSE(h.launcher.workers[0]->signals.empty());
   CHECK(h.launcher.workers[0]->signals.front() == SIGKILL);
+}
+
+}  // namespace ddprun::agent
+
+// The replacement's record in the rank's directory (replacement_record.h,
+// docs/restart_scope.md "On disk").
+namespace ddprun::agent {
+namespace {
+
+std::string RankDir(const Harness& h, int attempt, int local_rank) {
+  return h.log_dir + "/attempt_" + std::to_string(attempt) + "/" +
+         std::to_string(local_rank);
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+nlohmann::json ReadJson(const std::string& path) {
+  return nlohmann::json::parse(Slurp(path), nullptr, false);
+}
+
+// Every path under `dir` (files and folders), relative to it.
+void ListTree(const std::string& dir, const std::string& prefix,
+              std::vector<std::string>* out) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return;
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    out->push_back(prefix + name);
+    ListTree(dir + "/" + name, prefix + name + "/", out);
+  }
+  ::closedir(d);
+}
+
+const char kErrorFile[] =
+    R"({"message": {"message": "RuntimeError: boom", "extraInfo": )"
+    R"({"py_callstack": "Traceback: f", "timestamp": "1700000123"}}})";
+
+}  // namespace
+
+TEST_CASE("restart scope failed: a replaced rank's directory records the "
+          "replacement and its heal",
+          "[agent][restart_scope][replacement_record]") {
+  Harness h(3, 3);
+  h.Start();
+  REQUIRE(h.launcher.workers.size() == 3);
+  const std::string dir = RankDir(h, 0, 1);
+  WriteText(dir + "/error.json", kErrorFile);
+  const int failed_pid = h.launcher.workers[1]->pid;
+  h.Kill(1);
+  REQUIRE(h.launcher.workers.size() == 4);  // replaced alone
+
+  // Written before the replacement started; the failed process's error
+  // file moved out of the replacement's way.
+  nlohmann::json record = ReadJson(dir + "/replaced_g1.json");
+  REQUIRE(record.is_object());
+  CHECK(record["rank"] == 1);
+  CHECK(record["local_rank"] == 1);
+  CHECK(record["generation"] == 1);
+  CHECK(record["reason"] ==
+        "local rank 1 (pid " + std::to_string(failed_pid) +
+            ") killed by SIGKILL");
+  CHECK(record["pid"] == failed_pid);
+  CHECK(record["exitcode"] == -SIGKILL);
+  CHECK(record["failed_at"] == 1700000123);  // the error file's timestamp
+  CHECK(record["error"] == nlohmann::json::parse(kErrorFile));
+  REQUIRE(record.contains("heal"));
+  CHECK(record["heal"].is_null());
+  CHECK_FALSE(Exists(dir + "/error.json"));
+  CHECK(Slurp(dir + "/error.replaced_g1.json") == kErrorFile);
+  // The replacement is told the same path: it writes a clean file there.
+  CHECK(h.launcher.workers[3]->env("TORCHELASTIC_ERROR_FILE") ==
+        dir + "/error.json");
+
+  h.Heal(1);
+  record = ReadJson(dir + "/replaced_g1.json");
+  REQUIRE(record["heal"].is_object());
+  CHECK(record["heal"]["source"] == 0);
+  const double seconds = record["heal"]["seconds"].get<double>();
+  CHECK(seconds > 0);
+  CHECK(seconds <= 0.1);  // the fake clock moved 100 ms
+  CHECK(record["error"] == nlohmann::json::parse(kErrorFile));
+
+  // The replacement steps, then fails with an error file of its own: the
+  // next generation has a record of its own, the first one stays.
+  WriteText(dir + "/steps", "5\n");
+  const char kSecond[] =
+      R"({"message": {"message": "ValueError: again", "extraInfo": )"
+      R"({"py_callstack": "tb", "timestamp": "1700000999"}}})";
+  WriteText(dir + "/error.json", kSecond);
+  h.launcher.Exit(3, 1);
+  h.loop.RunUntilIdle();
+  REQUIRE(h.launcher.workers.size() == 5);
+  nlohmann::json second = ReadJson(dir + "/replaced_g2.json");
+  CHECK(second["generation"] == 2);
+  CHECK(second["exitcode"] == 1);
+  CHECK(second["failed_at"] == 1700000999);
+  CHECK(second["error"]["message"]["message"] == "ValueError: again");
+  CHECK(Slurp(dir + "/error.replaced_g2.json") == kSecond);
+  CHECK(Slurp(dir + "/error.replaced_g1.json") == kErrorFile);
+  CHECK_FALSE(Exists(dir + "/error.json"));
+  CHECK(ReadJson(dir + "/replaced_g1.json")["heal"]["source"] == 0);
+}
+
+TEST_CASE("restart scope failed: a replacement that does not heal records "
+          "why",
+          "[agent][restart_scope][replacement_record]") {
+  Harness h(2, 3);
+  h.Start();
+  const std::string dir = RankDir(h, 0, 1);
+  h.Kill(1);  // no error file: killed
+  REQUIRE(h.launcher.workers.size() == 3);
+  nlohmann::json record = ReadJson(dir + "/replaced_g1.json");
+  CHECK(record["exitcode"] == -SIGKILL);
+  CHECK_FALSE(record.contains("error"));
+  CHECK(record["heal"].is_null());
+  CHECK(record["failed_at"].get<int64_t>() >= 1700000000);  // the fake wall
+  CHECK_FALSE(Exists(dir + "/error.replaced_g1.json"));
+
+  h.loop.Advance(11s);  // past --heal_timeout 10
+  record = ReadJson(dir + "/replaced_g1.json");
+  REQUIRE(record["heal"].is_object());
+  CHECK(record["heal"]["failed"] ==
+        "rank 1 (generation 1) did not heal within 10 s");
+  CHECK_FALSE(record["heal"].contains("source"));
+  h.loop.RunUntilIdle();  // the group restarts
+  REQUIRE(h.launcher.workers.size() == 5);
+  CHECK(h.agent->starts() == 2);
+}
+
+TEST_CASE("restart scope failed: a second failure while healing records "
+          "that the group stopped",
+          "[agent][restart_scope][replacement_record]") {
+  Harness h(3, 5);
+  h.Start();
+  const std::string dir = RankDir(h, 0, 1);
+  h.Kill(1);
+  REQUIRE(h.launcher.workers.size() == 4);
+  h.launcher.Exit(2, 1);  // before generation 1 healed
+  h.loop.RunUntilIdle();
+  nlohmann::json record = ReadJson(dir + "/replaced_g1.json");
+  REQUIRE(record["heal"].is_object());
+  CHECK(record["heal"]["failed"] == "the group stopped (worker failure)");
+  h.loop.RunUntilIdle();  // the group restarts in attempt 1
+  CHECK(h.agent->starts() == 2);
+  CHECK_FALSE(Exists(RankDir(h, 1, 1) + "/replaced_g1.json"));
+}
+
+TEST_CASE("restart scope failed: the failure table names the moved error "
+          "file when the replacement gives up",
+          "[agent][restart_scope][replacement_record]") {
+  Harness h(2, 1);  // one restart: the replacement spends it
+  h.Start();
+  const std::string dir = RankDir(h, 0, 1);
+  WriteText(dir + "/error.json", kErrorFile);
+  h.Kill(1);
+  REQUIRE(h.launcher.workers.size() == 3);
+  h.loop.Advance(11s);  // no heal: the failure is the group's, no restart
+  h.loop.RunUntilIdle();
+  CHECK(h.exit_code == 1);
+  CHECK(ReadJson(dir + "/replaced_g1.json")["heal"].contains("failed"));
+  CHECK(h.console.err.find("error_file: " + dir + "/error.replaced_g1.json") !=
+        std::string::npos);
+  CHECK(h.console.err.find("Traceback: f") != std::string::npos);
+}
+
+TEST_CASE("restart scope failed: without log files no record is written",
+          "[agent][restart_scope][replacement_record]") {
+  Harness h(2, 3);
+  h.options.run_log_dir = "";  // --log_dir /dev/null
+  h.Start();
+  REQUIRE(h.launcher.workers.size() == 2);
+  CHECK(h.launcher.workers[0]->env("TORCHELASTIC_ERROR_FILE").empty());
+  h.Kill(1);
+  REQUIRE(h.launcher.workers.size() == 3);
+  h.Heal(1);
+  CHECK(h.console.err.find("rank 1 replaced (generation 1)") !=
+        std::string::npos);
+  std::vector<std::string> tree;
+  ListTree(h.log_dir, "", &tree);
+  CHECK(tree.empty());
+}
+
+TEST_CASE("restart scope failed: a record that cannot be written does not "
+          "stop the replacement",
+          "[agent][restart_scope][replacement_record]") {
+  Harness h(2, 3);
+  h.Start();
+  const std::string dir = RankDir(h, 0, 1);
+  // A folder where the record goes: the rename over it fails.
+  REQUIRE(::mkdir((dir + "/replaced_g1.json").c_str(), 0755) == 0);
+  WriteText(dir + "/error.json", kErrorFile);
+  h.Kill(1);
+  REQUIRE(h.launcher.workers.size() == 3);
+  CHECK(h.launcher.workers[2]->env("DDPRUN_REPLACEMENT") == "1");
+  // Nothing recorded, so the error file stays where it was.
+  CHECK(Slurp(dir + "/error.json") == kErrorFile);
+  h.Heal(1);
+  CHECK(h.console.err.find("rank 1 replaced (generation 1): healed") !=
+        std::string::npos);
+  CHECK(h.agent->starts() == 1);
 }
 
 }  // namespace ddprun::agent
