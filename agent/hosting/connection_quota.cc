@@ -10,15 +10,23 @@ bool ConnectionQuota::TryPair(uint64_t id) {
   auto free = free_identified_.find(c.host);
   if (free == free_identified_.end()) return false;
   // The latest one identified before this socket came: torch 1.13 opens
-  // its watch socket right after its first query is answered.
-  uint64_t best = kNone;
+  // its watch socket right after its first query is answered. Without
+  // wait_for_workers (ddprun's C++ workers) there is no query before it:
+  // then the first one identified after it came.
+  uint64_t before = kNone, after = kNone;
   for (uint64_t other : free->second) {
     const Conn& o = conns_.at(other);
-    if (o.identified_seq < c.admitted_seq &&
-        (best == kNone || o.identified_seq > conns_.at(best).identified_seq)) {
-      best = other;
+    if (o.identified_seq < c.admitted_seq) {
+      if (before == kNone ||
+          o.identified_seq > conns_.at(before).identified_seq) {
+        before = other;
+      }
+    } else if (after == kNone ||
+               o.identified_seq < conns_.at(after).identified_seq) {
+      after = other;
     }
   }
+  const uint64_t best = before != kNone ? before : after;
   if (best == kNone) return false;
   free->second.erase(best);
   if (free->second.empty()) free_identified_.erase(free);

@@ -20,13 +20,18 @@ namespace ddprun::agent {
 // - an unidentified connection has `first_message_timeout` from its accept
 //   to send a whole first message, else it is closed;
 // - except a silent one (no byte yet) that pairs with a connection from the
-//   same host identified before it connected: torch 1.13's TCPStore client
-//   opens a second socket for watch_key right after its first query is
-//   answered and never writes to it; closing that socket makes the
-//   worker's thread spin on it (measured: a core at 100 %). Each identified
-//   connection pairs with at most one silent connection; a paired one is
-//   kept until it speaks (then it has the timeout from that moment) or
-//   closes;
+//   same host: torch 1.13's TCPStore client opens a second socket for
+//   watch_key and never writes to it; closing that socket makes the
+//   worker's thread spin on it (measured: a core at 100 %; 4 workers of
+//   restart scope "failed", 3 clients each, ran their validation 2.5x
+//   slower). The client opens it right after its first query is answered
+//   (the partner: the latest connection identified before it came), or,
+//   without wait_for_workers (ddprun's C++ workers), before its first query
+//   (then the first identified after it came, at the latest when the
+//   silent one's timeout expires). Each identified connection pairs with
+//   at most one silent connection, so the silent ones kept never outnumber
+//   the clients; a paired one is kept until it speaks (then it has the
+//   timeout from that moment) or closes;
 // - at most `max_unidentified` unpaired unidentified connections: a new one
 //   over it closes the oldest (a flood of silent sockets cannot keep a
 //   worker out);

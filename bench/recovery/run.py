@@ -16,21 +16,30 @@ once per scope with that rank SIGKILLed when its step file counts that step.
                     under failed, "resumed from ... step S" under group)
 
 Prints a line per run, then per scope the median time lost and steps
-redone, and the ratio group / failed. Exit 1 when a run failed or its model
+redone, and the ratio group / failed.
+
+--goodput SECONDS adds, per scope, one run of the same job made long enough
+to last SECONDS uninterrupted (more epochs, a checkpoint per epoch) with a
+random rank SIGKILLed every --kill_every seconds (30) until it ends:
+  goodput = the steps' uninterrupted time (steps x the clean runs' time per
+            step) / the run's wall time. Exit 1 when a run failed or its model
 differs from the uninterrupted one (the failed scope must match it bit for
 bit). Takes ~10 minutes on the 2-core VM with the defaults.
 
   bench/recovery/run.py --bin build/bin [--points 10] [--seed 1] [--nodes 2]
 """
 import argparse
+import math
 import os
 import random
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', '..', 'tests', 'examples'))
@@ -48,6 +57,51 @@ def redone(text, killed_at):
     return max(0, killed_at - int(m[-1])) if m else None
 
 
+class TimedKills:
+    """A plan for scope_test.run: SIGKILL a random rank's newest process
+    every `every` seconds (the first `every` seconds after the first worker
+    is seen)."""
+    kind = 'kill'
+
+    def __init__(self, every, rng):
+        self.every, self.rng = every, rng
+        self.next_at = None
+        self.kills = 0
+        self.done = True
+
+    def act(self, seen, steps_of):
+        now = time.monotonic()
+        ranks = [r for r in seen if isinstance(r, int)]
+        if not ranks:
+            return
+        if self.next_at is None:
+            self.next_at = now + self.every
+            return
+        if now < self.next_at:
+            return
+        self.next_at = now + self.every
+        rank = self.rng.choice(sorted(ranks))
+        os.kill(seen[rank][-1], signal.SIGKILL)
+        self.kills += 1
+
+
+def goodput(args, cmd_for, clean_step_s, scope, work):
+    """One run of --goodput seconds' worth of epochs under periodic kills:
+    (goodput, kills, wall seconds, exit code)."""
+    epochs = max(2, math.ceil(args.goodput / (clean_step_s * STEPS_PER_EPOCH)))
+    out = f'{work}/{scope}_goodput'
+    os.makedirs(out)
+    plan = TimedKills(args.kill_every, random.Random(args.seed))
+    code, text, _, s = scope_test.run(
+        args, cmd_for(epochs), out, plan, scope=scope,
+        max_restarts=int(2 * epochs * STEPS_PER_EPOCH * clean_step_s /
+                         args.kill_every) + 10)
+    if code != 0:
+        print(text[-4000:])
+    useful = epochs * STEPS_PER_EPOCH * clean_step_s
+    return useful / s, plan.kills, s, code, epochs
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument('--bin', required=True)
@@ -59,6 +113,10 @@ def main():
     p.add_argument('--nodes', type=int, choices=[1, 2], default=1,
                    help='2: the 4 ranks as two agents of 2 (one hosts the '
                    'c10d rendezvous), as the issue\'s 2 x 2 job')
+    p.add_argument('--goodput', type=float, default=0,
+                   help='seconds: also measure goodput on a job that long '
+                   '(0: not measured)')
+    p.add_argument('--kill_every', type=float, default=30)
     args = p.parse_args()
     args.ddprun = args.ddprun or args.bin + '/ddprun'
     trainer = args.bin + '/ddpm_trainer'
@@ -73,17 +131,19 @@ def main():
         subprocess.run([trainer, '--make_synthetic', data, '--n', '540',
                         '--synthetic_size', '16', '--seed', '9'], check=True,
                        capture_output=True, timeout=300)
-        cmd = [trainer, '--csv_path', data + '/cases.csv', '--stages', '16',
-               '--epochs', '2', '--width', '8',
-               '--gradient_accumulation_steps', '1',
-               '--checkpoint_every', str(STEPS_PER_EPOCH),
-               '--progress_interval', '1000']
+        def cmd_for(epochs):
+            return [trainer, '--csv_path', data + '/cases.csv', '--stages',
+                    '16', '--epochs', str(epochs), '--width', '8',
+                    '--gradient_accumulation_steps', '1',
+                    '--checkpoint_every', str(STEPS_PER_EPOCH),
+                    '--progress_interval', '1000']
+        cmd = cmd_for(2)
         # A first run fills the page cache (the trainer, LibTorch, the
         # data); not counted.
         out = f'{work}/warm'
         os.makedirs(out)
         scope_test.run(args, cmd, out)
-        results = {}
+        results, goodputs = {}, {}
         for scope in ('failed', 'group'):
             cleans = []
             for k in range(args.clean_runs):
@@ -119,14 +179,30 @@ def main():
                       f'lost {s - clean_s:.2f} s, steps redone '
                       f'{r if r is not None else "?"}, final model '
                       f'{"equal" if same else "DIFFERENT"}')
-            results[scope] = (statistics.median(lost),
+            results[scope] = (statistics.median(lost) if lost else None,
                               statistics.median(steps) if steps else None)
+            if args.goodput > 0:
+                g, kills, wall, code, epochs = goodput(
+                    args, cmd_for, clean_s / (2 * STEPS_PER_EPOCH), scope,
+                    work)
+                if code != 0:
+                    failed_runs += 1
+                goodputs[scope] = g
+                print(f'  {scope} goodput: {100 * g:.1f} % ({epochs} epochs, '
+                      f'{kills} kills every {args.kill_every:g} s, '
+                      f'{wall:.1f} s wall'
+                      f'{"" if code == 0 else ", FAILED (exit %s)" % code})')
         f_lost, f_steps = results['failed']
         g_lost, g_steps = results['group']
-        print(f'median time lost per failure: failed {f_lost:.2f} s, '
-              f'group {g_lost:.2f} s, ratio group/failed '
-              f'{g_lost / max(f_lost, 1e-3):.1f}x')
-        print(f'median steps redone: failed {f_steps}, group {g_steps}')
+        if points:
+            print(f'median time lost per failure: failed {f_lost:.2f} s, '
+                  f'group {g_lost:.2f} s, ratio group/failed '
+                  f'{g_lost / max(f_lost, 1e-3):.1f}x')
+            print(f'median steps redone: failed {f_steps}, group {g_steps}')
+        if goodputs:
+            print(f'goodput with a kill every {args.kill_every:g} s: failed '
+                  f'{100 * goodputs["failed"]:.1f} %, group '
+                  f'{100 * goodputs["group"]:.1f} %')
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 1 if failed_runs else 0

@@ -133,7 +133,7 @@ def free_port():
 
 
 def run(args, trainer_cmd, out, plan=None, scope='failed',
-        output_flag='--output_dir'):
+        output_flag='--output_dir', max_restarts=3):
     """One ddprun run (one agent per node); returns (exit code, console,
     pids seen per rank, seconds)."""
     nodes = getattr(args, 'nodes', 1)
@@ -152,7 +152,7 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
     for n, placement in enumerate(placements):
         log_dir = out + ('/logs' if nodes == 1 else f'/logs{n}')
         cmd = [args.ddprun] + placement + [
-            '--restart_scope', scope, '--max_restarts', '3',
+            '--restart_scope', scope, '--max_restarts', str(max_restarts),
             '--log_dir', log_dir, '--no_python']
         if plan is not None and plan.kind == 'stop':
             cmd += ['--watchdog_timeout', '3']

@@ -223,6 +223,11 @@ c10::intrusive_ptr<c10d::Store> ConnectTcp(
     if (so.isServer) so.numWorkers = static_cast<size_t>(env.world_size);
     c10::intrusive_ptr<c10d::Store> tcp =
         torch_compat::MakeTcpStore(env.master_addr, so);
+    // A first query at once: LibTorch 1.13's client also opened a watch
+    // socket it never writes to, and ddprun's store keeps such a socket
+    // only for a client that spoke (an idle one closed after 10 s left the
+    // client's listener thread spinning on it: a core at 100 %).
+    tcp->getNumKeys();
     if (raw != nullptr) *raw = tcp;
     c10::intrusive_ptr<c10d::Store> store = tcp;
     if (env.use_agent_store) {

@@ -296,6 +296,27 @@ TEST_CASE(
   CHECK(worker.ReadBytes() == "1");
 }
 
+TEST_CASE(
+    "AgentStore: the watch socket of a torch 1.13 client made without "
+    "wait_for_workers (connected before its first query) is kept",
+    "[agent][agent_store]") {
+  AgentStore::Options o;
+  o.first_message_timeout = 300ms;
+  Served s(o);
+  // As ddprun's C++ workers connect: the store socket, at once the watch
+  // socket, then the first query.
+  Client worker(s.port);
+  Client watch(s.port);
+  std::this_thread::sleep_for(100ms);
+  worker.Type(kLAdd).Str("init/").Int<int64_t>(1).Send();
+  CHECK(worker.ReadInt<int64_t>() == 1);
+  CHECK_FALSE(watch.Closed(1s));
+  Client stray(s.port);  // silent, and no client left to pair with
+  CHECK(stray.Closed(3s));
+  worker.Type(kLGet).Str("init/").Send();
+  CHECK(worker.ReadBytes() == "1");
+}
+
 TEST_CASE("HostedBindAddress: a loopback endpoint is served on the loopback",
           "[agent][agent_store]") {
   CHECK(HostedBindAddress("localhost") == "127.0.0.1");

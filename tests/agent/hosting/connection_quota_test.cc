@@ -80,5 +80,35 @@ TEST_CASE(
   CHECK(q.Expire(t0 + 30s, &next).size() == 1);
 }
 
+TEST_CASE(
+    "ConnectionQuota: a silent socket that came before its client's first "
+    "query pairs with it (torch 1.13 without wait_for_workers)",
+    "[agent][agent_store]") {
+  // ddprun's C++ workers make their TCPStore clients without
+  // wait_for_workers: the client connects, opens its watch socket and only
+  // then sends its first query. Closing that socket made each worker's
+  // listener thread spin.
+  ConnectionQuota::Limits limits = Small();
+  limits.max_per_host = limits.max_unidentified = limits.max_total;  // room
+  ConnectionQuota q(limits);
+  const TimePoint t0;
+  REQUIRE(q.Admit(0, "h", t0).admitted);  // worker A's store socket
+  REQUIRE(q.Admit(1, "h", t0).admitted);  // A's watch socket
+  REQUIRE(q.Admit(2, "h", t0).admitted);  // worker B's store socket
+  REQUIRE(q.Admit(3, "h", t0).admitted);  // B's watch socket
+  q.Spoke(0, t0 + 1s);
+  q.Identified(0);
+  q.Spoke(2, t0 + 2s);
+  q.Identified(2);
+  TimePoint next;
+  CHECK(q.Expire(t0 + 13s, &next).empty());  // 1 and 3 paired
+  CHECK(next == TimePoint::max());
+  // The silent ones never outnumber the clients.
+  REQUIRE(q.Admit(4, "h", t0 + 14s).admitted);
+  const std::vector<ConnectionQuota::Expired> gone = q.Expire(t0 + 24s, &next);
+  REQUIRE(gone.size() == 1);
+  CHECK(gone[0].id == 4);
+}
+
 }  // namespace
 }  // namespace ddprun::agent
