@@ -8,23 +8,24 @@ the guides save once per epoch). For each of --points kill points (a rank
 and a step drawn with --seed, spread over the second epoch), the job runs
 once per scope with that rank SIGKILLed when its step file counts that step.
 
-  time lost       = the faulted run's wall time - the uninterrupted run's
-                    (same scope, the median of --clean_runs, measured in
-                    this run after one warm-up run)
+  time lost       = the faulted run's wall time - the wall time of an
+                    uninterrupted run of the same scope made right before
+                    it (paired: on this shared VM the same run's time drifts
+                    by seconds over minutes)
   steps redone    = the step the rank was killed at - the step the ranks
                     went on from ("healed ... at step S" of the replacement
                     under failed, "resumed from ... step S" under group)
 
 Prints a line per run, then per scope the median time lost and steps
-redone, and the ratio group / failed.
+redone, and the ratio group / failed. Exit 1 when a run failed or, under
+failed, its final model differs from the uninterrupted one (it must match
+bit for bit).
 
 --goodput SECONDS adds, per scope, one run of the same job made long enough
 to last SECONDS uninterrupted (more epochs, a checkpoint per epoch) with a
 random rank SIGKILLed every --kill_every seconds (30) until it ends:
   goodput = the steps' uninterrupted time (steps x the clean runs' time per
-            step) / the run's wall time. Exit 1 when a run failed or its model
-differs from the uninterrupted one (the failed scope must match it bit for
-bit). Takes ~10 minutes on the 2-core VM with the defaults.
+            step) / the run's wall time.
 
   bench/recovery/run.py --bin build/bin [--points 10] [--seed 1] [--nodes 2]
 """
@@ -92,10 +93,14 @@ def goodput(args, cmd_for, clean_step_s, scope, work):
     out = f'{work}/{scope}_goodput'
     os.makedirs(out)
     plan = TimedKills(args.kill_every, random.Random(args.seed))
+    timeout = args.timeout
+    # Long enough for the uninterrupted time three times over.
+    args.timeout = max(timeout, 3 * epochs * STEPS_PER_EPOCH * clean_step_s)
     code, text, _, s = scope_test.run(
         args, cmd_for(epochs), out, plan, scope=scope,
         max_restarts=int(2 * epochs * STEPS_PER_EPOCH * clean_step_s /
                          args.kill_every) + 10)
+    args.timeout = timeout
     if code != 0:
         print(text[-4000:])
     useful = epochs * STEPS_PER_EPOCH * clean_step_s
@@ -108,7 +113,9 @@ def main():
     p.add_argument('--ddprun')
     p.add_argument('--points', type=int, default=10)
     p.add_argument('--seed', type=int, default=1)
-    p.add_argument('--clean_runs', type=int, default=3)
+    p.add_argument('--clean_runs', type=int, default=1,
+                   help='uninterrupted runs per scope before the kill points '
+                   '(each kill point also runs one right before it)')
     p.add_argument('--timeout', type=float, default=300)
     p.add_argument('--nodes', type=int, choices=[1, 2], default=1,
                    help='2: the 4 ranks as two agents of 2 (one hosts the '
@@ -144,23 +151,31 @@ def main():
         os.makedirs(out)
         scope_test.run(args, cmd, out)
         results, goodputs = {}, {}
-        for scope in ('failed', 'group'):
-            cleans = []
+        scopes = ('failed', 'group')
+        cleans = {scope: [] for scope in scopes}
+        clean_ckpt = {}
+        lost = {scope: [] for scope in scopes}
+        steps = {scope: [] for scope in scopes}
+
+        def clean_run(scope, name):
+            out = f'{work}/{scope}_{name}'
+            os.makedirs(out)
+            code, text, _, s = scope_test.run(args, cmd, out, scope=scope)
+            if code != 0:
+                print(text[-4000:])
+                raise SystemExit(f'FAIL {scope}: the uninterrupted run '
+                                 f'exited {code}')
+            cleans[scope].append(s)
+            if scope not in clean_ckpt:
+                clean_ckpt[scope] = scope_test.checkpoint(args, out)
+            return s
+
+        for scope in scopes:
             for k in range(args.clean_runs):
-                out = f'{work}/{scope}_clean{k}'
-                os.makedirs(out)
-                code, text, _, s = scope_test.run(args, cmd, out, scope=scope)
-                if code != 0:
-                    print(text[-4000:])
-                    print(f'FAIL {scope}: the uninterrupted run exited {code}')
-                    return 1
-                cleans.append(s)
-            clean_s = statistics.median(cleans)
-            clean_ckpt = scope_test.checkpoint(args, out)
-            print(f'{scope}: uninterrupted {clean_s:.2f} s (median of '
-                  f'{", ".join("%.2f" % c for c in cleans)})')
-            lost, steps = [], []
-            for n, (rank, step) in enumerate(points):
+                clean_run(scope, f'clean{k}')
+        for n, (rank, step) in enumerate(points):
+            for scope in scopes:
+                base = clean_run(scope, f'clean_before{n}')
                 out = f'{work}/{scope}_{n}'
                 os.makedirs(out)
                 plan = scope_test.Plan('kill', step, rank)
@@ -168,20 +183,27 @@ def main():
                                                   scope=scope)
                 r = redone(text, step)
                 ok = code == 0 and plan.done
-                same = ok and scope_test.checkpoint(args, out) == clean_ckpt
+                same = ok and \
+                    scope_test.checkpoint(args, out) == clean_ckpt[scope]
                 if not ok or (scope == 'failed' and not same):
                     failed_runs += 1
-                lost.append(s - clean_s)
+                lost[scope].append(s - base)
                 if r is not None:
-                    steps.append(r)
+                    steps[scope].append(r)
                 print(f'  {scope} kill rank {rank} at step {step}: '
                       f'{"ok" if ok else "FAILED (exit %s)" % code}, '
-                      f'lost {s - clean_s:.2f} s, steps redone '
+                      f'lost {s - base:.2f} s ({s:.2f} s against '
+                      f'{base:.2f} s just before), steps redone '
                       f'{r if r is not None else "?"}, final model '
-                      f'{"equal" if same else "DIFFERENT"}')
-            results[scope] = (statistics.median(lost) if lost else None,
-                              statistics.median(steps) if steps else None)
+                      f'{"equal" if same else "DIFFERENT"}', flush=True)
+        for scope in scopes:
+            print(f'{scope}: uninterrupted runs {statistics.median(cleans[scope]):.2f} s '
+                  f'median ({", ".join("%.2f" % c for c in cleans[scope])})')
+            results[scope] = (
+                statistics.median(lost[scope]) if lost[scope] else None,
+                statistics.median(steps[scope]) if steps[scope] else None)
             if args.goodput > 0:
+                clean_s = statistics.median(cleans[scope])
                 g, kills, wall, code, epochs = goodput(
                     args, cmd_for, clean_s / (2 * STEPS_PER_EPOCH), scope,
                     work)
@@ -191,7 +213,8 @@ def main():
                 print(f'  {scope} goodput: {100 * g:.1f} % ({epochs} epochs, '
                       f'{kills} kills every {args.kill_every:g} s, '
                       f'{wall:.1f} s wall'
-                      f'{"" if code == 0 else ", FAILED (exit %s)" % code})')
+                      f'{"" if code == 0 else ", FAILED (exit %s)" % code})',
+                      flush=True)
         f_lost, f_steps = results['failed']
         g_lost, g_steps = results['group']
         if points:
