@@ -75,6 +75,19 @@ ElasticAgent::ElasticAgent(AgentOptions options, EventLoop* loop,
       std::move(replace), loop_, rendezvous_,
       ReplacesFailedRanks(options_.launch) ? options_.worker_store : nullptr,
       console_, this);
+  if (options_.generation_signal != 0 && ReplacesFailedRanks(options_.launch) &&
+      options_.worker_store != nullptr) {
+    GenerationNotice::Options notice;
+    notice.timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(options_.launch.heal_timeout_s * 1000));
+    const int sig = options_.generation_signal;
+    notice_ = std::make_unique<GenerationNotice>(
+        notice, loop_, options_.worker_store, [this, sig](int64_t generation) {
+          // The opt-in notice: the survivors need not wait for a collective
+          // to fail to learn of the new generation.
+          group_.SignalOlderThan(sig, generation);
+        });
+  }
 }
 
 std::unique_ptr<WorkerWatchdog> ElasticAgent::MakeWatchdog() {
@@ -95,6 +108,7 @@ std::unique_ptr<WorkerWatchdog> ElasticAgent::MakeWatchdog() {
 ElasticAgent::~ElasticAgent() {
   rendezvous_->SetEventHandler(nullptr);
   rendezvous_->SetStacksRequestHandler(nullptr);
+  rendezvous_->SetGenerationHandler(nullptr);
 }
 
 void ElasticAgent::Start(DoneCallback on_done) {
@@ -107,6 +121,16 @@ void ElasticAgent::Start(DoneCallback on_done) {
       [this](uint64_t id, const std::string& reason) {
         hang_->OnStacksRequested(id, reason);
       });
+  if (notice_ != nullptr) {
+    rendezvous_->SetGenerationHandler(
+        [this](int64_t round, int64_t generation) {
+          // Another node's replacement (or this node's, whichever the
+          // notice hears of first).
+          if (GroupRunning() && !GroupStopping()) {
+            notice_->Announce(round, generation);
+          }
+        });
+  }
   StatusOr<std::unique_ptr<FileTimerResponse>> timer =
       FileTimerResponse::Start(options_.parent_env, loop_, this, hang_.get());
   if (!timer.ok()) {
@@ -256,6 +280,7 @@ Status ElasticAgent::StartWorkers(const rendezvous::RendezvousResult& round) {
                          options_.worker_store->StartRound(round));
   }
   replacement_->StartGroup(round, reaches_store);
+  if (notice_ != nullptr) notice_->StartGroup(round.round);
   replacement_record_.reset();
   DDP_RETURN_IF_ERROR(logs_.StartAttempt(round.restart_count));
   if (file_timer_) file_timer_->Reset();  // torch: a server per group
@@ -277,11 +302,7 @@ Status ElasticAgent::StartReplacement(int local_rank, int64_t generation,
   DDP_RETURN_IF_ERROR(group_.Relaunch(local_rank, generation));
   const WorkerGroup::Worker& w = *group_.worker(local_rank);
   stragglers_->Restarted(w.global_rank, w.pid);
-  if (options_.generation_signal != 0) {
-    // The opt-in notice: the survivors need not wait for a collective to
-    // fail to learn of the new generation.
-    group_.Signal(options_.generation_signal, local_rank);
-  }
+  if (notice_ != nullptr) notice_->Announce(group_.round().round, generation);
   DDP_LOG(INFO) << "[" << options_.launch.role << "] rank " << w.global_rank
                 << " started again alone (generation " << generation << ", pid "
                 << w.pid << ")";
@@ -548,6 +569,7 @@ void ElasticAgent::BeginStop(StopReason reason, int sig,
                              const std::string& why) {
   stragglers_->Stop();
   replacement_->Stop();
+  if (notice_ != nullptr) notice_->Stop();
   if (replacement_record_ != nullptr) {
     // Stopped while a replacement healed (a second failure, a signal, a
     // membership change): its heal did not happen.

@@ -9,6 +9,7 @@
 #include "agent/elastic/agent_options.h"
 #include "agent/elastic/failure_report.h"
 #include "agent/elastic/file_timer_response.h"
+#include "agent/elastic/generation_notice.h"
 #include "agent/elastic/health_check.h"
 #include "agent/elastic/progress_budget.h"
 #include "agent/elastic/rank_replacement.h"
@@ -216,6 +217,8 @@ class ElasticAgent : public HangResponse::Workers,
   std::unique_ptr<StragglerWatch> stragglers_;    // step rates, warnings
   std::unique_ptr<HangResponse> hang_;            // stacks, hung workers
   std::unique_ptr<RankReplacement> replacement_;  // --restart_scope failed
+  // DDPRUN_GENERATION_SIGNAL under --restart_scope failed, else null.
+  std::unique_ptr<GenerationNotice> notice_;
   // The on-disk record of the replacement that heals now; null when none
   // is in progress or there are no log files.
   std::unique_ptr<ReplacementRecord> replacement_record_;

@@ -112,6 +112,7 @@ Status WorkerGroup::Launch(Worker* w, int64_t generation) {
   w->process = std::move(p).value();
   w->pid = w->process->pid();
   w->running = true;
+  w->generation = generation >= 0 ? generation : 0;
   w->exit = ExitStatus{};
   w->stopped_hang = false;
   if (watchdog_) watchdog_->Watch(w->local_rank, w->pid, w->watch.heartbeat);
@@ -169,9 +170,17 @@ void WorkerGroup::KillLeftovers() {
   }
 }
 
-void WorkerGroup::Signal(int sig, int except) {
+void WorkerGroup::Signal(int sig) {
   for (auto& w : workers_) {
-    if (w->running && w->local_rank != except) {
+    if (w->running) {
+      (void)w->process->SignalGroup(sig);
+    }
+  }
+}
+
+void WorkerGroup::SignalOlderThan(int sig, int64_t generation) {
+  for (auto& w : workers_) {
+    if (w->running && w->generation < generation) {
       (void)w->process->SignalGroup(sig);
     }
   }

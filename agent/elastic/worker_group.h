@@ -51,6 +51,9 @@ class WorkerGroup {
     int global_rank = 0;
     int pid = -1;
     bool running = false;
+    // The generation it started in (restart scope failed): 0 for a group
+    // start, a replacement's DDPRUN_GENERATION.
+    int64_t generation = 0;
     ExitStatus exit;
     std::string error_file;  // TORCHELASTIC_ERROR_FILE, "" without log files
     WorkerWatchFiles watch;  // ddprun's files for it, "" where off
@@ -101,8 +104,11 @@ class WorkerGroup {
   // SIGKILL to every worker's process group, exited or not, and the stop's
   // deadline is dropped: what a worker started in its group ends with it.
   void KillLeftovers();
-  // `sig` to every running worker's process group but `except`'s.
-  void Signal(int sig, int except = -1);
+  // `sig` to every running worker's process group.
+  void Signal(int sig);
+  // `sig` to every running worker's process group that started in a
+  // generation before `generation`.
+  void SignalOlderThan(int sig, int64_t generation);
   // SIGKILL to worker `local_rank`'s process group.
   void Kill(int local_rank);
   // Watches worker `local_rank` again, from its next heartbeat on.

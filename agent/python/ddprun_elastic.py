@@ -46,6 +46,15 @@ What it does, in the contract's terms:
     "/ddprun/generation/<g>/healed";
   * ddp(module): a DistributedDataParallel of `module`, built anew after
     every re-form (it holds the process group): call it in each step.
+  * the generation signal: when the job's environment names one
+    (DDPRUN_GENERATION_SIGNAL=SIGUSR1 in ddprun's environment), every agent
+    sends it to its running workers once the store shows a new generation,
+    whichever node replaced a rank. Elastic installs a handler for it (so it
+    does not end the process) that counts it (`notices`); the next run_step
+    reads the generation and, when it moved, re-forms and heals before its
+    first collective instead of finding out from a failed one. A survivor
+    that was not in a collective with the dead rank (another node's, busy
+    with its own work) so re-forms at once.
 The heal timeout (DDPRUN_HEAL_TIMEOUT_S, default 120 s) bounds every wait:
 past it the worker raises ElasticError and exits non-zero, and the agent
 restarts the group. Outside restart scope "failed" (no DDPRUN_RESTART_SCOPE,
@@ -67,7 +76,9 @@ import hashlib as _hashlib
 import io as _io
 import json as _json
 import os as _os
+import signal as _signal
 import sys as _sys
+import threading as _threading
 import time as _time
 
 import torch as _torch
@@ -141,6 +152,10 @@ class Elastic:
         self._ddp = {}
         self._waiter = None
         self._added = -1
+        # Generation signals received (DDPRUN_GENERATION_SIGNAL), and one
+        # not yet acted on.
+        self.notices = 0
+        self._notice_pending = False
         if not self.reforms:
             if self.scope == "failed" and self.rank == 0:
                 print("ddprun_elastic: DDPRUN_RESTART_SCOPE=failed needs the "
@@ -153,6 +168,7 @@ class Elastic:
         self._attempt = "/worker/attempt_%s" % env.get(
             "TORCHELASTIC_RESTART_COUNT", "0")
         self._raw = self._client()
+        self._install_notice_handler(env.get("DDPRUN_GENERATION_SIGNAL", ""))
         deadline = _time.monotonic() + (
             self.heal_timeout if self.replacement else
             self.timeout.total_seconds())
@@ -193,6 +209,14 @@ class Elastic:
             apply(result)
             return result
         while True:
+            if self._notice_pending:
+                self._notice_pending = False
+                latest = self.latest_generation()
+                if latest > self.generation:
+                    why = "generation %d announced (signal)" % latest
+                    self.reform(why)
+                    self._heal_loop(why)
+                    continue
             buffers = self._save_buffers()
             try:
                 for _, obj in self._tracked:
@@ -254,6 +278,27 @@ class Elastic:
         return store.get(decision) == b"commit"
 
     # --- generations ------------------------------------------------------
+    def _install_notice_handler(self, name):
+        if not name:
+            return
+        number = getattr(_signal, name, None) if name.startswith("SIG") else None
+        if not isinstance(number, int):
+            raise ElasticError(
+                "DDPRUN_GENERATION_SIGNAL=%r is not a signal name such as "
+                "SIGUSR1" % name)
+        if _threading.current_thread() is not _threading.main_thread():
+            raise ElasticError(
+                "DDPRUN_GENERATION_SIGNAL is set: create Elastic on the main "
+                "thread (only it can install the signal's handler)")
+
+        def notice(signum, frame):
+            # Only a flag: the store is read by the next run_step, never in
+            # the handler (it may interrupt a store call).
+            self.notices += 1
+            self._notice_pending = True
+
+        _signal.signal(number, notice)
+
     def latest_generation(self):
         """The newest generation the agent announced (0 when none)."""
         value = self._raw.compare_set("/ddprun/generation", _ABSENT, _ABSENT)

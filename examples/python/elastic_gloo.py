@@ -106,14 +106,14 @@ def main():
 
         elastic.run_step(step, compute, apply)
     save(model, args.out, rank, progress["step"],
-         progress["loss_sum"] / max(1, progress["step"]))
+         progress["loss_sum"] / max(1, progress["step"]), elastic.notices)
     return 0
 
 
-def save(model, out, rank, steps, mean_loss=None):
+def save(model, out, rank, steps, mean_loss=None, notices=0):
     os.makedirs(out, exist_ok=True)
     torch.save({"params": [p.detach().clone() for p in model.parameters()],
-                "steps": steps, "mean_loss": mean_loss},
+                "steps": steps, "mean_loss": mean_loss, "notices": notices},
                os.path.join(out, "params.%d.pt" % rank))
     print("rank %d done step %d" % (rank, steps))
     sys.stdout.flush()

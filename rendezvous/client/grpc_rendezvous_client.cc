@@ -100,6 +100,9 @@ class GrpcRendezvousClient final : public RendezvousClient {
   void SetStacksRequestHandler(StacksRequestHandler handler) override {
     stacks_handler_ = std::move(handler);
   }
+  void SetGenerationHandler(GenerationHandler handler) override {
+    generation_handler_ = std::move(handler);
+  }
   void AnswerStacks(uint64_t request_id,
                     std::vector<diagnosis::StackSummary> ranks) override;
   void GatherStacks(const std::string& reason,
@@ -223,6 +226,7 @@ class GrpcRendezvousClient final : public RendezvousClient {
   // A heartbeat's stacks_request: hands a dump not seen before to the
   // agent's handler on the loop (heartbeat thread).
   void OnStacksRequest(const v1::HeartbeatResponse& resp) EXCLUDES(mu_);
+  void OnGeneration(const v1::HeartbeatResponse& resp) EXCLUDES(mu_);
   // One Stacks call (no retries: dumps are bounded and best effort);
   // `done` gets the answer on the loop.
   using StacksReply = std::function<void(StatusOr<v1::StacksResponse>)>;
@@ -253,6 +257,7 @@ class GrpcRendezvousClient final : public RendezvousClient {
   // Loop thread only.
   EventHandler handler_;
   StacksRequestHandler stacks_handler_;
+  GenerationHandler generation_handler_;
   std::set<std::shared_ptr<Retry>> retries_;  // calls not yet answered
   bool joining_ = false;                      // a Join is in flight
   EventLoop::TimerId warn_timer_ = 0;
@@ -307,6 +312,9 @@ class GrpcRendezvousClient final : public RendezvousClient {
   // The last stack dump handed to the agent (a heartbeat repeats it until
   // this node answers).
   uint64_t stacks_seen_ GUARDED_BY(mu_) = 0;
+  // The newest generation passed to generation_handler_, and its round.
+  int64_t generation_round_ GUARDED_BY(mu_) = 0;
+  int64_t generation_seen_ GUARDED_BY(mu_) = 0;
   // This node's step rates (sent with heartbeats) and the job's median
   // from the last heartbeat's answer.
   std::vector<RankStepRate> rates_ GUARDED_BY(mu_);
@@ -1127,6 +1135,7 @@ void GrpcRendezvousClient::HeartbeatLoop() {
         job_median_ = resp.median_steps_per_s();
       }
       OnStacksRequest(resp);
+      OnGeneration(resp);
       using A = v1::HeartbeatResponse;
       switch (resp.action()) {
         case A::ACTION_REJOIN:
@@ -1299,6 +1308,24 @@ void GrpcRendezvousClient::OnStacksRequest(const v1::HeartbeatResponse& resp) {
   }
   PostToLoop([this, id, reason = resp.stacks_reason()] {
     if (stacks_handler_) stacks_handler_(id, reason);
+  });
+}
+
+void GrpcRendezvousClient::OnGeneration(const v1::HeartbeatResponse& resp) {
+  const int64_t generation = resp.generation();
+  if (generation <= 0) return;
+  int64_t round = 0;
+  {
+    MutexLock lock(&mu_);
+    // The server sets it only for the round this node runs.
+    round = last_.round();
+    if (round != resp.round()) return;
+    if (round == generation_round_ && generation <= generation_seen_) return;
+    generation_round_ = round;
+    generation_seen_ = generation;
+  }
+  PostToLoop([this, round, generation] {
+    if (generation_handler_) generation_handler_(round, generation);
   });
 }
 

@@ -181,6 +181,14 @@ class RendezvousClient {
   // stacks (a dump another node or an operator started); the agent
   // collects them and calls AnswerStacks(request_id, ...). Null: none.
   virtual void SetStacksRequestHandler(StacksRequestHandler handler) {}
+  // Restart scope "failed": runs on the loop when a heartbeat's answer
+  // shows that round `round` (the one this node runs) handed out
+  // `generation`, a replacement on any node of it, newer than any this
+  // client passed before (HeartbeatResponse.generation). Backends without
+  // other nodes never call it (this node made every generation itself).
+  using GenerationHandler =
+      std::function<void(int64_t round, int64_t generation)>;
+  virtual void SetGenerationHandler(GenerationHandler handler) {}
   // This node's answer to dump `request_id`: calls of at most 64 KiB each
   // (parts), bounded by the RPC timeout, best effort (a failure is
   // logged).

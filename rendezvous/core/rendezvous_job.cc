@@ -826,6 +826,11 @@ StatusOr<v1::HeartbeatResponse> RendezvousJob::HeartbeatNode(
                           node->state == NodeState::kSucceeded);
   const bool joining = node != nullptr && (node->state == NodeState::kJoining ||
                                            node->state == NodeState::kWaiting);
+  if (in_round && theirs == round_ && replacements_.round == round_) {
+    // Restart scope "failed": every node learns of another node's
+    // replacement (DDPRUN_GENERATION_SIGNAL).
+    reply.set_generation(replacements_.generation);
+  }
   if (in_round || joining || theirs == 0) return reply;
   // The node runs a round that is over (or was dropped from it).
   reply.set_action(theirs == round_ - 1 ? last_action_ : Action::ACTION_REJOIN);

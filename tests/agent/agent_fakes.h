@@ -198,6 +198,16 @@ class FakeRendezvous : public rendezvous::RendezvousClient {
   // Stack dumps across nodes, with `supports_stacks` (else the base
   // class's: none). A GatherStacks stays in flight until AnswerGather().
   bool SupportsStacks() const override { return supports_stacks; }
+  void SetGenerationHandler(GenerationHandler h) override {
+    generation_handler = std::move(h);
+  }
+  // As a heartbeat's answer would: round `r` handed out `generation`.
+  void AnnounceGeneration(int64_t r, int64_t generation) {
+    REQUIRE(generation_handler);
+    loop_->Post([this, r, generation] {
+      if (generation_handler) generation_handler(r, generation);
+    });
+  }
   void SetStacksRequestHandler(StacksRequestHandler h) override {
     stacks_handler = std::move(h);
   }
@@ -266,6 +276,7 @@ class FakeRendezvous : public rendezvous::RendezvousClient {
   std::vector<std::string> failure_reasons;
   bool supports_stacks = false;
   StacksRequestHandler stacks_handler;
+  GenerationHandler generation_handler;
   struct AnswerCall {
     uint64_t request_id = 0;
     std::vector<diagnosis::StackSummary> ranks;

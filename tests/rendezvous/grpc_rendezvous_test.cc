@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdio>
 #include <future>
+#include <mutex>
 #include <set>
 #include <thread>
 #include <vector>
@@ -106,6 +107,53 @@ TEST_CASE("GrpcRendezvous: a silent agent is dropped and the others re-join",
     CHECK(r->round == 2);
     CHECK(r->group_world_size == 2);
     CHECK(r->restart_count == 0);  // membership change spends no budget
+  }
+}
+
+TEST_CASE(
+    "GrpcRendezvous: a rank replaced on one node is announced to "
+    "every node of the round by its next heartbeat, once",
+    "[rendezvous][grpc][restart_scope]") {
+  RendezvousFixture rdzv;
+  auto clients = rdzv.Agents(2);
+  auto results = JoinAll(clients, 2, 2, {}, /*max_restarts=*/3);
+  for (auto& r : results) REQUIRE(r.ok());
+  const int64_t round = results[0]->round;
+  struct Heard {
+    std::mutex mu;
+    std::vector<std::pair<int64_t, int64_t>> calls;
+    size_t size() {
+      std::lock_guard<std::mutex> lock(mu);
+      return calls.size();
+    }
+  };
+  std::vector<std::unique_ptr<Heard>> heard;
+  for (auto& c : clients) {
+    heard.push_back(std::make_unique<Heard>());
+    Heard* h = heard.back().get();
+    c->SetGenerationHandler([h](int64_t r, int64_t g) {
+      std::lock_guard<std::mutex> lock(h->mu);
+      h->calls.emplace_back(r, g);
+    });
+  }
+  // Nothing is announced while nothing was replaced.
+  std::this_thread::sleep_for(milliseconds(600));
+  CHECK(heard[0]->size() == 0);
+  auto answer = clients[1]->ReplaceRank(round, results[1]->rank_offset, 1,
+                                        "local rank 0 killed by SIGKILL");
+  REQUIRE(answer.ok());
+  REQUIRE(answer->replaced);
+  const auto deadline = Steady::now() + seconds(3);
+  while ((heard[0]->size() == 0 || heard[1]->size() == 0) &&
+         Steady::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  // Heartbeats every 200 ms here: several came since, one call each.
+  std::this_thread::sleep_for(milliseconds(600));
+  for (auto& h : heard) {
+    std::lock_guard<std::mutex> lock(h->mu);
+    CHECK(h->calls == std::vector<std::pair<int64_t, int64_t>>{
+                          {round, answer->generation}});
   }
 }
 

@@ -916,6 +916,31 @@ TEST_CASE("RendezvousState: ReplaceRank hands out each generation once "
   CHECK(r->generation() == 9);
 }
 
+TEST_CASE(
+    "RendezvousState: every node of the round hears of the newest "
+    "generation with its heartbeats, a waiting node does not",
+    "[rendezvous][restart_scope]") {
+  Harness h(2, 2, /*max_restarts=*/5);
+  REQUIRE(h.Join("a", 2).ok());
+  REQUIRE(h.Join("b", 2).ok());
+  CHECK(h.Heartbeat("a").generation() == 0);
+  const int b0 = h.Of("b").rank_offset();
+  REQUIRE(h.state_.ReplaceRank(Replace(h, "b", b0, 1))->replaced());
+  // Node a did not replace anything: this is how it learns of b's.
+  CHECK(h.Heartbeat("a").generation() == 1);
+  CHECK(h.Heartbeat("b").generation() == 1);
+  v1::ReplaceRankRequest healed = Replace(h, "b", b0, 1);
+  healed.set_healed(true);
+  REQUIRE(h.state_.ReplaceRank(healed).ok());
+  CHECK(h.Heartbeat("a").generation() == 1);  // a heal makes none
+  REQUIRE(h.state_.ReplaceRank(Replace(h, "b", b0 + 1, 2))->replaced());
+  CHECK(h.Heartbeat("a").generation() == 2);
+  // A node parked on the wait list runs no round of this job.
+  (void)h.Join("c", 2);
+  CHECK(h.Heartbeat("c").generation() == 0);
+  CHECK(h.Heartbeat("a").generation() == 2);
+}
+
 TEST_CASE("RendezvousState: ReplaceRank refuses what is not this node's",
           "[rendezvous][restart_scope]") {
   Harness h(2, 2, /*max_restarts=*/3);

@@ -152,6 +152,16 @@ class SyncClient {
       client_->ReportSuccess(round, barrier_timeout, std::move(done));
     });
   }
+  StatusOr<RendezvousClient::ReplaceAnswer> ReplaceRank(
+      int64_t round, int rank, int64_t generation, const std::string& reason) {
+    return Call<StatusOr<RendezvousClient::ReplaceAnswer>>([&](auto done) {
+      client_->ReplaceRank(round, rank, generation, reason, std::move(done));
+    });
+  }
+  // `handler` runs on the client's loop thread.
+  void SetGenerationHandler(RendezvousClient::GenerationHandler handler) {
+    loop_.RunSync([&] { client_->SetGenerationHandler(std::move(handler)); });
+  }
   // `handler` runs on the client's loop thread.
   void SetStacksRequestHandler(RendezvousClient::StacksRequestHandler handler) {
     loop_.RunSync(

@@ -173,14 +173,18 @@ def drop_case(args):
 
 def ddprun_case(args):
     """The example under ddprun itself (--restart_scope failed, not the
-    stand-in): rank 2 killed at step 10 heals, the others keep their
-    processes, the parameters end as the uninterrupted run's."""
+    stand-in), two agents (nodes) of two ranks with
+    DDPRUN_GENERATION_SIGNAL=SIGUSR1: rank 2 killed at step 10 heals, the
+    others keep their processes, the parameters end as the uninterrupted
+    run's, and every survivor got the signal once (the other node's through
+    the rendezvous's heartbeats), the replacement none."""
     import torch
     sys.path.insert(0, os.path.join(args.source, "tests", "examples"))
     import restart_scope_ddprun as ddp  # noqa: E402
     os.environ["PYTHONPATH"] = os.path.join(args.source, "agent", "python")
     os.environ["DDPRUN_HEAL_TIMEOUT_S"] = "60"
-    run_args = argparse.Namespace(ddprun=args.ddprun, timeout=240)
+    os.environ["DDPRUN_GENERATION_SIGNAL"] = "SIGUSR1"
+    run_args = argparse.Namespace(ddprun=args.ddprun, timeout=240, nodes=2)
     script = os.path.join(args.source, "examples", "python", "elastic_gloo.py")
     work = tempfile.mkdtemp(prefix="ddprun_elastic_")
     try:
@@ -201,12 +205,21 @@ def ddprun_case(args):
             check(len(seen.get(r, [])) == (2 if r == 2 else 1),
                   "rank %d ran as pids %s" % (r, seen.get(r)), text)
             check(mine[r]["steps"] == STEPS, "rank %d did every step" % r, text)
+            check(results["clean"][0][r]["notices"] == 0,
+                  "rank %d got no signal in the uninterrupted run" % r, text)
+            notices = 0 if r == 2 else 1
+            check(mine[r]["notices"] == notices,
+                  "rank %d got %d generation signal(s), not %d (the "
+                  "store's node ran ranks %s)" % (
+                      r, mine[r]["notices"], notices,
+                      sorted(seen.get("store_node_ranks", []))), text)
             for a, b in zip(mine[r]["params"], theirs[r]["params"]):
                 check(torch.allclose(a, b, rtol=1e-5, atol=1e-6),
                       "rank %d equals the uninterrupted run (max diff %g)" %
                       (r, float((a - b).abs().max())), text)
-        print("ok: under ddprun --restart_scope failed rank 2 healed; final "
-              "parameters equal the uninterrupted run's")
+        print("ok: under ddprun --restart_scope failed on 2 nodes rank 2 "
+              "healed; final parameters equal the uninterrupted run's; each "
+              "survivor got the generation signal once")
         return 0
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -1,9 +1,13 @@
 #include "ddprun/worker/world.h"
 
+#include <signal.h>
+#include <string.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <exception>
 #include <optional>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -57,6 +61,36 @@ struct World::Impl {
 };
 
 namespace {
+
+void OnGenerationSignal(int) {}
+
+// DDPRUN_GENERATION_SIGNAL (docs/restart_scope.md): the agents send it to
+// their running workers when a new generation shows in the store. This
+// runtime reads the generation there at every step's agreement and has no
+// use for the notice, but the signal must not end the process (the default
+// action of SIGUSR1 and most others): an empty handler, unless the
+// program installed its own.
+void AcceptGenerationSignal() {
+  const char* name = std::getenv("DDPRUN_GENERATION_SIGNAL");
+  if (name == nullptr || *name == '\0') return;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    const char* abbrev = sigabbrev_np(sig);
+    if (abbrev == nullptr || std::string("SIG") + abbrev != name) continue;
+    struct sigaction old {};
+    if (sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL ||
+        (old.sa_flags & SA_SIGINFO) != 0) {
+      return;
+    }
+    struct sigaction sa {};
+    sa.sa_handler = OnGenerationSignal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    (void)sigaction(sig, &sa, nullptr);
+    return;
+  }
+  DDP_LOG(WARNING) << "DDPRUN_GENERATION_SIGNAL=" << name
+                   << " names no signal: not handled";
+}
 
 c10d::ReduceOp ToC10d(ReduceOp op) {
   switch (op) {
@@ -708,6 +742,7 @@ World InitWorld(const WorkerEnv& env, const InitOptions& options) {
            "outlives every worker this job restarts as a group";
   }
   if (impl->reforms) {
+    AcceptGenerationSignal();
     impl->store =
         ConnectTcp(env, options.store_timeout, /*server=*/false, &impl->raw);
     // A group start forms generation 0 within the store timeout, like the

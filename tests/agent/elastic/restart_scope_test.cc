@@ -325,6 +325,88 @@ TEST_CASE("restart scope failed: through another node's store the replacement "
         std::string::npos);
 }
 
+TEST_CASE(
+    "restart scope failed: with DDPRUN_GENERATION_SIGNAL the "
+    "replacing node's survivors get the signal once, the replacement "
+    "does not",
+    "[agent][restart_scope]") {
+  Harness h(3, 5);
+  h.options.generation_signal = SIGUSR1;
+  h.rendezvous.allocate_generations = true;
+  h.Start();
+  const int64_t round = h.rendezvous.round - 1;  // the round joined
+  h.Kill(1);
+  REQUIRE(h.launcher.workers.size() == 4);
+  CHECK(h.launcher.workers[0]->signals == std::vector<int>{SIGUSR1});
+  CHECK(h.launcher.workers[2]->signals == std::vector<int>{SIGUSR1});
+  CHECK(h.launcher.workers[3]->signals.empty());
+  // The rendezvous tells this node of its own generation too: not again.
+  h.rendezvous.AnnounceGeneration(round, 1);
+  h.loop.RunUntilIdle();
+  CHECK(h.launcher.workers[0]->signals.size() == 1);
+  CHECK(h.launcher.workers[3]->signals.empty());
+  h.Heal(1);
+}
+
+TEST_CASE(
+    "restart scope failed: with DDPRUN_GENERATION_SIGNAL another "
+    "node's generation reaches every worker once the store shows it",
+    "[agent][restart_scope]") {
+  Harness h(2, 5);
+  h.options.generation_signal = SIGUSR2;
+  h.Start();
+  const int64_t round = h.rendezvous.round - 1;  // the round joined
+  auto signals = [&h](size_t i) { return h.launcher.workers[i]->signals; };
+  // Handed out by the rendezvous, not yet written by the other node: a
+  // worker reading "/ddprun/generation" on the signal would not find it.
+  h.rendezvous.AnnounceGeneration(round, 1);
+  h.loop.RunUntilIdle();
+  h.loop.Advance(100ms);
+  CHECK(signals(0).empty());
+  h.store.keys["/ddprun/generation"] = "1";
+  h.loop.Advance(20ms);
+  CHECK(signals(0) == std::vector<int>{SIGUSR2});
+  CHECK(signals(1) == std::vector<int>{SIGUSR2});
+  // An older or the same generation, another round's: nothing.
+  h.rendezvous.AnnounceGeneration(round, 1);
+  h.rendezvous.AnnounceGeneration(round + 7, 5);
+  h.loop.RunUntilIdle();
+  h.store.keys["/ddprun/generation"] = "5";
+  h.loop.Advance(100ms);
+  CHECK(signals(0).size() == 1);
+  // One that never reaches the store is given up after the heal timeout,
+  // without a signal, and the group runs on.
+  h.rendezvous.AnnounceGeneration(round, 6);
+  h.loop.RunUntilIdle();
+  h.loop.Advance(11s);
+  CHECK(signals(0).size() == 1);
+  CHECK(h.agent->state() == WorkerState::kHealthy);
+  // Two announced before the store shows either: one signal, for the newer.
+  h.rendezvous.AnnounceGeneration(round, 7);
+  h.rendezvous.AnnounceGeneration(round, 8);
+  h.loop.RunUntilIdle();
+  h.store.keys["/ddprun/generation"] = "8";
+  h.loop.Advance(20ms);
+  CHECK(signals(0) == std::vector<int>{SIGUSR2, SIGUSR2});
+  CHECK(signals(1) == std::vector<int>{SIGUSR2, SIGUSR2});
+}
+
+TEST_CASE(
+    "restart scope failed: without DDPRUN_GENERATION_SIGNAL no worker "
+    "is signalled, whatever the rendezvous announces",
+    "[agent][restart_scope]") {
+  Harness h(2, 5);
+  h.Start();
+  h.store.keys["/ddprun/generation"] = "3";
+  if (h.rendezvous.generation_handler) {
+    h.rendezvous.AnnounceGeneration(h.rendezvous.round - 1, 3);
+  }
+  h.loop.RunUntilIdle();
+  h.loop.Advance(100ms);
+  CHECK(h.launcher.workers[0]->signals.empty());
+  CHECK(h.launcher.workers[1]->signals.empty());
+}
+
 TEST_CASE("restart scope failed: a generation that never reaches the store "
           "restarts the group after --heal_timeout",
           "[agent][restart_scope]") {

@@ -195,10 +195,15 @@ TEST_CASE(
   CHECK(again.env("DDPRUN_REPLACEMENT") == "1");
   CHECK(h.group->pids() == std::vector<int>{1000, 1003, 1002});
   CHECK(h.group->RunningWorker(1003) == 1);
-  h.group->Signal(SIGUSR1, /*except=*/1);
+  // Generation 2's notice goes to the workers that started before it.
+  h.group->SignalOlderThan(SIGUSR1, 2);
   CHECK(h.signals(0) == std::vector<int>{SIGUSR1});
   CHECK(h.signals(2) == std::vector<int>{SIGUSR1});
   CHECK(h.signals(3).empty());
+  // Generation 3's goes to the replacement too.
+  h.group->SignalOlderThan(SIGUSR2, 3);
+  CHECK(h.signals(3) == std::vector<int>{SIGUSR2});
+  CHECK(h.signals(0) == std::vector<int>{SIGUSR1, SIGUSR2});
   h.launcher.Exit(3, 0);
   CHECK(h.exits.back() == std::pair<int, int>{1, 0});
   CHECK_FALSE(h.group->Relaunch(7, 3).ok());
