@@ -47,6 +47,18 @@ std::vector<double> TakeNumbers(worker::TrainState& state,
   return values;
 }
 
+// Every default generator of `device` (the CPU's, the GPU's) starts anew
+// from the seed of (the job's seed, rank, step, purpose).
+void SeedGenerators(uint64_t job_seed, int rank, int64_t step, uint64_t purpose,
+                    const at::Device& device) {
+  const uint64_t seed = worker::MixSeed({job_seed, static_cast<uint64_t>(rank),
+                                         static_cast<uint64_t>(step), purpose});
+  for (auto& [kind, generator] : worker::DefaultGenerators(device)) {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_current_seed(seed);
+  }
+}
+
 void DropHealNumbers(worker::TrainState& state) {
   for (auto it = state.scalars.begin(); it != state.scalars.end();) {
     it = it->first.rfind(kHealPrefix, 0) == 0 ? state.scalars.erase(it)
@@ -63,6 +75,13 @@ void TrainerSession::AddHealState(
 }
 
 void TrainerSession::SaveUnit() {
+  // What the unit draws, and the generators' state a checkpoint it writes
+  // records, must not depend on how this rank got here: a replacement
+  // that healed into the unit holds the source rank's generators, and a
+  // survivor's were moved by the unit's interrupted attempt.
+  constexpr uint64_t kUnitPurpose = 0x756e6974;  // "unit"
+  SeedGenerators(common_.seed, world_.rank(), state_.step, kUnitPurpose,
+                 world_.device());
   unit_.state = state_;
   unit_.epoch_loss_sum = epoch_loss_sum_;
   unit_.epoch_steps = epoch_steps_;
@@ -107,13 +126,8 @@ void TrainerSession::RestoreUnit() {
 
 void TrainerSession::SeedStep() {
   constexpr uint64_t kTrainingPurpose = 0x7374657073;  // "steps"
-  const uint64_t seed =
-      worker::MixSeed({common_.seed, static_cast<uint64_t>(world_.rank()),
-                       static_cast<uint64_t>(state_.step), kTrainingPurpose});
-  for (auto& [kind, generator] : worker::DefaultGenerators(world_.device())) {
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_current_seed(seed);
-  }
+  SeedGenerators(common_.seed, world_.rank(), state_.step, kTrainingPurpose,
+                 world_.device());
 }
 
 void TrainerSession::AgreeOnStep(double* loss) {

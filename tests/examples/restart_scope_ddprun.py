@@ -24,12 +24,16 @@ replaced, rank 2 (a second failure while healing: the group restarts; in
 these two the interrupted epoch's train_loss averages the steps since the
 checkpoint, as under --restart_scope group, and is not compared),
 "stop" SIGSTOPs rank 1 (ddprun's --watchdog_timeout kills it and it is
-replaced alone).
+replaced alone), "write" SIGKILLs rank 0 while it writes a checkpoint (the
+first write from step STEP on whose temporary file the kill leaves behind:
+the write was cut; it is replaced alone, the save is done again and the
+leftover removed).
 
   restart_scope_ddprun.py --bin DIR --trainer survival|ddpm [--kill R@S]...
-      [--chaos two|heal|stop@S]... [--nodes 1|2]
+      [--chaos two|heal|stop|write@S]... [--nodes 1|2] [--env KEY=VALUE]...
 """
 import argparse
+import ctypes
 import glob
 import json
 import os
@@ -39,7 +43,10 @@ import signal
 import socket
 import subprocess
 import sys
+import select
+import struct
 import tempfile
+import threading
 import time
 
 RANKS = 4
@@ -91,17 +98,75 @@ def steps_of(log_dir, rank):
     return -1
 
 
+class WriteKiller:
+    """SIGKILLs each process that starts writing a checkpoint into `folder`
+    (a file named *.pt.tmp.<pid>, common/file_util.cc), watched with
+    inotify from a thread of its own (a small checkpoint is written in
+    milliseconds), until one kill leaves its temporary file behind: that
+    write was cut short. `landed` is then that file's name."""
+    IN_CREATE = 0x100
+
+    def __init__(self, folder):
+        libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = libc.inotify_init1(os.O_CLOEXEC | os.O_NONBLOCK)
+        if self.fd < 0 or libc.inotify_add_watch(
+                self.fd, folder.encode(), self.IN_CREATE) < 0:
+            raise OSError(ctypes.get_errno(), f'inotify on {folder}')
+        self.folder, self.landed, self.kills = folder, None, 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self):
+        while not self.stop.is_set() and self.landed is None:
+            if not select.select([self.fd], [], [], 0.1)[0]:
+                continue
+            data = os.read(self.fd, 65536)
+            while data:
+                _, _, _, size = struct.unpack_from('iIII', data)
+                name = data[16:16 + size].split(b'\0')[0].decode()
+                data = data[16 + size:]
+                m = re.search(r'\.pt\.tmp\.(\d+)$', name)
+                if not m:
+                    continue
+                try:
+                    os.kill(int(m.group(1)), signal.SIGKILL)
+                except ProcessLookupError:
+                    continue
+                self.kills += 1
+                if os.path.exists(os.path.join(self.folder, name)):
+                    self.landed = name
+                    return
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(5)
+        os.close(self.fd)
+
+
 class Plan:
     """What a run does to its workers: `kind` kill (rank at step), two,
-    heal or stop (rank 1's step counts `step`; see the module's text)."""
+    heal, stop or write (rank 1's step counts `step`, rank 0's for write;
+    see the module's text). `out` is the run's output folder."""
 
     def __init__(self, kind, step, rank=1):
+        if kind == 'write':
+            rank = 0  # the rank that writes the checkpoints
         self.kind, self.step, self.rank = kind, step, rank
         self.done = False
         self.armed = False  # heal: rank 1 was killed, rank 2 is next
+        self.out = None
+        self.writes = None  # write: the WriteKiller once armed
+
+    def finish(self):
+        if self.writes is not None:
+            self.writes.close()
 
     def act(self, seen, steps_of):
         if self.done:
+            return
+        if self.writes is not None:
+            self.done = self.writes.landed is not None
             return
         if self.armed:
             if len(seen.get(1, [])) >= 2:  # rank 1's replacement started
@@ -124,6 +189,8 @@ class Plan:
         elif self.kind == 'stop':
             os.kill(pid, signal.SIGSTOP)
             self.done = True
+        elif self.kind == 'write':
+            self.writes = WriteKiller(self.out + '/checkpoints')
 
 
 def free_port():
@@ -147,6 +214,8 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
         placements = [common + [f'--rdzv_conf=is_host={str(n == 0).lower()}']
                       for n in range(nodes)]
     env = dict(os.environ, OMP_NUM_THREADS='1')
+    if plan is not None:
+        plan.out = out
     start = time.monotonic()
     agents, consoles, log_dirs = [], [], []
     for n, placement in enumerate(placements):
@@ -195,6 +264,8 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
                 pass  # it exited meanwhile: the next poll sees
         time.sleep(0.02)
     seconds = time.monotonic() - start
+    if plan is not None:
+        plan.finish()
     text = ''
     for console in consoles:
         console.seek(0)
@@ -265,7 +336,12 @@ def main():
     p.add_argument('--timeout', type=float, default=300)
     p.add_argument('--nodes', type=int, choices=[1, 2], default=1)
     p.add_argument('--keep', action='store_true')
+    p.add_argument('--env', action='append', default=[],
+                   help='KEY=VALUE for ddprun and the workers')
     args = p.parse_args()
+    for item in args.env:
+        key, _, value = item.partition('=')
+        os.environ[key] = value
     args.ddprun = args.ddprun or args.bin + '/ddprun'
     make, data_file, flags = TRAINERS[args.trainer]
     trainer = f'{args.bin}/{args.trainer}_trainer'
@@ -306,7 +382,17 @@ def main():
             if code != 0:
                 problems.append(f'ddprun exited {code}')
             healed = HEALED.findall(text)
-            if plan.kind in ('kill', 'stop'):
+            if plan.kind == 'write':
+                if plan.writes is not None and plan.writes.kills > 1:
+                    # Each earlier kill came after its write was renamed:
+                    # ranks 0 replaced more than once (and healed as often).
+                    problems.append(f'{plan.writes.kills} kills before one '
+                                    'cut a write short; raise STEP or slow '
+                                    'the write')
+                left = glob.glob(out + '/checkpoints/*.tmp.*')
+                if left:
+                    problems.append(f'temporary files left behind: {left}')
+            if plan.kind in ('kill', 'stop', 'write'):
                 # Replaced alone: the others kept their processes.
                 for r in range(RANKS):
                     want = 2 if r == plan.rank else 1
@@ -342,6 +428,8 @@ def main():
                 remote_kills += remote
                 node = (' (on a node that does not serve the store)'
                         if remote else ' (on the node that serves the store)')
+            if plan.kind == 'write' and plan.writes is not None:
+                node = f' (cut {plan.writes.landed})'
             print(f'{status} {name}{node}: healed in {heal} s, run '
                   f'{seconds:.1f} s (uninterrupted {clean_seconds:.1f} s)')
             if problems:
