@@ -27,10 +27,14 @@ checkpoint, as under --restart_scope group, and is not compared),
 replaced alone), "write" SIGKILLs rank 0 while it writes a checkpoint (the
 first write from step STEP on whose temporary file the kill leaves behind:
 the write was cut; it is replaced alone, the save is done again and the
-leftover removed).
+leftover removed), "node" (with --nodes 2) SIGKILLs the second agent and
+its workers at once, the whole node (its runs use --nnodes 1:2 and no spare
+joins: the surviving node restarts alone from the checkpoint with the
+smaller world, and the job ends with world_size 2 instead of 4).
 
   restart_scope_ddprun.py --bin DIR --trainer survival|ddpm [--kill R@S]...
-      [--chaos two|heal|stop|write@S]... [--nodes 1|2] [--env KEY=VALUE]...
+      [--chaos two|heal|stop|write|node@S]... [--nodes 1|2]
+      [--env KEY=VALUE]...
 """
 import argparse
 import ctypes
@@ -157,6 +161,7 @@ class Plan:
         self.armed = False  # heal: rank 1 was killed, rank 2 is next
         self.out = None
         self.writes = None  # write: the WriteKiller once armed
+        self.agents = []  # node: the run's agents, by node
 
     def finish(self):
         if self.writes is not None:
@@ -191,6 +196,13 @@ class Plan:
             self.done = True
         elif self.kind == 'write':
             self.writes = WriteKiller(self.out + '/checkpoints')
+        elif self.kind == 'node':
+            # The agent and its workers at once, as a machine that dies.
+            agent = self.agents[1]
+            victims = [agent.pid] + list(workers_of(agent.pid).values())
+            for victim in victims:
+                os.kill(victim, signal.SIGKILL)
+            self.done = True
 
 
 def free_port():
@@ -208,7 +220,8 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
         placements = [['--standalone', f'--nproc_per_node={RANKS}']]
     else:
         endpoint = f'127.0.0.1:{free_port()}'
-        common = [f'--nnodes={nodes}', f'--nproc_per_node={RANKS // nodes}',
+        nnodes = '1:2' if plan is not None and plan.kind == 'node' else nodes
+        common = [f'--nnodes={nnodes}', f'--nproc_per_node={RANKS // nodes}',
                   '--rdzv_backend=c10d', '--rdzv_id=scope',
                   f'--rdzv_endpoint={endpoint}']
         placements = [common + [f'--rdzv_conf=is_host={str(n == 0).lower()}']
@@ -230,10 +243,13 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
                               f'/console{n}.txt'), 'w+')
         agents.append(subprocess.Popen(cmd, stdout=console,
                                        stderr=subprocess.STDOUT, env=env))
+        if plan is not None:
+            plan.agents = agents
         consoles.append(console)
         log_dirs.append(log_dir)
     seen = {}  # rank -> [pids in order]
     where = {}  # rank -> (node, (local rank, group rank))
+    node_pids = {}  # node -> every worker pid seen there
 
     def steps_of_rank(rank):
         if rank not in where:
@@ -254,6 +270,7 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
             local_ranks = {}
             for rank, pid in workers_of(a.pid, local_ranks).items():
                 where[rank] = (n, local_ranks[rank])
+                node_pids.setdefault(n, set()).add(pid)
                 pids = seen.setdefault(rank, [])
                 if not pids or pids[-1] != pid:
                     pids.append(pid)
@@ -272,7 +289,10 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
         text += console.read()
         console.close()
     codes = [a.returncode for a in agents]
+    if plan is not None and plan.kind == 'node':
+        codes = codes[:1]  # the other node was killed
     code = next((c for c in codes if c != 0), 0)
+    seen['node_pids'] = node_pids
     # Group rank 0's agent serves the workers' store: its node's ranks.
     seen['store_node_ranks'] = sorted(
         r for r, (_, (_, group)) in where.items() if group == 0)
@@ -392,7 +412,19 @@ def main():
                 left = glob.glob(out + '/checkpoints/*.tmp.*')
                 if left:
                     problems.append(f'temporary files left behind: {left}')
-            if plan.kind in ('kill', 'stop', 'write'):
+            if plan.kind == 'node':
+                # The surviving node restarted alone, smaller, and finished.
+                pids = seen['node_pids'].get(0, set())
+                if len(pids) < RANKS:
+                    problems.append('node 0 did not start its workers again '
+                                    f'(its worker pids: {sorted(pids)})')
+                last = metrics(out)[-1] if not problems else {}
+                if last.get('world_size') != RANKS // 2 or \
+                        last.get('epoch') != clean_metrics[-1]['epoch']:
+                    problems.append(f'the last metrics record is {last}, not '
+                                    'the last epoch with world_size '
+                                    f'{RANKS // 2}')
+            elif plan.kind in ('kill', 'stop', 'write'):
                 # Replaced alone: the others kept their processes.
                 for r in range(RANKS):
                     want = 2 if r == plan.rank else 1
@@ -407,7 +439,7 @@ def main():
                     problems.append(f'no group restart: pids {seen}')
                 if 'restarting the group' not in text:
                     problems.append('the fallback was not announced')
-            if not problems:
+            if not problems and plan.kind != 'node':
                 got, want = metrics(out), clean_metrics
                 if plan.kind in ('two', 'heal'):
                     # Resumed from a checkpoint mid-epoch, as under group:
