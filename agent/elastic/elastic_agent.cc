@@ -206,6 +206,7 @@ void ElasticAgent::JoinRound(const std::string& unhealthy) {
   request.min_nodes = o.min_nodes;
   request.max_nodes = o.max_nodes;
   request.max_restarts = o.max_restarts;
+  request.replace_lost_nodes = replacement_->enabled();
   request.unhealthy = unhealthy;
   const Clock::TimePoint deadline =
       loop_->clock()->Now() + options_.join_timeout;
@@ -284,6 +285,18 @@ Status ElasticAgent::StartWorkers(const rendezvous::RendezvousResult& round) {
   replacement_record_.reset();
   DDP_RETURN_IF_ERROR(logs_.StartAttempt(round.restart_count));
   if (file_timer_) file_timer_->Reset();  // torch: a server per group
+  if (round.replaces_generation > 0) {
+    // A lost node's place in a running round: the workers start as
+    // replacements once the store shows the generation (StartReplacement).
+    if (!replacement_->TakeOver(round.replaces_generation,
+                                options_.launch.nproc_per_node)) {
+      return FailedPreconditionError(
+          "this node took a lost node's place (generation " +
+          std::to_string(round.replaces_generation) +
+          ") but cannot write the workers' store");
+    }
+    return Status::Ok();
+  }
   DDP_RETURN_IF_ERROR(group_.Start(&logs_, hang_->collects_stacks(),
                                    file_timer_ ? file_timer_->path() : ""));
   // Every worker is reported (pid, state); those with a step file also
@@ -296,6 +309,22 @@ Status ElasticAgent::StartWorkers(const rendezvous::RendezvousResult& round) {
 
 Status ElasticAgent::StartReplacement(int local_rank, int64_t generation,
                                       const std::string& reason) {
+  if (local_rank < 0) {
+    // Every local rank: this node took a lost node's place.
+    DDP_RETURN_IF_ERROR(group_.Start(&logs_, hang_->collects_stacks(),
+                                     file_timer_ ? file_timer_->path() : "",
+                                     generation));
+    stragglers_->Start(group_.StragglerTargets());
+    if (notice_ != nullptr) {
+      notice_->Announce(group_.round().round, generation);
+    }
+    DDP_LOG(INFO) << "[" << options_.launch.role << "] ranks "
+                  << group_.round().rank_offset << "-"
+                  << group_.round().rank_offset + group_.size() - 1
+                  << " started in a lost node's place (generation "
+                  << generation << ")";
+    return Status::Ok();
+  }
   // Before the launch: the replacement writes its own failure, if any, to
   // the same error file path.
   RecordReplacement(local_rank, generation, reason);
@@ -361,6 +390,19 @@ void ElasticAgent::ReplacementGaveUp(int local_rank, int64_t generation,
 
 void ElasticAgent::RestartGroup(int local_rank, const std::string& why) {
   if (stop_reason_ != StopReason::kNone || finished_) return;
+  if (local_rank < 0) {
+    // A lost node's place that did not heal: no worker of this node failed,
+    // the group's failure is the heal's.
+    ProcessFailure failure;
+    failure.global_rank = group_.round().rank_offset;
+    const WorkerGroup::Worker* first = group_.worker(0);
+    failure.pid = first != nullptr ? first->pid : 0;
+    failure.exitcode = 1;
+    failure.error_file = kNotAvailable;
+    failure.traceback = why;
+    failure.timestamp = loop_->clock()->WallSeconds();
+    group_.AddFailure(std::move(failure));
+  }
   group_.AddHeldFailure(local_rank);
   NoteGroupFailure();
   BeginStop(StopReason::kWorkerFailure, SIGTERM, why);

@@ -50,6 +50,7 @@ void RankReplacement::StartGroup(const rendezvous::RendezvousResult& round,
 void RankReplacement::Stop() {
   ++epoch_;
   busy_local_rank_ = -1;
+  whole_node_ = false;
   busy_rank_ = -1;
   started_ = false;
   if (poll_armed_) {
@@ -69,8 +70,8 @@ bool RankReplacement::Replace(int local_rank, int rank,
   }
   if (round_.world_size < 2) return false;  // no live peer to heal from
   if (busy()) {
-    DDP_LOG(WARNING) << "rank " << rank << " failed while rank " << busy_rank_
-                     << " heals (generation " << generation_
+    DDP_LOG(WARNING) << "rank " << rank << " failed while " << Ranks()
+                     << " heal(s) (generation " << generation_
                      << "): restarting the group";
     return false;
   }
@@ -97,9 +98,35 @@ bool RankReplacement::Replace(int local_rank, int rank,
   return true;
 }
 
-std::string RankReplacement::Record(int rank, const std::string& reason) const {
+bool RankReplacement::TakeOver(int64_t generation, int local_world_size) {
+  if (store_ == nullptr || !reaches_store_ || local_world_size < 1) {
+    return false;
+  }
+  whole_node_ = true;
+  whole_node_ranks_ = local_world_size;
+  busy_rank_ = round_.rank_offset;
+  started_ = false;
+  heal_started_ = loop_->clock()->Now();
+  heal_deadline_ = heal_started_ + options_.heal_timeout;
+  generation_ = generation;
+  // The server never hands group rank 0's place over: rank 0 lives.
+  source_ = 0;
+  std::vector<int> ranks;
+  const std::string reason = "a lost node's place";
+  for (int i = 0; i < local_world_size; ++i) {
+    ranks.push_back(round_.rank_offset + i);
+    replaced_.push_back({round_.rank_offset + i, generation, reason, -1});
+  }
+  store_->Set(RecordKey(generation_), Record(ranks, reason));
+  store_->Set(kGenerationKey, std::to_string(generation_));
+  AwaitPublished(epoch_);
+  return true;
+}
+
+std::string RankReplacement::Record(const std::vector<int>& ranks,
+                                    const std::string& reason) const {
   nlohmann::json record;
-  record["replaced"] = {rank};
+  record["replaced"] = ranks;
   record["reason"] = reason;
   record["source"] = source_;
   // A reason is a worker's words: bytes that are not UTF-8 are replaced.
@@ -134,7 +161,7 @@ void RankReplacement::OnRendezvousAnswer(
   // The lowest rank that holds state: the failed one is the only rank
   // without it (a second failure while healing restarts the group).
   source_ = rank == 0 ? 1 : 0;
-  store_->Set(RecordKey(generation_), Record(rank, replaced_.back().reason));
+  store_->Set(RecordKey(generation_), Record({rank}, replaced_.back().reason));
   store_->Set(kGenerationKey, std::to_string(generation_));
   heal_deadline_ = loop_->clock()->Now() + options_.heal_timeout;
   AwaitPublished(epoch);
@@ -148,7 +175,7 @@ void RankReplacement::AwaitPublished(uint64_t epoch) {
   const Clock::TimePoint now = loop_->clock()->Now();
   if (store_->Get(kGenerationKey) != std::to_string(generation_)) {
     if (now >= heal_deadline_) {
-      GiveUp(busy_local_rank_,
+      GiveUp(whole_node_ ? -1 : busy_local_rank_,
              "generation " + std::to_string(generation_) +
                  " did not reach the workers' store within " +
                  std::to_string(options_.heal_timeout.count() / 1000) + " s");
@@ -160,12 +187,12 @@ void RankReplacement::AwaitPublished(uint64_t epoch) {
     return;
   }
   started_ = true;
-  Status started = agent_->StartReplacement(busy_local_rank_, generation_,
+  const int local_rank = whole_node_ ? -1 : busy_local_rank_;
+  Status started = agent_->StartReplacement(local_rank, generation_,
                                             replaced_.back().reason);
   if (!started.ok()) {
-    GiveUp(busy_local_rank_, "cannot start the replacement of rank " +
-                                 std::to_string(busy_rank_) + ": " +
-                                 started.message());
+    GiveUp(local_rank, "cannot start the replacement of " + Ranks() + ": " +
+                           started.message());
     return;
   }
   poll_timer_ = loop_->RunAt(now + kHealPoll,
@@ -184,29 +211,41 @@ void RankReplacement::PollHealed(uint64_t epoch) {
         std::chrono::duration<double>(now - heal_started_).count();
     char line[256];
     std::snprintf(line, sizeof(line),
-                  "[ddprun] rank %d replaced (generation %lld): healed from "
+                  "[ddprun] %s replaced (generation %lld): healed from "
                   "rank %d in %.2f s\n",
-                  busy_rank_, static_cast<long long>(generation_), source_,
+                  Ranks().c_str(), static_cast<long long>(generation_), source_,
                   seconds);
     console_->Write(Console::Stream::kErr, line);
-    replaced_.back().heal_seconds = seconds;
-    healed_at_steps_[busy_local_rank_] = agent_->StepsOf(busy_local_rank_);
+    const int local_rank = whole_node_ ? -1 : busy_local_rank_;
+    const int first = whole_node_ ? 0 : busy_local_rank_;
+    const int count = whole_node_ ? whole_node_ranks_ : 1;
+    for (int i = 0; i < count; ++i) {
+      replaced_[replaced_.size() - count + i].heal_seconds = seconds;
+      healed_at_steps_[first + i] = agent_->StepsOf(first + i);
+    }
     rendezvous_->ReportHealed(round_.round, busy_rank_, generation_, seconds);
-    agent_->ReplacementHealed(busy_local_rank_, generation_, source_, seconds);
+    agent_->ReplacementHealed(local_rank, generation_, source_, seconds);
     busy_local_rank_ = -1;
     busy_rank_ = -1;
+    whole_node_ = false;
     return;
   }
   if (now >= heal_deadline_) {
-    GiveUp(busy_local_rank_,
-           "rank " + std::to_string(busy_rank_) + " (generation " +
-               std::to_string(generation_) + ") did not heal within " +
+    GiveUp(whole_node_ ? -1 : busy_local_rank_,
+           Ranks() + " (generation " + std::to_string(generation_) +
+               ") did not heal within " +
                std::to_string(options_.heal_timeout.count() / 1000) + " s");
     return;
   }
   poll_timer_ = loop_->RunAt(now + kHealPoll,
                              [this, epoch] { PollHealed(epoch); });
   poll_armed_ = true;
+}
+
+std::string RankReplacement::Ranks() const {
+  if (!whole_node_) return "rank " + std::to_string(busy_rank_);
+  return "ranks " + std::to_string(busy_rank_) + "-" +
+         std::to_string(busy_rank_ + whole_node_ranks_ - 1);
 }
 
 void RankReplacement::GiveUp(int local_rank, const std::string& why) {

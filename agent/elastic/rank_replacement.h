@@ -91,6 +91,16 @@ class RankReplacement {
   // heal wait are dropped.
   void Stop();
 
+  // This node took a lost node's place in the running round
+  // (RendezvousResult::replaces_generation, JobConfig.replace_lost_nodes):
+  // writes generation `generation`'s record (every one of the node's
+  // `local_world_size` ranks replaced, healed from rank 0) and number into
+  // the store, has the agent start every local rank as a replacement
+  // (StartReplacement with local rank -1) once the store shows it, and
+  // waits for the heal as for one rank; a failure of it, or of any rank
+  // before the heal, restarts the group (local rank -1). False when this
+  // node cannot write the store (the caller fails the round).
+  bool TakeOver(int64_t generation, int local_world_size);
   // Local rank `local_rank` (global `rank`) failed while its group runs:
   // true when it will be replaced alone (the agent keeps the others
   // running and waits); false: restart the group now. `reason`: one line.
@@ -99,7 +109,7 @@ class RankReplacement {
   // --restart_scope failed with a store to serve.
   bool enabled() const { return store_ != nullptr; }
   // A replacement is being set up or heals.
-  bool busy() const { return busy_local_rank_ >= 0; }
+  bool busy() const { return busy_local_rank_ >= 0 || whole_node_; }
   int64_t generation() const { return generation_; }
   // Ranks replaced in the current group, in order (for the failure table).
   struct Replaced {
@@ -118,7 +128,10 @@ class RankReplacement {
   void AwaitPublished(uint64_t epoch);
   void PollHealed(uint64_t epoch);
   void GiveUp(int local_rank, const std::string& why);
-  std::string Record(int rank, const std::string& reason) const;
+  // "rank R", or "ranks A-B" while taking a lost node's place.
+  std::string Ranks() const;
+  std::string Record(const std::vector<int>& ranks,
+                     const std::string& reason) const;
 
   const Options options_;
   EventLoop* const loop_;
@@ -131,7 +144,9 @@ class RankReplacement {
   bool reaches_store_ = false;
   uint64_t epoch_ = 0;  // counts StartGroup/Stop: late callbacks are dropped
   int64_t generation_ = 0;
-  int busy_local_rank_ = -1;  // >= 0 while busy()
+  int busy_local_rank_ = -1;  // >= 0 while busy() for one rank
+  bool whole_node_ = false;   // busy() taking a lost node's place
+  int whole_node_ranks_ = 0;  // its local world size
   int busy_rank_ = -1;
   int source_ = -1;
   // StartReplacement was called for the replacement in progress.

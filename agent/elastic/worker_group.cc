@@ -47,7 +47,7 @@ void WorkerGroup::Reset(const rendezvous::RendezvousResult& round) {
 }
 
 Status WorkerGroup::Start(WorkerLogs* logs, bool stacks,
-                          const std::string& timer_file) {
+                          const std::string& timer_file, int64_t generation) {
   for (int lr = 0; lr < options_->launch.nproc_per_node; ++lr) {
     auto w = std::make_unique<Worker>();
     w->local_rank = lr;
@@ -66,7 +66,7 @@ Status WorkerGroup::Start(WorkerLogs* logs, bool stacks,
     workers_.push_back(std::move(w));
   }
   for (auto& w : workers_) {
-    DDP_RETURN_IF_ERROR(Launch(w.get(), -1));
+    DDP_RETURN_IF_ERROR(Launch(w.get(), generation));
   }
   return Status::Ok();
 }

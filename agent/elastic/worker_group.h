@@ -82,10 +82,13 @@ class WorkerGroup {
   void Reset(const rendezvous::RendezvousResult& round);
   // Opens every local rank's streams in `logs`' current attempt, then
   // launches them all. `stacks`: each gets a stacks file (with log files);
-  // `timer_file`: torch's FileTimer pipe, "" = none. Errors: a rank's
-  // files cannot be opened, or a launch fails (the workers launched before
-  // it run: stop them).
-  Status Start(WorkerLogs* logs, bool stacks, const std::string& timer_file);
+  // `timer_file`: torch's FileTimer pipe, "" = none. `generation` >= 1:
+  // every rank starts as a replacement in that generation (a node that
+  // takes a lost node's place, AddReplacementEnv); < 0: a group start.
+  // Errors: a rank's files cannot be opened, or a launch fails (the workers
+  // launched before it run: stop them).
+  Status Start(WorkerLogs* logs, bool stacks, const std::string& timer_file,
+               int64_t generation = -1);
   // Starts local rank `local_rank` again alone, as the same rank, with
   // DDPRUN_GENERATION=`generation` (AddReplacementEnv); its output goes on
   // in the rank's files. Errors: no such rank, its streams cannot be

@@ -496,6 +496,7 @@ void GrpcRendezvousClient::Join(const JoinRequest& request,
   c->set_min_nodes(request.min_nodes);
   c->set_max_nodes(request.max_nodes);
   c->set_max_restarts(request.max_restarts);
+  c->set_replace_lost_nodes(request.replace_lost_nodes);
   c->set_join_timeout_ms(o.join_timeout.count());
   c->set_last_call_timeout_ms(o.last_call_timeout.count());
   c->set_heartbeat_timeout_ms(o.heartbeat_timeout.count());
@@ -617,6 +618,7 @@ StatusOr<RendezvousResult> GrpcRendezvousClient::OnJoinAnswer(
   r.master_addr = a.master_addr();
   r.master_port = a.master_port();
   r.restart_count = a.restart_count();
+  r.replaces_generation = a.replaces_generation();
   return r;
 }
 

@@ -24,6 +24,9 @@ struct JoinRequest {
   int min_nodes = 1;
   int max_nodes = 1;
   int max_restarts = 0;
+  // Restart scope "failed": a spare may take a lost node's place in the
+  // running round (JobConfig.replace_lost_nodes).
+  bool replace_lost_nodes = false;
   // Non-empty: this node failed its health check (one line) and does not
   // join; the server counts it in the bad-host policy and Join answers
   // kFailedPrecondition.
@@ -42,6 +45,9 @@ struct RendezvousResult {
   std::string master_addr;   // MASTER_ADDR for the workers
   int master_port = 0;       // MASTER_PORT, verified free by its owner
   int restart_count = 0;     // TORCHELASTIC_RESTART_COUNT (job-global)
+  // > 0: this node takes a lost node's place in the running round; its
+  // workers start as replacements in this generation.
+  int64_t replaces_generation = 0;
   // No round: the job succeeded while this node waited to join (a spare
   // beyond max_nodes). The other fields are unset; the agent ends with
   // success without starting workers.

@@ -872,6 +872,51 @@ bool RendezvousJob::AllHeard() const {
 // the rebuild deadline, the restart budget's decision and the end of bad-host
 // cool-downs.
 
+bool RendezvousJob::HandToSpare(const std::string& lost_id, const Node& lost,
+                                const std::string& why,
+                                std::vector<Outcome>* out) {
+  const v1::Assignment& a = lost.assignment;
+  if (!config_.replace_lost_nodes() || phase_ != Phase::kRunning ||
+      a.round() != round_ || a.group_rank() == 0) {
+    return false;  // group rank 0's agent served the workers' store
+  }
+  if (replacements_.round != round_) replacements_ = Replacements{round_};
+  if (replacements_.healing_rank >= 0) return false;
+  Node* spare = nullptr;
+  for (auto& [id, n] : nodes_) {
+    if (n.state == NodeState::kWaiting && !n.excluded && n.join_waiter != 0 &&
+        n.info.local_world_size() == lost.info.local_world_size() &&
+        n.info.role() == lost.info.role() &&
+        (spare == nullptr || n.join_seq < spare->join_seq)) {
+      spare = &n;
+    }
+  }
+  if (spare == nullptr || !budget_.TrySpend()) return false;
+  const int64_t generation = replacements_.generation + 1;
+  replacements_.generation = generation;
+  replacements_.healing_rank = a.rank_offset();
+  replacements_.healing_generation = generation;
+  v1::Assignment taken = a;
+  taken.set_replaces_generation(generation);
+  spare->assignment = taken;
+  spare->previous_rank = a.group_rank();
+  spare->last_seen = clock_->Now();
+  SetState(spare, NodeState::kRunning);
+  out->push_back(Outcome::Joined(spare->join_waiter, taken));
+  spare->join_waiter = 0;
+  const int last_rank =
+      a.rank_offset() + static_cast<int>(lost.info.local_world_size()) - 1;
+  const std::string what = "ranks " + std::to_string(a.rank_offset()) + "-" +
+                           std::to_string(last_rank) + " (generation " +
+                           std::to_string(generation) + ") of node '" +
+                           lost_id + "' go to node '" + spare->info.node_id() +
+                           "': " + why;
+  DDP_LOG(INFO) << "rendezvous '" << id_ << "' round " << round_ << ": "
+                << what;
+  timeline_.RankReplaced(round_, what);
+  return true;
+}
+
 void RendezvousJob::Tick(std::vector<Outcome>* out) {
   if (finished()) return;
   const Clock::TimePoint now = clock_->Now();
@@ -881,7 +926,6 @@ void RendezvousJob::Tick(std::vector<Outcome>* out) {
   for (auto it = nodes_.begin(); it != nodes_.end();) {
     Node& node = it->second;
     if (Expirable(node) && now - node.last_seen > heartbeat_timeout_) {
-      lost_running |= node.state == NodeState::kRunning;
       lost.push_back(
           "node '" + it->first + "'" +
           (node.state == NodeState::kRunning
@@ -890,6 +934,10 @@ void RendezvousJob::Tick(std::vector<Outcome>* out) {
                : "") +
           " lost: no heartbeat for " + Seconds(now - node.last_seen));
       DDP_LOG(WARNING) << "rendezvous '" << id_ << "': " << lost.back();
+      if (node.state == NodeState::kRunning &&
+          (lost_running || !HandToSpare(it->first, node, lost.back(), out))) {
+        lost_running = true;
+      }
       if (node.state == NodeState::kExpected) {
         OnNodeLost(node.assignment.round(), "node '" + it->first + "'", out);
       }

@@ -269,6 +269,10 @@ class FakeRendezvous : public rendezvous::RendezvousClient {
   int leaves = 0;
   bool fail_join = false;
   bool job_succeeded = false;  // Join answers "the job ended without you"
+  // Join answers with this rank offset (the world ends with this node) and
+  // as a lost node's place in generation join_replaces_generation (> 0).
+  int join_rank_offset = 0;
+  int64_t join_replaces_generation = 0;
   bool hold_join = false;
   bool hold_barrier = false;
   bool hold_failure = false;
@@ -305,6 +309,11 @@ class FakeRendezvous : public rendezvous::RendezvousClient {
     r.master_addr = "127.0.0.1";
     r.master_port = 29600 + static_cast<int>(r.round);
     r.restart_count = restarts_used;
+    if (join_rank_offset > 0) {
+      r.rank_offset = join_rank_offset;
+      r.world_size = join_rank_offset + request.local_world_size;
+    }
+    r.replaces_generation = join_replaces_generation;
     return r;
   }
 

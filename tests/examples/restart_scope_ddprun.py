@@ -30,10 +30,15 @@ the write was cut; it is replaced alone, the save is done again and the
 leftover removed), "node" (with --nodes 2) SIGKILLs the second agent and
 its workers at once, the whole node (its runs use --nnodes 1:2 and no spare
 joins: the surviving node restarts alone from the checkpoint with the
-smaller world, and the job ends with world_size 2 instead of 4).
+smaller world, and the job ends with world_size 2 instead of 4), "spare"
+(with --nodes 2) kills node 1 (group rank 1) whole while a third agent
+waits as a spare: the spare takes its place in the running round
+(JobConfig.replace_lost_nodes), its ranks 2 and 3 heal from rank 0, node
+0's workers keep their processes, and the job ends equal to the
+uninterrupted run.
 
   restart_scope_ddprun.py --bin DIR --trainer survival|ddpm [--kill R@S]...
-      [--chaos two|heal|stop|write|node@S]... [--nodes 1|2]
+      [--chaos two|heal|stop|write|node|spare@S]... [--nodes 1|2]
       [--env KEY=VALUE]...
 """
 import argparse
@@ -66,6 +71,8 @@ TRAINERS = {
 }
 HEALED = re.compile(r'\[ddprun\] rank (\d+) replaced \(generation (\d+)\): '
                     r'healed from rank (\d+) in ([0-9.]+) s')
+HEALED_NODE = re.compile(r'\[ddprun\] ranks (\d+)-(\d+) replaced \(generation '
+                         r'(\d+)\): healed from rank (\d+) in ([0-9.]+) s')
 
 
 def workers_of(agent_pid, local_ranks=None):
@@ -161,7 +168,8 @@ class Plan:
         self.armed = False  # heal: rank 1 was killed, rank 2 is next
         self.out = None
         self.writes = None  # write: the WriteKiller once armed
-        self.agents = []  # node: the run's agents, by node
+        self.agents = []  # node, spare: the run's agents, by node
+        self.spare_since = None  # spare: when the spare agent started
 
     def finish(self):
         if self.writes is not None:
@@ -180,6 +188,9 @@ class Plan:
             return
         if self.rank not in seen or steps_of(self.rank) < self.step:
             return
+        if self.kind == 'spare' and (self.spare_since is None or
+                                     time.monotonic() - self.spare_since < 1):
+            return  # the spare has not parked yet
         pid = seen[self.rank][-1]
         if self.kind == 'kill':
             os.kill(pid, signal.SIGKILL)
@@ -196,7 +207,7 @@ class Plan:
             self.done = True
         elif self.kind == 'write':
             self.writes = WriteKiller(self.out + '/checkpoints')
-        elif self.kind == 'node':
+        elif self.kind in ('node', 'spare'):
             # The agent and its workers at once, as a machine that dies.
             agent = self.agents[1]
             victims = [agent.pid] + list(workers_of(agent.pid).values())
@@ -226,11 +237,18 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
                   f'--rdzv_endpoint={endpoint}']
         placements = [common + [f'--rdzv_conf=is_host={str(n == 0).lower()}']
                       for n in range(nodes)]
+        if plan is not None and plan.kind == 'spare':
+            # Node 1 (group rank 1) dies; a third agent waits to take its
+            # place. Node 0 keeps group rank 0: its agent serves the store.
+            placements = [p + [f'--node_rank={n}']
+                          for n, p in enumerate(placements)]
+            placements.append(common + ['--rdzv_conf=is_host=false'])
     env = dict(os.environ, OMP_NUM_THREADS='1')
     if plan is not None:
         plan.out = out
     start = time.monotonic()
     agents, consoles, log_dirs = [], [], []
+    pending = []  # (cmd, console) of the spare, started once the job runs
     for n, placement in enumerate(placements):
         log_dir = out + ('/logs' if nodes == 1 else f'/logs{n}')
         cmd = [args.ddprun] + placement + [
@@ -241,12 +259,15 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
         cmd += trainer_cmd + ([output_flag, out] if output_flag else [])
         console = open(out + ('/console.txt' if nodes == 1 else
                               f'/console{n}.txt'), 'w+')
+        consoles.append(console)
+        log_dirs.append(log_dir)
+        if n == 2:
+            pending.append((cmd, console))
+            continue
         agents.append(subprocess.Popen(cmd, stdout=console,
                                        stderr=subprocess.STDOUT, env=env))
         if plan is not None:
             plan.agents = agents
-        consoles.append(console)
-        log_dirs.append(log_dir)
     seen = {}  # rank -> [pids in order]
     where = {}  # rank -> (node, (local rank, group rank))
     node_pids = {}  # node -> every worker pid seen there
@@ -274,6 +295,12 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
                 pids = seen.setdefault(rank, [])
                 if not pids or pids[-1] != pid:
                     pids.append(pid)
+        if pending and len(seen) >= RANKS:
+            # The round formed: the spare parks on the wait list.
+            cmd, console = pending.pop()
+            agents.append(subprocess.Popen(cmd, stdout=console,
+                                           stderr=subprocess.STDOUT, env=env))
+            plan.spare_since = time.monotonic()
         if plan is not None:
             try:
                 plan.act(seen, steps_of_rank)
@@ -289,10 +316,11 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
         text += console.read()
         console.close()
     codes = [a.returncode for a in agents]
-    if plan is not None and plan.kind == 'node':
-        codes = codes[:1]  # the other node was killed
+    if plan is not None and plan.kind in ('node', 'spare'):
+        del codes[1]  # that node was killed
     code = next((c for c in codes if c != 0), 0)
     seen['node_pids'] = node_pids
+    seen['where'] = where
     # Group rank 0's agent serves the workers' store: its node's ranks.
     seen['store_node_ranks'] = sorted(
         r for r, (_, (_, group)) in where.items() if group == 0)
@@ -424,6 +452,17 @@ def main():
                     problems.append(f'the last metrics record is {last}, not '
                                     'the last epoch with world_size '
                                     f'{RANKS // 2}')
+            elif plan.kind == 'spare':
+                # Node 0's workers kept their processes; the spare's took
+                # ranks 2 and 3 and healed.
+                for r, (node, _) in seen['where'].items():
+                    if node == 0 and len(seen.get(r, [])) != 1:
+                        problems.append(f'rank {r} of node 0 ran as pids '
+                                        f'{seen.get(r)}')
+                taken = HEALED_NODE.findall(text)
+                if [t[:4] for t in taken] != [('2', '3', '1', '0')]:
+                    problems.append(f'lost-node heal lines: {taken}')
+                healed = [(t[0], t[2], t[3], t[4]) for t in taken]
             elif plan.kind in ('kill', 'stop', 'write'):
                 # Replaced alone: the others kept their processes.
                 for r in range(RANKS):

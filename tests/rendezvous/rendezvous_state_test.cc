@@ -3,6 +3,7 @@
 // (_RendezvousJoinOp, reference/torchrun-contract.md section 3).
 #include "ddprun_catch.h"
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -939,6 +940,94 @@ TEST_CASE(
   (void)h.Join("c", 2);
   CHECK(h.Heartbeat("c").generation() == 0);
   CHECK(h.Heartbeat("a").generation() == 2);
+}
+
+TEST_CASE(
+    "RendezvousState: under replace_lost_nodes a waiting spare takes "
+    "a lost node's place in the running round",
+    "[rendezvous][restart_scope]") {
+  Harness h(2, 2, /*max_restarts=*/3);
+  h.config_.set_replace_lost_nodes(true);
+  REQUIRE(h.Join("a", 2, 0).ok());
+  REQUIRE(h.Join("b", 2, 1).ok());
+  const v1::Assignment b = h.Of("b");
+  REQUIRE(b.group_rank() == 1);
+  REQUIRE(h.Join("c", 2).ok());  // the round is full: c waits
+  CHECK_FALSE(h.Answered("c"));
+  // b falls silent; a and the parked c are alive.
+  for (int i = 0; i < 4; ++i) {
+    h.Advance(std::chrono::seconds(1));
+    CHECK(h.Heartbeat("a").action() == v1::HeartbeatResponse::ACTION_CONTINUE);
+  }
+  REQUIRE(h.Answered("c"));
+  REQUIRE(h.Answer("c").status.ok());
+  const v1::Assignment c = h.Answer("c").assignment;
+  CHECK(c.round() == b.round());
+  CHECK(c.group_rank() == b.group_rank());
+  CHECK(c.rank_offset() == b.rank_offset());
+  CHECK(c.world_size() == 4);
+  CHECK(c.master_addr() == b.master_addr());
+  CHECK(c.master_port() == b.master_port());
+  // The workers' store prefix is the round's: its restart count stays.
+  CHECK(c.restart_count() == 0);
+  CHECK(c.replaces_generation() == 1);
+  // The round goes on: nobody re-joins, a hears of the generation, one
+  // unit of the budget went.
+  const v1::HeartbeatResponse a = h.Heartbeat("a");
+  CHECK(a.action() == v1::HeartbeatResponse::ACTION_CONTINUE);
+  CHECK(a.generation() == 1);
+  CHECK(h.Heartbeat("c").action() == v1::HeartbeatResponse::ACTION_CONTINUE);
+  const v1::JobStatus job = h.Job();
+  CHECK(job.round() == b.round());
+  CHECK(job.restart_count() == 1);
+  CHECK(EventKinds(job).back() == "KIND_RANK_REPLACED");
+  CHECK_THAT(job.events(job.events_size() - 1).reason(),
+             Catch::Contains("ranks 2-3 (generation 1) of node 'b' go to "
+                             "node 'c'"));
+  // c reports the heal as a replacing node does; a later failure of c's
+  // own rank is a replacement of generation 2.
+  v1::ReplaceRankRequest healed = Replace(h, "c", 2, 1);
+  healed.set_healed(true);
+  REQUIRE(h.state_.ReplaceRank(healed).ok());
+  StatusOr<v1::ReplaceRankResponse> r =
+      h.state_.ReplaceRank(Replace(h, "c", 3, 1));
+  REQUIRE(r.ok());
+  CHECK(r->generation() == 2);
+}
+
+TEST_CASE(
+    "RendezvousState: a lost node's place is not handed over without "
+    "a fitting spare, for group rank 0, or while a rank heals",
+    "[rendezvous][restart_scope]") {
+  // a and b run round 1 (group ranks 0 and 1, 2 ranks each), c waits
+  // with `spare_ranks` workers; then every node but `alive` falls silent
+  // past the heartbeat timeout (after `before`, if any). The round ends.
+  auto lose = [](bool replace, int spare_ranks, const std::string& alive,
+                 const std::function<void(Harness&)>& before = nullptr) {
+    Harness h(2, 2, 3);
+    h.config_.set_replace_lost_nodes(replace);
+    REQUIRE(h.Join("a", 2, 0).ok());
+    REQUIRE(h.Join("b", 2, 1).ok());
+    REQUIRE(h.Join("c", spare_ranks).ok());
+    if (before) before(h);
+    for (int i = 0; i < 4; ++i) {
+      h.Advance(std::chrono::seconds(1));
+      (void)h.TryHeartbeat(alive);
+    }
+    CHECK(h.Job().round() == 2);
+    CHECK((!h.Answered("c") ||
+           h.Answer("c").assignment.replaces_generation() == 0));
+  };
+  SECTION("the spare has another local world size") { lose(true, 1, "a"); }
+  SECTION("group rank 0 (its agent served the workers' store)") {
+    lose(true, 2, "b");
+  }
+  SECTION("a replacement of the round has not healed") {
+    lose(true, 2, "a", [](Harness& h) {
+      REQUIRE(h.state_.ReplaceRank(Replace(h, "a", 1, 1))->replaced());
+    });
+  }
+  SECTION("the job does not ask for it") { lose(false, 2, "a"); }
 }
 
 TEST_CASE("RendezvousState: ReplaceRank refuses what is not this node's",

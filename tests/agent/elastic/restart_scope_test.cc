@@ -407,6 +407,70 @@ TEST_CASE(
   CHECK(h.launcher.workers[1]->signals.empty());
 }
 
+TEST_CASE(
+    "restart scope failed: a node that takes a lost node's place "
+    "starts every rank as a replacement once the store shows the "
+    "generation, and heals",
+    "[agent][restart_scope]") {
+  Harness h(2, 5);
+  h.store.remote = true;
+  h.rendezvous.join_rank_offset = 2;
+  h.rendezvous.join_replaces_generation = 3;
+  h.Start();
+  CHECK(h.rendezvous.last_request.replace_lost_nodes);
+  // The record names both ranks, healed from rank 0; nothing runs until
+  // the other node's store shows the number.
+  REQUIRE(h.store.sets == std::vector<std::string>{"/ddprun/generation/3",
+                                                   "/ddprun/generation"});
+  CHECK(h.launcher.workers.empty());
+  h.store.Deliver();
+  const std::string record = h.store.keys["/ddprun/generation/3"];
+  CHECK(record.find("\"replaced\":[2,3]") != std::string::npos);
+  CHECK(record.find("\"source\":0") != std::string::npos);
+  h.loop.Advance(10ms);
+  REQUIRE(h.launcher.workers.size() == 2);
+  for (int i : {0, 1}) {
+    const auto& w = *h.launcher.workers[i];
+    CHECK(w.env("RANK") == std::to_string(2 + i));
+    CHECK(w.env("WORLD_SIZE") == "4");
+    CHECK(w.env("DDPRUN_GENERATION") == "3");
+    CHECK(w.env("DDPRUN_REPLACEMENT") == "1");
+  }
+  h.Heal(3);
+  CHECK(h.console.err.find("[ddprun] ranks 2-3 replaced (generation 3): "
+                           "healed from rank 0 in") != std::string::npos);
+  REQUIRE(h.rendezvous.healed.size() == 1);
+  CHECK(h.rendezvous.healed[0].rank == 2);
+  CHECK(h.rendezvous.healed[0].generation == 3);
+  // A rank of it that fails before making a step since it healed restarts
+  // the group, as a replaced rank does.
+  h.Kill(1);
+  CHECK(h.launcher.workers[0]->signals.front() == SIGTERM);
+  h.loop.RunUntilIdle();
+  CHECK(h.agent->starts() == 2);
+}
+
+TEST_CASE(
+    "restart scope failed: a lost node's place that does not heal "
+    "restarts the group after --heal_timeout",
+    "[agent][restart_scope]") {
+  Harness h(2, 5);
+  h.rendezvous.join_rank_offset = 2;
+  h.rendezvous.join_replaces_generation = 1;
+  h.Start();
+  REQUIRE(h.launcher.workers.size() == 2);
+  h.rendezvous.join_replaces_generation = 0;
+  h.loop.Advance(11s);
+  CHECK(h.launcher.workers[0]->signals.front() == SIGTERM);
+  h.loop.RunUntilIdle();
+  REQUIRE(h.rendezvous.failure_reasons.size() == 1);
+  CHECK_THAT(h.rendezvous.failure_reasons[0],
+             Catch::Contains("ranks 2-3 (generation 1) did not heal"));
+  REQUIRE(h.launcher.workers.size() == 4);
+  CHECK(h.launcher.workers[2]->env("DDPRUN_GENERATION") == "0");
+  CHECK(h.agent->starts() == 2);
+}
+
 TEST_CASE("restart scope failed: a generation that never reaches the store "
           "restarts the group after --heal_timeout",
           "[agent][restart_scope]") {
