@@ -54,6 +54,13 @@ if ((free_gb < need_gb)); then
 fi
 
 bash scripts/setup.sh || exit 1
+# ccache as scripts/build.sh sets it, also for what the tests build (the
+# Clang fuzz build of fuzz/libfuzzer, the headers' checks): paths relative to
+# the checkout, so a clone elsewhere hits the cache too.
+export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
+export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
+export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
 leg=${DDPRUN_TORCH2_LEG:-1}
 root_pid=
 if [[ $leg != 0 ]]; then

@@ -70,6 +70,7 @@ heal a model whose parameters' gradients become ready in another order than
 they were registered may differ from the uninterrupted run by float
 rounding (the C++ runtime passes the old layout on instead).
 """
+import atexit as _atexit
 import datetime as _datetime
 import gc as _gc
 import hashlib as _hashlib
@@ -156,6 +157,13 @@ class Elastic:
         # not yet acted on.
         self.notices = 0
         self._notice_pending = False
+        self._raw = None
+        self._closed = False
+        # Before the interpreter tears its modules down: a process group
+        # left to that teardown can end a finished worker with "terminate
+        # called without an active exception" (torch 1.13's Gloo threads),
+        # exit code 134 after its last step.
+        _atexit.register(self.close)
         if not self.reforms:
             if self.scope == "failed" and self.rank == 0:
                 print("ddprun_elastic: DDPRUN_RESTART_SCOPE=failed needs the "
@@ -173,6 +181,23 @@ class Elastic:
             self.heal_timeout if self.replacement else
             self.timeout.total_seconds())
         self._form_newest(self.generation, deadline)
+
+    def close(self):
+        """Drops the process group, the DDPs built on it and the store
+        clients; run at the interpreter's exit if not called before. Call
+        it when training is over (nothing works after it)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._ddp.clear()
+        self._waiter = None
+        try:
+            if _dist.is_initialized():
+                _dist.destroy_process_group()
+        except (RuntimeError, AssertionError, ValueError):
+            pass
+        self._raw = None
+        _gc.collect()
 
     # --- state ------------------------------------------------------------
     def track(self, name, obj):

@@ -107,6 +107,7 @@ def main():
         elastic.run_step(step, compute, apply)
     save(model, args.out, rank, progress["step"],
          progress["loss_sum"] / max(1, progress["step"]), elastic.notices)
+    elastic.close()
     return 0
 
 

@@ -174,10 +174,12 @@ def drop_case(args):
 def ddprun_case(args):
     """The example under ddprun itself (--restart_scope failed, not the
     stand-in), two agents (nodes) of two ranks with
-    DDPRUN_GENERATION_SIGNAL=SIGUSR1: rank 2 killed at step 10 heals, the
-    others keep their processes, the parameters end as the uninterrupted
-    run's, and every survivor got the signal once (the other node's through
-    the rendezvous's heartbeats), the replacement none."""
+    DDPRUN_GENERATION_SIGNAL=SIGUSR1. "faulted": rank 2 killed at step 10
+    heals; "spare": node 1 (ranks 2 and 3) killed whole at step 10 while a
+    third agent waits, which takes its place. Each time the other ranks keep
+    their processes, the parameters end as the uninterrupted run's, and every
+    survivor got the signal once (the other node's through the rendezvous's
+    heartbeats), a replacement none."""
     import torch
     sys.path.insert(0, os.path.join(args.source, "tests", "examples"))
     import restart_scope_ddprun as ddp  # noqa: E402
@@ -189,7 +191,10 @@ def ddprun_case(args):
     work = tempfile.mkdtemp(prefix="ddprun_elastic_")
     try:
         results = {}
-        for name, plan in (("clean", None), ("faulted", ddp.Plan("kill", 10, 2))):
+        runs = (("clean", None, set()),
+                ("faulted", ddp.Plan("kill", 10, 2), {2}),
+                ("spare", ddp.Plan("spare", 10), {2, 3}))
+        for name, plan, _ in runs:
             out = os.path.join(work, name)
             os.makedirs(out)
             code, text, seen, _ = ddp.run(
@@ -198,28 +203,37 @@ def ddprun_case(args):
                 out, plan, output_flag=None)
             check(code == 0, "the %s run finished" % name, text)
             results[name] = (load(out), text, seen)
-        mine, text, seen = results["faulted"]
         theirs = results["clean"][0]
-        check(ddp.HEALED.search(text) is not None, "rank 2 healed", text)
         for r in range(RANKS):
-            check(len(seen.get(r, [])) == (2 if r == 2 else 1),
-                  "rank %d ran as pids %s" % (r, seen.get(r)), text)
-            check(mine[r]["steps"] == STEPS, "rank %d did every step" % r, text)
-            check(results["clean"][0][r]["notices"] == 0,
-                  "rank %d got no signal in the uninterrupted run" % r, text)
-            notices = 0 if r == 2 else 1
-            check(mine[r]["notices"] == notices,
-                  "rank %d got %d generation signal(s), not %d (the "
-                  "store's node ran ranks %s)" % (
-                      r, mine[r]["notices"], notices,
-                      sorted(seen.get("store_node_ranks", []))), text)
-            for a, b in zip(mine[r]["params"], theirs[r]["params"]):
-                check(torch.allclose(a, b, rtol=1e-5, atol=1e-6),
-                      "rank %d equals the uninterrupted run (max diff %g)" %
-                      (r, float((a - b).abs().max())), text)
+            check(theirs[r]["notices"] == 0,
+                  "rank %d got no signal in the uninterrupted run" % r,
+                  results["clean"][1])
+        for name, _, replaced in runs[1:]:
+            mine, text, seen = results[name]
+            healed = (ddp.HEALED.findall(text) if len(replaced) == 1 else
+                      ddp.HEALED_NODE.findall(text))
+            check(len(healed) == 1, "%s: one heal line (%s)" % (name, healed),
+                  text)
+            for r in range(RANKS):
+                check(len(seen.get(r, [])) == (2 if r in replaced else 1),
+                      "%s: rank %d ran as pids %s" % (name, r, seen.get(r)),
+                      text)
+                check(mine[r]["steps"] == STEPS,
+                      "%s: rank %d did every step" % (name, r), text)
+                notices = 0 if r in replaced else 1
+                check(mine[r]["notices"] == notices,
+                      "%s: rank %d got %d generation signal(s), not %d (the "
+                      "store's node ran ranks %s)" % (
+                          name, r, mine[r]["notices"], notices,
+                          sorted(seen.get("store_node_ranks", []))), text)
+                for a, b in zip(mine[r]["params"], theirs[r]["params"]):
+                    check(torch.allclose(a, b, rtol=1e-5, atol=1e-6),
+                          "%s: rank %d equals the uninterrupted run (max diff "
+                          "%g)" % (name, r, float((a - b).abs().max())), text)
         print("ok: under ddprun --restart_scope failed on 2 nodes rank 2 "
-              "healed; final parameters equal the uninterrupted run's; each "
-              "survivor got the generation signal once")
+              "healed, and node 1's ranks healed on a spare; final "
+              "parameters equal the uninterrupted run's; each survivor got "
+              "the generation signal once")
         return 0
     finally:
         shutil.rmtree(work, ignore_errors=True)
