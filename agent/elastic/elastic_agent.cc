@@ -125,10 +125,8 @@ void ElasticAgent::Start(DoneCallback on_done) {
     rendezvous_->SetGenerationHandler(
         [this](int64_t round, int64_t generation) {
           // Another node's replacement (or this node's, whichever the
-          // notice hears of first).
-          if (GroupRunning() && !GroupStopping()) {
-            notice_->Announce(round, generation);
-          }
+          // notice hears of first); ignored while no group runs.
+          notice_->Announce(round, generation);
         });
   }
   StatusOr<std::unique_ptr<FileTimerResponse>> timer =
@@ -297,13 +295,19 @@ Status ElasticAgent::StartWorkers(const rendezvous::RendezvousResult& round) {
     }
     return Status::Ok();
   }
+  DDP_RETURN_IF_ERROR(LaunchGroup(-1));
+  DDP_LOG(DEBUG) << "started " << group_.size() << " workers, attempt "
+                 << round.restart_count;
+  return Status::Ok();
+}
+
+Status ElasticAgent::LaunchGroup(int64_t generation) {
   DDP_RETURN_IF_ERROR(group_.Start(&logs_, hang_->collects_stacks(),
-                                   file_timer_ ? file_timer_->path() : ""));
+                                   file_timer_ ? file_timer_->path() : "",
+                                   generation));
   // Every worker is reported (pid, state); those with a step file also
   // with their counts.
   stragglers_->Start(group_.StragglerTargets());
-  DDP_LOG(DEBUG) << "started " << group_.size() << " workers, attempt "
-                 << round.restart_count;
   return Status::Ok();
 }
 
@@ -311,10 +315,7 @@ Status ElasticAgent::StartReplacement(int local_rank, int64_t generation,
                                       const std::string& reason) {
   if (local_rank < 0) {
     // Every local rank: this node took a lost node's place.
-    DDP_RETURN_IF_ERROR(group_.Start(&logs_, hang_->collects_stacks(),
-                                     file_timer_ ? file_timer_->path() : "",
-                                     generation));
-    stragglers_->Start(group_.StragglerTargets());
+    DDP_RETURN_IF_ERROR(LaunchGroup(generation));
     if (notice_ != nullptr) {
       notice_->Announce(group_.round().round, generation);
     }

@@ -152,6 +152,10 @@ class ElasticAgent : public HangResponse::Workers,
   void JoinRound(const std::string& unhealthy);
   void OnJoined(StatusOr<rendezvous::RendezvousResult> round);
   Status StartWorkers(const rendezvous::RendezvousResult& round);
+  // Launches every local rank (group_.Start: `generation` < 0 a group
+  // start, else as replacements in it) and has the straggler watch follow
+  // them.
+  Status LaunchGroup(int64_t generation);
   // WorkerGroup's exit callback.
   void OnWorkerExit(int local_rank, ExitStatus status);
   // The watchdog's hook: a running worker of this group is hung; the hang

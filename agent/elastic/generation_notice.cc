@@ -9,9 +9,6 @@
 namespace ddprun::agent {
 namespace {
 
-// docs/restart_scope.md, "Generations".
-const char kGenerationKey[] = "/ddprun/generation";
-
 // The store's generation, 0 when missing or not a number (the agents write
 // only decimal numbers there).
 int64_t StoreGeneration(const WorkerStore& store) {

@@ -49,9 +49,6 @@ class GenerationNotice {
   // Round `round` handed out `generation` (ignored for another round).
   void Announce(int64_t round, int64_t generation);
 
-  // The newest generation the workers were signalled for (0: none).
-  int64_t signalled() const { return signalled_; }
-
  private:
   void Check();
 

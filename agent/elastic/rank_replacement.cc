@@ -15,9 +15,6 @@ constexpr std::chrono::milliseconds kHealPoll{50};
 // starts (a store of another node shows it a round trip later).
 constexpr std::chrono::milliseconds kPublishPoll{5};
 
-// docs/restart_scope.md, "Generations".
-const char kGenerationKey[] = "/ddprun/generation";
-
 std::string RecordKey(int64_t generation) {
   return std::string(kGenerationKey) + "/" + std::to_string(generation);
 }

@@ -8,6 +8,10 @@
 
 namespace ddprun::agent {
 
+// docs/restart_scope.md, "Generations": the raw key that holds the newest
+// generation's number (decimal), written by the agent that replaced a rank.
+inline constexpr char kGenerationKey[] = "/ddprun/generation";
+
 // Restart scope "failed" (docs/restart_scope.md): the c10d store the
 // workers of a round share, as their agent sees it. An agent that replaces
 // a rank writes the generation keys there: into the store it serves, or

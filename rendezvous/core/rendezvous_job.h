@@ -244,13 +244,13 @@ class RendezvousJob {
   void CompleteIfReady(std::vector<Outcome>* out);
   void AnswerFailure(WaiterId waiter, bool will_restart,
                      std::vector<Outcome>* out);
-  // A node of round `round` was lost: settles a pending failure of it.
-  // `who` names it for the log ("node 'x'").
   // JobConfig.replace_lost_nodes: running node `lost` (id `lost_id`) was
   // lost (`why`); a waiting spare takes its place in the running round.
   // False (nothing changed) when none can.
   bool HandToSpare(const std::string& lost_id, const Node& lost,
                    const std::string& why, std::vector<Outcome>* out);
+  // A node of round `round` was lost: settles a pending failure of it.
+  // `who` names it for the log ("node 'x'").
   void OnNodeLost(int64_t round, const std::string& who,
                   std::vector<Outcome>* out);
   void Complete(std::vector<Outcome>* out);
