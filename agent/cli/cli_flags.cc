@@ -201,7 +201,8 @@ std::vector<FlagSpec> MakeFlags() {
       {"heal_timeout", 0, kV, "SECONDS", "120",
        "ddprun addition: --restart_scope failed: how long a replacement "
        "may take to heal before the group restarts "
-       "(DDPRUN_HEAL_TIMEOUT_S for the workers).",
+       "(DDPRUN_HEAL_TIMEOUT_S for the workers). A lost node's place stays "
+       "open for a joining node half of it (at most join_timeout).",
        false, false},
       {"virtual_local_rank", 0, kB, nullptr, "off",
        "Give every worker LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES=<its GPU>.",

@@ -205,6 +205,15 @@ void ElasticAgent::JoinRound(const std::string& unhealthy) {
   request.max_nodes = o.max_nodes;
   request.max_restarts = o.max_restarts;
   request.replace_lost_nodes = replacement_->enabled();
+  if (request.replace_lost_nodes) {
+    // The survivors' workers wait --heal_timeout to re-form: half of it
+    // for a node to join leaves the rest for it to start and heal.
+    request.replace_wait = std::min(
+        std::chrono::duration_cast<std::chrono::milliseconds>(
+            options_.join_timeout),
+        std::chrono::milliseconds(
+            static_cast<int64_t>(options_.launch.heal_timeout_s * 500)));
+  }
   request.unhealthy = unhealthy;
   const Clock::TimePoint deadline =
       loop_->clock()->Now() + options_.join_timeout;

@@ -497,6 +497,8 @@ void GrpcRendezvousClient::Join(const JoinRequest& request,
   c->set_max_nodes(request.max_nodes);
   c->set_max_restarts(request.max_restarts);
   c->set_replace_lost_nodes(request.replace_lost_nodes);
+  c->set_replace_wait_ms(static_cast<uint32_t>(
+      std::min<int64_t>(request.replace_wait.count(), UINT32_MAX)));
   c->set_join_timeout_ms(o.join_timeout.count());
   c->set_last_call_timeout_ms(o.last_call_timeout.count());
   c->set_heartbeat_timeout_ms(o.heartbeat_timeout.count());

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -27,6 +28,9 @@ struct JoinRequest {
   // Restart scope "failed": a spare may take a lost node's place in the
   // running round (JobConfig.replace_lost_nodes).
   bool replace_lost_nodes = false;
+  // With it: how long a lost node's place stays open for a node that joins
+  // when no spare waits (JobConfig.replace_wait_ms; 0: not at all).
+  std::chrono::milliseconds replace_wait{0};
   // Non-empty: this node failed its health check (one line) and does not
   // join; the server counts it in the bad-host policy and Join answers
   // kFailedPrecondition.

@@ -48,6 +48,10 @@ void JobTimeline::RankHealed(int64_t round, const std::string& reason) {
   Add(v1::JobEvent::KIND_RANK_HEALED, round, reason);
 }
 
+void JobTimeline::PlaceOpen(int64_t round, const std::string& reason) {
+  Add(v1::JobEvent::KIND_PLACE_OPEN, round, reason);
+}
+
 void JobTimeline::AddTo(v1::JobStatus* status) const {
   for (const v1::JobEvent& e : events_) *status->add_events() = e;
   for (const auto& [cause, n] : round_ends_) {

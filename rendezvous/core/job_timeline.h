@@ -31,9 +31,11 @@ class JobTimeline {
                   const std::string& reason);
   void FailureRefunded(int64_t round, const std::string& reason);
   void Finished(int64_t round, bool succeeded, const std::string& reason);
-  // Restart scope "failed": a rank replaced alone, and its heal.
+  // Restart scope "failed": a rank replaced alone, its heal, and a lost
+  // node's place kept open for a node that joins.
   void RankReplaced(int64_t round, const std::string& reason);
   void RankHealed(int64_t round, const std::string& reason);
+  void PlaceOpen(int64_t round, const std::string& reason);
 
   // Appends the events (oldest first) and the per-cause counts.
   void AddTo(v1::JobStatus* status) const;

@@ -43,6 +43,9 @@ RendezvousJob::RendezvousJob(std::string rdzv_id, const v1::JobConfig& config,
           MsOr(config.last_call_timeout_ms(), defaults.last_call_timeout)),
       heartbeat_timeout_(
           MsOr(config.heartbeat_timeout_ms(), defaults.heartbeat_timeout)),
+      // A place stays open at most as long as a round may wait for nodes.
+      replace_wait_(std::min<Clock::Duration>(
+          std::chrono::milliseconds(config.replace_wait_ms()), join_timeout_)),
       max_nodes_(defaults.max_nodes_per_job),
       clock_(clock),
       on_round_complete_(defaults.on_round_complete),
@@ -264,6 +267,7 @@ void RendezvousJob::ParkWaiting(const v1::JoinRequest& request, WaiterId waiter,
     CompleteIfReady(out);
     return;
   }
+  if (FillVacancy(&node, out)) return;
   if (RunningCount() < static_cast<int>(config_.max_nodes())) {
     // Scale up: the running nodes re-join at the round boundary, without
     // spending the restart budget.
@@ -414,6 +418,7 @@ void RendezvousJob::Invalidate(v1::HeartbeatResponse::Action action,
                                std::vector<Outcome>* out) {
   DDP_LOG(INFO) << "rendezvous '" << id_ << "' round " << round_
                 << " ends: " << reason;
+  vacancy_.reset();
   timeline_.RoundEnded(round_, cause, reason);
   Announce();
   ++round_;
@@ -872,31 +877,82 @@ bool RendezvousJob::AllHeard() const {
 // the rebuild deadline, the restart budget's decision and the end of bad-host
 // cool-downs.
 
+bool RendezvousJob::Fits(const Node& node, const Place& place) {
+  return node.state == NodeState::kWaiting && !node.excluded &&
+         node.join_waiter != 0 &&
+         node.info.local_world_size() == place.local_world_size &&
+         node.info.role() == place.role;
+}
+
 bool RendezvousJob::HandToSpare(const std::string& lost_id, const Node& lost,
                                 const std::string& why,
                                 std::vector<Outcome>* out) {
   const v1::Assignment& a = lost.assignment;
   if (!config_.replace_lost_nodes() || phase_ != Phase::kRunning ||
-      a.round() != round_ || a.group_rank() == 0) {
-    return false;  // group rank 0's agent served the workers' store
+      a.round() != round_ || a.group_rank() == 0 || vacancy_) {
+    // Group rank 0's agent served the workers' store; with a place already
+    // open, a second loss ends the round.
+    return false;
   }
   if (replacements_.round != round_) replacements_ = Replacements{round_};
-  if (replacements_.healing_rank >= 0) return false;
+  if (replacements_.healing_rank >= 0 || !budget_.CanSpend()) return false;
+  Place place{lost_id, a, lost.info.local_world_size(), lost.info.role(), why};
   Node* spare = nullptr;
   for (auto& [id, n] : nodes_) {
-    if (n.state == NodeState::kWaiting && !n.excluded && n.join_waiter != 0 &&
-        n.info.local_world_size() == lost.info.local_world_size() &&
-        n.info.role() == lost.info.role() &&
-        (spare == nullptr || n.join_seq < spare->join_seq)) {
+    if (Fits(n, place) && (spare == nullptr || n.join_seq < spare->join_seq)) {
       spare = &n;
     }
   }
-  if (spare == nullptr || !budget_.TrySpend()) return false;
+  if (spare != nullptr) return GivePlace(place, spare, out);
+  if (replace_wait_ <= Clock::Duration::zero()) return false;
+  // No spare yet: the place stays open, and no other replacement of the
+  // round starts meanwhile (its workers wait to re-form).
+  replacements_.healing_rank = a.rank_offset();
+  replacements_.healing_generation = 0;
+  vacancy_ = Vacancy{std::move(place), clock_->Now() + replace_wait_};
+  deadline_moved_ = true;
+  const int last_rank =
+      a.rank_offset() + static_cast<int>(lost.info.local_world_size()) - 1;
+  const std::string what = "the place of node '" + lost_id + "' (ranks " +
+                           std::to_string(a.rank_offset()) + "-" +
+                           std::to_string(last_rank) + ") stays open " +
+                           Seconds(replace_wait_) +
+                           " for a node that joins: " + why;
+  DDP_LOG(INFO) << "rendezvous '" << id_ << "' round " << round_ << ": "
+                << what;
+  timeline_.PlaceOpen(round_, what);
+  return true;
+}
+
+bool RendezvousJob::FillVacancy(Node* node, std::vector<Outcome>* out) {
+  if (!vacancy_ || phase_ != Phase::kRunning || !Fits(*node, vacancy_->place)) {
+    return false;
+  }
+  const Place place = std::move(vacancy_->place);
+  vacancy_.reset();
+  replacements_.healing_rank = -1;
+  if (GivePlace(place, node, out)) return true;
+  // The budget went meanwhile: the round ends as it would have at the loss.
+  Invalidate(Action::ACTION_REJOIN, v1::JobEvent::CAUSE_NODE_LOST,
+             place.why +
+                 " (no restart budget left to give its place to "
+                 "node '" +
+                 node->info.node_id() + "')",
+             out);
+  return true;
+}
+
+bool RendezvousJob::GivePlace(const Place& place, Node* spare,
+                              std::vector<Outcome>* out) {
+  if (!budget_.TrySpend()) return false;
+  const v1::Assignment& a = place.assignment;
   const int64_t generation = replacements_.generation + 1;
   replacements_.generation = generation;
   replacements_.healing_rank = a.rank_offset();
   replacements_.healing_generation = generation;
   v1::Assignment taken = a;
+  // The round's restart count, not the budget's: it names the workers'
+  // store prefix.
   taken.set_replaces_generation(generation);
   spare->assignment = taken;
   spare->previous_rank = a.group_rank();
@@ -905,12 +961,12 @@ bool RendezvousJob::HandToSpare(const std::string& lost_id, const Node& lost,
   out->push_back(Outcome::Joined(spare->join_waiter, taken));
   spare->join_waiter = 0;
   const int last_rank =
-      a.rank_offset() + static_cast<int>(lost.info.local_world_size()) - 1;
+      a.rank_offset() + static_cast<int>(place.local_world_size) - 1;
   const std::string what = "ranks " + std::to_string(a.rank_offset()) + "-" +
                            std::to_string(last_rank) + " (generation " +
                            std::to_string(generation) + ") of node '" +
-                           lost_id + "' go to node '" + spare->info.node_id() +
-                           "': " + why;
+                           place.lost_id + "' go to node '" +
+                           spare->info.node_id() + "': " + place.why;
   DDP_LOG(INFO) << "rendezvous '" << id_ << "' round " << round_ << ": "
                 << what;
   timeline_.RankReplaced(round_, what);
@@ -949,6 +1005,12 @@ void RendezvousJob::Tick(std::vector<Outcome>* out) {
   if (phase_ == Phase::kRunning && lost_running) {
     Invalidate(Action::ACTION_REJOIN, v1::JobEvent::CAUSE_NODE_LOST,
                lost.front(), out);
+  }
+  if (vacancy_ && now >= vacancy_->deadline) {
+    const std::string why = vacancy_->place.why +
+                            "; no node joined to take its place within " +
+                            Seconds(replace_wait_);
+    Invalidate(Action::ACTION_REJOIN, v1::JobEvent::CAUSE_NODE_LOST, why, out);
   }
   if (rebuild_ && now >= rebuild_->deadline) {
     const Rebuild r = *rebuild_;
@@ -1048,6 +1110,7 @@ std::optional<Clock::TimePoint> RendezvousJob::NextDeadline() const {
     if (last_call_deadline_) consider(*last_call_deadline_);
   }
   if (rebuild_) consider(rebuild_->deadline);
+  if (vacancy_) consider(vacancy_->deadline);
   if (const RestartBudget::Pending* pending = budget_.pending()) {
     consider(pending->decide_at);
     for (const auto& [id, seen] : pending->missing) {

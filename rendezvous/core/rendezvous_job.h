@@ -245,10 +245,28 @@ class RendezvousJob {
   void AnswerFailure(WaiterId waiter, bool will_restart,
                      std::vector<Outcome>* out);
   // JobConfig.replace_lost_nodes: running node `lost` (id `lost_id`) was
-  // lost (`why`); a waiting spare takes its place in the running round.
-  // False (nothing changed) when none can.
+  // lost (`why`); a waiting spare takes its place in the running round, or
+  // with replace_wait_ms the place stays open for a node that joins
+  // (vacancy_). False (nothing changed) when neither can be.
   bool HandToSpare(const std::string& lost_id, const Node& lost,
                    const std::string& why, std::vector<Outcome>* out);
+  // Gives `spare` (a node parked in Join) the place of the lost node
+  // `place` describes: spends one budget unit (false, nothing changed,
+  // when none is left) and hands out the next generation.
+  struct Place {
+    std::string lost_id;
+    v1::Assignment assignment;
+    uint32_t local_world_size = 0;
+    std::string role;
+    std::string why;
+  };
+  bool GivePlace(const Place& place, Node* spare, std::vector<Outcome>* out);
+  // True when `node` can take `place` (same local_world_size and role, not
+  // in a bad-host cool-down, parked in Join).
+  static bool Fits(const Node& node, const Place& place);
+  // A node joined while a place is open: it takes it. False when it does
+  // not fit or no place is open.
+  bool FillVacancy(Node* node, std::vector<Outcome>* out);
   // A node of round `round` was lost: settles a pending failure of it.
   // `who` names it for the log ("node 'x'").
   void OnNodeLost(int64_t round, const std::string& who,
@@ -279,6 +297,7 @@ class RendezvousJob {
   const Clock::Duration join_timeout_;
   const Clock::Duration last_call_timeout_;
   const Clock::Duration heartbeat_timeout_;
+  const Clock::Duration replace_wait_;  // JobConfig.replace_wait_ms
   const size_t max_nodes_;
   Clock* const clock_;
   const std::function<void(const std::string&, int64_t)> on_round_complete_;
@@ -296,6 +315,14 @@ class RendezvousJob {
     int64_t healing_generation = 0;
   };
   Replacements replacements_;
+  // The place of a lost node kept open in the running round (HandToSpare
+  // with replace_wait_ms) until `deadline`; ended by a node taking it, the
+  // deadline (the round ends) or anything that ends the round.
+  struct Vacancy {
+    Place place;
+    Clock::TimePoint deadline;
+  };
+  std::optional<Vacancy> vacancy_;
   BadHostPolicy bad_hosts_;
   JobTimeline timeline_;
   uint64_t news_ = 0;  // count of Announce()s

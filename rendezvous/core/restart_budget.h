@@ -57,6 +57,7 @@ class RestartBudget {
   // Restart scope "failed": spends one unit now, for a rank replaced
   // while its round goes on (no decision is opened: a replacement is not a
   // node loss). False when none is left.
+  bool CanSpend() const { return used_ < max_; }
   bool TrySpend() {
     if (used_ >= max_) return false;
     ++used_;

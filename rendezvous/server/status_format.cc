@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 #include <vector>
 
 #include <google/protobuf/util/json_util.h>
@@ -44,21 +45,22 @@ std::string FormatStatusTable(const v1::StatusResponse& status) {
     if (!job.reason().empty()) {
       out += "  last event: " + EscapeControlChars(job.reason()) + "\n";
     }
-    // Ranks replaced alone (--restart_scope failed), newest 5 events.
-    std::vector<const v1::JobEvent*> replaced;
+    // Ranks replaced alone (--restart_scope failed) and lost nodes' places
+    // kept open, newest 5 events.
+    std::vector<std::pair<const char*, const v1::JobEvent*>> replaced;
     for (const v1::JobEvent& e : job.events()) {
-      if (e.kind() == v1::JobEvent::KIND_RANK_REPLACED ||
-          e.kind() == v1::JobEvent::KIND_RANK_HEALED) {
-        replaced.push_back(&e);
+      if (e.kind() == v1::JobEvent::KIND_RANK_REPLACED) {
+        replaced.emplace_back("replaced: ", &e);
+      } else if (e.kind() == v1::JobEvent::KIND_RANK_HEALED) {
+        replaced.emplace_back("healed:   ", &e);
+      } else if (e.kind() == v1::JobEvent::KIND_PLACE_OPEN) {
+        replaced.emplace_back("open:     ", &e);
       }
     }
     const size_t first = replaced.size() > 5 ? replaced.size() - 5 : 0;
     for (size_t i = first; i < replaced.size(); ++i) {
-      out += std::string("  ") +
-             (replaced[i]->kind() == v1::JobEvent::KIND_RANK_REPLACED
-                  ? "replaced: "
-                  : "healed:   ") +
-             EscapeControlChars(replaced[i]->reason()) + "\n";
+      out += std::string("  ") + replaced[i].first +
+             EscapeControlChars(replaced[i].second->reason()) + "\n";
     }
     std::vector<const v1::NodeStatus*> nodes;
     for (const auto& n : job.nodes()) nodes.push_back(&n);

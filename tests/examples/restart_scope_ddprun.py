@@ -28,17 +28,21 @@ replaced alone), "write" SIGKILLs rank 0 while it writes a checkpoint (the
 first write from step STEP on whose temporary file the kill leaves behind:
 the write was cut; it is replaced alone, the save is done again and the
 leftover removed), "node" (with --nodes 2) SIGKILLs the second agent and
-its workers at once, the whole node (its runs use --nnodes 1:2 and no spare
-joins: the surviving node restarts alone from the checkpoint with the
+its workers at once, the whole node (its runs use --nnodes 1:2 and
+--heal_timeout 10, and no node joins: the lost node's place stays open 5 s,
+then the surviving node restarts alone from the checkpoint with the
 smaller world, and the job ends with world_size 2 instead of 4), "spare"
 (with --nodes 2) kills node 1 (group rank 1) whole while a third agent
 waits as a spare: the spare takes its place in the running round
 (JobConfig.replace_lost_nodes), its ranks 2 and 3 heal from rank 0, node
 0's workers keep their processes, and the job ends equal to the
-uninterrupted run.
+uninterrupted run. "rejoin" (with --nodes 2) is "spare" with the third
+agent started only once the rendezvous said that node 1's place stays open
+(JobConfig.replace_wait_ms): a node that joins after the loss, or the lost
+machine's agent started again.
 
   restart_scope_ddprun.py --bin DIR --trainer survival|ddpm [--kill R@S]...
-      [--chaos two|heal|stop|write|node|spare@S]... [--nodes 1|2]
+      [--chaos two|heal|stop|write|node|spare|rejoin@S]... [--nodes 1|2]
       [--env KEY=VALUE]...
 """
 import argparse
@@ -168,7 +172,7 @@ class Plan:
         self.armed = False  # heal: rank 1 was killed, rank 2 is next
         self.out = None
         self.writes = None  # write: the WriteKiller once armed
-        self.agents = []  # node, spare: the run's agents, by node
+        self.agents = []  # node, spare, rejoin: the run's agents, by node
         self.spare_since = None  # spare: when the spare agent started
 
     def finish(self):
@@ -207,13 +211,19 @@ class Plan:
             self.done = True
         elif self.kind == 'write':
             self.writes = WriteKiller(self.out + '/checkpoints')
-        elif self.kind in ('node', 'spare'):
+        elif self.kind in WHOLE_NODE:
             # The agent and its workers at once, as a machine that dies.
             agent = self.agents[1]
             victims = [agent.pid] + list(workers_of(agent.pid).values())
             for victim in victims:
                 os.kill(victim, signal.SIGKILL)
             self.done = True
+
+
+# Chaos kinds that kill node 1 whole.
+WHOLE_NODE = ('node', 'spare', 'rejoin')
+# Node 0's console says so when node 1's place stays open (rendezvous_job).
+PLACE_OPEN = re.compile(r"the place of node '[^']+' \(ranks 2-3\) stays open")
 
 
 def free_port():
@@ -237,18 +247,21 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
                   f'--rdzv_endpoint={endpoint}']
         placements = [common + [f'--rdzv_conf=is_host={str(n == 0).lower()}']
                       for n in range(nodes)]
-        if plan is not None and plan.kind == 'spare':
-            # Node 1 (group rank 1) dies; a third agent waits to take its
-            # place. Node 0 keeps group rank 0: its agent serves the store.
+        if plan is not None and plan.kind in WHOLE_NODE:
+            # Node 1 (group rank 1) dies; node 0 keeps group rank 0: its
+            # agent serves the store (losing it ends the round at once).
             placements = [p + [f'--node_rank={n}']
                           for n, p in enumerate(placements)]
+        if plan is not None and plan.kind in ('spare', 'rejoin'):
+            # A third agent takes node 1's place (waiting, or started once
+            # the place is open).
             placements.append(common + ['--rdzv_conf=is_host=false'])
     env = dict(os.environ, OMP_NUM_THREADS='1')
     if plan is not None:
         plan.out = out
     start = time.monotonic()
     agents, consoles, log_dirs = [], [], []
-    pending = []  # (cmd, console) of the spare, started once the job runs
+    pending = []  # (cmd, console) of the third agent, started later
     for n, placement in enumerate(placements):
         log_dir = out + ('/logs' if nodes == 1 else f'/logs{n}')
         cmd = [args.ddprun] + placement + [
@@ -256,6 +269,9 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
             '--log_dir', log_dir, '--no_python']
         if plan is not None and plan.kind == 'stop':
             cmd += ['--watchdog_timeout', '3']
+        if plan is not None and plan.kind == 'node':
+            # Half of it is how long the lost node's place stays open.
+            cmd += ['--heal_timeout', '10']
         cmd += trainer_cmd + ([output_flag, out] if output_flag else [])
         console = open(out + ('/console.txt' if nodes == 1 else
                               f'/console{n}.txt'), 'w+')
@@ -295,8 +311,10 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
                 pids = seen.setdefault(rank, [])
                 if not pids or pids[-1] != pid:
                     pids.append(pid)
-        if pending and len(seen) >= RANKS:
-            # The round formed: the spare parks on the wait list.
+        if pending and (PLACE_OPEN.search(console_text(consoles[0]))
+                        if plan.kind == 'rejoin' else len(seen) >= RANKS):
+            # spare: the round formed, the spare parks on the wait list;
+            # rejoin: node 1 was lost and its place is open.
             cmd, console = pending.pop()
             agents.append(subprocess.Popen(cmd, stdout=console,
                                            stderr=subprocess.STDOUT, env=env))
@@ -316,7 +334,7 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
         text += console.read()
         console.close()
     codes = [a.returncode for a in agents]
-    if plan is not None and plan.kind in ('node', 'spare'):
+    if plan is not None and plan.kind in WHOLE_NODE:
         del codes[1]  # that node was killed
     code = next((c for c in codes if c != 0), 0)
     seen['node_pids'] = node_pids
@@ -325,6 +343,12 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
     seen['store_node_ranks'] = sorted(
         r for r, (_, (_, group)) in where.items() if group == 0)
     return code, text, seen, seconds
+
+
+def console_text(console):
+    """What an agent wrote to its console file so far."""
+    with open(console.name) as f:
+        return f.read()
 
 
 def metrics(out):
@@ -452,7 +476,10 @@ def main():
                     problems.append(f'the last metrics record is {last}, not '
                                     'the last epoch with world_size '
                                     f'{RANKS // 2}')
-            elif plan.kind == 'spare':
+                if 'no node joined to take its place within 5.0 s' not in text:
+                    problems.append('the lost node\'s place was not kept '
+                                    'open 5 s first')
+            elif plan.kind in ('spare', 'rejoin'):
                 # Node 0's workers kept their processes; the spare's took
                 # ranks 2 and 3 and healed.
                 for r, (node, _) in seen['where'].items():

@@ -1030,6 +1030,137 @@ TEST_CASE(
   SECTION("the job does not ask for it") { lose(false, 2, "a"); }
 }
 
+TEST_CASE(
+    "RendezvousState: under replace_wait_ms a lost node's place stays open "
+    "and a node that joins later takes it, the round going on",
+    "[rendezvous][restart_scope]") {
+  // a and b run round 1 with 2 ranks each and nobody waits; b falls
+  // silent past the heartbeat timeout.
+  Harness h(2, 2, /*max_restarts=*/3);
+  h.config_.set_replace_lost_nodes(true);
+  h.config_.set_replace_wait_ms(10000);
+  REQUIRE(h.Join("a", 2, 0).ok());
+  REQUIRE(h.Join("b", 2, 1).ok());
+  const v1::Assignment b = h.Of("b");
+  for (int i = 0; i < 4; ++i) {
+    h.Advance(std::chrono::seconds(1));
+    CHECK(h.Heartbeat("a").action() == v1::HeartbeatResponse::ACTION_CONTINUE);
+  }
+  v1::JobStatus job = h.Job();
+  CHECK(job.round() == 1);
+  CHECK(job.restart_count() == 0);  // nothing is spent for an open place
+  REQUIRE(EventKinds(job).back() == "KIND_PLACE_OPEN");
+  CHECK_THAT(job.events(job.events_size() - 1).reason(),
+             Catch::Contains("the place of node 'b' (ranks 2-3) stays open "
+                             "10.0 s"));
+  // Meanwhile no rank of the round is replaced alone: the round waits.
+  StatusOr<v1::ReplaceRankResponse> r =
+      h.state_.ReplaceRank(Replace(h, "a", 1, 1));
+  REQUIRE(r.ok());
+  CHECK_FALSE(r->replaced());
+  CHECK(r->healing_rank() == 2);
+
+  // 5 s later a node joins: it takes b's place at once.
+  const std::string joiner = GENERATE(as<std::string>{}, "d", "b");
+  CAPTURE(joiner);  // a new agent, or b's agent coming back
+  for (int i = 0; i < 5; ++i) {
+    h.Advance(std::chrono::seconds(1));
+    CHECK(h.Heartbeat("a").action() == v1::HeartbeatResponse::ACTION_CONTINUE);
+  }
+  REQUIRE(h.Join(joiner, 2).ok());
+  REQUIRE(h.Answered(joiner));
+  REQUIRE(h.Answer(joiner).status.ok());
+  const v1::Assignment d = h.Answer(joiner).assignment;
+  CHECK(d.round() == b.round());
+  CHECK(d.group_rank() == b.group_rank());
+  CHECK(d.rank_offset() == b.rank_offset());
+  CHECK(d.master_port() == b.master_port());
+  CHECK(d.restart_count() == 0);
+  CHECK(d.replaces_generation() == 1);
+  const v1::HeartbeatResponse a = h.Heartbeat("a");
+  CHECK(a.action() == v1::HeartbeatResponse::ACTION_CONTINUE);
+  CHECK(a.generation() == 1);
+  job = h.Job();
+  CHECK(job.round() == 1);
+  CHECK(job.restart_count() == 1);
+  CHECK(EventKinds(job).back() == "KIND_RANK_REPLACED");
+  CHECK_THAT(job.events(job.events_size() - 1).reason(),
+             Catch::Contains("ranks 2-3 (generation 1) of node 'b' go to "
+                             "node '" +
+                             joiner + "'"));
+  // The place was taken: its deadline passes without effect.
+  for (int i = 0; i < 6; ++i) {
+    h.Advance(std::chrono::seconds(1));
+    CHECK(h.Heartbeat("a").action() == v1::HeartbeatResponse::ACTION_CONTINUE);
+    (void)h.Heartbeat(joiner);
+  }
+  CHECK(h.Job().round() == 1);
+}
+
+TEST_CASE(
+    "RendezvousState: an open place closes, ending the round, when nobody "
+    "fitting joins in time, a second node is lost, or no budget is left",
+    "[rendezvous][restart_scope]") {
+  // a, b and c run round 1 (2 ranks each); c falls silent, and `then`
+  // happens while its place is open. The round must end once.
+  auto open = [](int max_restarts, const std::function<void(Harness&)>& then) {
+    Harness h(1, 3, max_restarts);
+    h.config_.set_replace_lost_nodes(true);
+    h.config_.set_replace_wait_ms(10000);
+    REQUIRE(h.Join("a", 2, 0).ok());
+    REQUIRE(h.Join("b", 2, 1).ok());
+    REQUIRE(h.Join("c", 2, 2).ok());
+    for (int i = 0; i < 4; ++i) {
+      h.Advance(std::chrono::seconds(1));
+      (void)h.Heartbeat("a");
+      (void)h.Heartbeat("b");
+    }
+    if (max_restarts > 0) {
+      REQUIRE(EventKinds(h.Job()).back() == "KIND_PLACE_OPEN");
+      CHECK(h.Job().round() == 1);
+    }
+    then(h);
+    CHECK(h.Job().round() == 2);
+    CHECK(h.Job().restart_count() == 0);
+    return h.Job();
+  };
+  SECTION("nobody joins within replace_wait_ms") {
+    const v1::JobStatus job = open(3, [](Harness& h) {
+      for (int i = 0; i < 9; ++i) {
+        h.Advance(std::chrono::seconds(1));
+        CHECK(h.Heartbeat("a").action() ==
+              v1::HeartbeatResponse::ACTION_CONTINUE);
+        (void)h.Heartbeat("b");
+      }
+      h.Advance(std::chrono::seconds(1));
+      CHECK(h.Heartbeat("a").action() == v1::HeartbeatResponse::ACTION_REJOIN);
+    });
+    CHECK_THAT(job.reason(),
+               Catch::Contains("no node joined to take its place within "
+                               "10.0 s"));
+  }
+  SECTION("a node that does not fit joins: the round grows as without it") {
+    open(3, [](Harness& h) {
+      REQUIRE(h.Join("d", 1).ok());
+      CHECK_FALSE(h.Answered("d"));  // it joins the next round
+    });
+  }
+  SECTION("a second node is lost") {
+    open(3, [](Harness& h) {
+      for (int i = 0; i < 4; ++i) {
+        h.Advance(std::chrono::seconds(1));
+        (void)h.Heartbeat("a");
+      }
+    });
+  }
+  SECTION("no budget: no place is kept open") {
+    const v1::JobStatus job = open(0, [](Harness&) {});
+    for (const std::string& kind : EventKinds(job)) {
+      CHECK(kind != "KIND_PLACE_OPEN");
+    }
+  }
+}
+
 TEST_CASE("RendezvousState: ReplaceRank refuses what is not this node's",
           "[rendezvous][restart_scope]") {
   Harness h(2, 2, /*max_restarts=*/3);

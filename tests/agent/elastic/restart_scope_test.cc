@@ -418,6 +418,9 @@ TEST_CASE(
   h.rendezvous.join_replaces_generation = 3;
   h.Start();
   CHECK(h.rendezvous.last_request.replace_lost_nodes);
+  // A lost node's place may stay open half --heal_timeout (10 s): the
+  // survivors' workers wait that long to re-form.
+  CHECK(h.rendezvous.last_request.replace_wait == std::chrono::seconds(5));
   // The record names both ranks, healed from rank 0; nothing runs until
   // the other node's store shows the number.
   REQUIRE(h.store.sets == std::vector<std::string>{"/ddprun/generation/3",
