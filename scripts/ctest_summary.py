@@ -3,9 +3,10 @@
 failed and was skipped (and why)?
 
   ctest_summary.py --build BUILD --junit RESULT.xml [--regex REGEX]
-                   [--label LABEL] [--line-file FILE]
+                   [--exclude REGEX] [--label LABEL] [--line-file FILE]
 
-RESULT.xml is the run's `ctest --output-junit`; REGEX the run's `ctest -R`.
+RESULT.xml is the run's `ctest --output-junit`; REGEX the run's `ctest -R`
+(--exclude: its `ctest -E`).
 Checks, each a failure (exit 1) with the names:
   - every test ctest registers (`ctest --show-only=json-v1`) has a result
     in RESULT.xml: the number ctest ran equals the number registered;
@@ -38,10 +39,12 @@ CATCH_FLAGS = {"NoTests", "UnmatchedTestSpec"}
 MARKER = re.compile(r"DDPRUN_SKIP: (.*)")
 
 
-def registered_tests(build, regex):
+def registered_tests(build, regex, exclude=""):
     cmd = ["ctest", "--show-only=json-v1"]
     if regex:
         cmd += ["-R", regex]
+    if exclude:
+        cmd += ["-E", exclude]
     out = subprocess.run(cmd, cwd=build, check=True, capture_output=True,
                          text=True).stdout
     return json.loads(out)["tests"]
@@ -77,7 +80,7 @@ def listed_cases(executable):
     raise RuntimeError("%s lists no test cases" % executable)
 
 
-def check_catch(tests, regex):
+def check_catch(tests, regex, exclude=""):
     """Problems between the Catch2 binaries' test cases and ctest's tests."""
     by_exe = collections.defaultdict(dict)  # exe -> {case: ctest name}
     for t in tests:
@@ -98,6 +101,9 @@ def check_catch(tests, regex):
         listed = listed_cases(exe)
         if regex:
             listed = [c for c in listed if re.search(regex, prefix + c)]
+        if exclude:
+            listed = [c for c in listed
+                      if not re.search(exclude, prefix + c)]
         for case in sorted(set(listed) - set(cases)):
             problems.append("%s: test case '%s' has no ctest test"
                             % (exe, case))
@@ -135,12 +141,13 @@ def main():
     p.add_argument("--build", required=True)
     p.add_argument("--junit", required=True)
     p.add_argument("--regex", default="")
+    p.add_argument("--exclude", default="")
     p.add_argument("--label", default="tests")
     p.add_argument("--line-file")
     a = p.parse_args()
 
-    tests = registered_tests(a.build, a.regex)
-    problems, catch_count = check_catch(tests, a.regex)
+    tests = registered_tests(a.build, a.regex, a.exclude)
+    problems, catch_count = check_catch(tests, a.regex, a.exclude)
     got = results(os.path.join(a.build, a.junit)) if os.path.exists(
         os.path.join(a.build, a.junit)) else {}
     registered = [t["name"] for t in tests]
