@@ -364,6 +364,9 @@ void RendezvousJob::Complete(std::vector<Outcome>* out) {
   if (on_round_complete_) on_round_complete_(id_, round_);
   for (size_t i = 0; i < members.size(); ++i) {
     Node* n = members[i];
+    // Whole: a node that took a lost node's place must not carry its
+    // replaces_generation into a round that starts every rank afresh.
+    n->assignment = v1::Assignment();
     v1::Assignment& a = n->assignment;
     a.set_round(round_);
     a.set_group_rank(placed[i].group_rank);

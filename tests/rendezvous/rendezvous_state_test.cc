@@ -993,6 +993,14 @@ TEST_CASE(
       h.state_.ReplaceRank(Replace(h, "c", 3, 1));
   REQUIRE(r.ok());
   CHECK(r->generation() == 2);
+  // A failure that restarts the group: in the next round c starts its
+  // workers afresh, as every node does, not as replacements.
+  REQUIRE(h.Fail("a").ok());
+  REQUIRE(h.Join("a", 2, 0).ok());
+  REQUIRE(h.Join("c", 2).ok());
+  REQUIRE(h.Answered("c"));
+  CHECK(h.Answer("c").assignment.round() == b.round() + 1);
+  CHECK(h.Answer("c").assignment.replaces_generation() == 0);
 }
 
 TEST_CASE(
