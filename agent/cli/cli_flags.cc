@@ -203,6 +203,13 @@ std::vector<FlagSpec> MakeFlags() {
        "may take to heal before the group restarts "
        "(DDPRUN_HEAL_TIMEOUT_S for the workers).",
        false, false},
+      {"standby_workers", 0, kB, nullptr, "off",
+       "ddprun addition: --restart_scope failed: each node keeps one "
+       "standby process of the worker command, its libraries loaded, that "
+       "takes a failed rank over in milliseconds instead of a new process "
+       "(programs whose main goes through ddprun::worker::RunMain, the C++ "
+       "worker runtime; not Python scripts; docs/restart_scope.md).",
+       false, false},
       {"virtual_local_rank", 0, kB, nullptr, "off",
        "Give every worker LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES=<its GPU>.",
        false, false},
