@@ -37,9 +37,17 @@ waits as a spare: the spare takes its place in the running round
 0's workers keep their processes, and the job ends equal to the
 uninterrupted run.
 
+--standby runs every agent with --standby_workers: each kill's rank must be
+taken over by the node's standby process (a child of the agent started
+with DDPRUN_STANDBY_FD, seen waiting before the kill), which the console
+names ("[ddprun] rank R replaced (generation G) by the standby worker pid
+N, X s after its failure"), and the job must still end equal to the
+uninterrupted run. Each PASS line then also gives the time from the
+failure to the replacement's start.
+
   restart_scope_ddprun.py --bin DIR --trainer survival|ddpm [--kill R@S]...
       [--chaos two|heal|stop|write|node|spare@S]... [--nodes 1|2]
-      [--env KEY=VALUE]...
+      [--env KEY=VALUE]... [--standby]
 """
 import argparse
 import ctypes
@@ -71,14 +79,17 @@ TRAINERS = {
 }
 HEALED = re.compile(r'\[ddprun\] rank (\d+) replaced \(generation (\d+)\): '
                     r'healed from rank (\d+) in ([0-9.]+) s')
+BY_STANDBY = re.compile(r'\[ddprun\] rank (\d+) replaced \(generation (\d+)\) '
+                        r'by the standby worker pid (\d+), ([0-9.]+) s after '
+                        r'its failure')
+STARTED_AGAIN = re.compile(r'rank (\d+) started again alone \(generation '
+                           r'(\d+), pid (\d+), ([0-9.]+) s after its failure')
 HEALED_NODE = re.compile(r'\[ddprun\] ranks (\d+)-(\d+) replaced \(generation '
                          r'(\d+)\): healed from rank (\d+) in ([0-9.]+) s')
 
 
-def workers_of(agent_pid, local_ranks=None):
-    """{rank: pid} of the agent's child processes that have a RANK (their
-    LOCAL_RANK into `local_ranks` when given)."""
-    found = {}
+def children_of(agent_pid):
+    """(pid, initial environment) of each of the agent's child processes."""
     for stat in glob.glob('/proc/[0-9]*/stat'):
         try:
             with open(stat) as f:
@@ -89,14 +100,33 @@ def workers_of(agent_pid, local_ranks=None):
             with open(f'/proc/{pid}/environ', 'rb') as f:
                 env = dict(kv.split(b'=', 1) for kv in f.read().split(b'\0')
                            if b'=' in kv)
-            if b'RANK' in env:
-                found[int(env[b'RANK'])] = pid
-                if local_ranks is not None:
-                    local_ranks[int(env[b'RANK'])] = (
-                        int(env[b'LOCAL_RANK']), int(env[b'GROUP_RANK']))
         except (OSError, IndexError, ValueError):
             continue
+        yield pid, env
+
+
+def workers_of(agent_pid, local_ranks=None):
+    """{rank: pid} of the agent's child processes that have a RANK (their
+    LOCAL_RANK into `local_ranks` when given)."""
+    found = {}
+    for pid, env in children_of(agent_pid):
+        if b'RANK' not in env:
+            continue
+        try:
+            found[int(env[b'RANK'])] = pid
+            if local_ranks is not None:
+                local_ranks[int(env[b'RANK'])] = (
+                    int(env[b'LOCAL_RANK']), int(env[b'GROUP_RANK']))
+        except (KeyError, ValueError):
+            continue
     return found
+
+
+def standbys_of(agent_pid):
+    """Pids of the agent's child processes started as standby workers
+    (their initial environment has DDPRUN_STANDBY_FD)."""
+    return {pid for pid, env in children_of(agent_pid)
+            if b'DDPRUN_STANDBY_FD' in env}
 
 
 def steps_of(log_dir, rank):
@@ -254,6 +284,8 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
         cmd = [args.ddprun] + placement + [
             '--restart_scope', scope, '--max_restarts', str(max_restarts),
             '--log_dir', log_dir, '--no_python']
+        if getattr(args, 'standby', False):
+            cmd.append('--standby_workers')
         if plan is not None and plan.kind == 'stop':
             cmd += ['--watchdog_timeout', '3']
         cmd += trainer_cmd + ([output_flag, out] if output_flag else [])
@@ -271,6 +303,7 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
     seen = {}  # rank -> [pids in order]
     where = {}  # rank -> (node, (local rank, group rank))
     node_pids = {}  # node -> every worker pid seen there
+    standbys = set()  # every standby pid seen (before it took a rank)
 
     def steps_of_rank(rank):
         if rank not in where:
@@ -288,6 +321,8 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
                 a.wait(30)
             break
         for n, a in enumerate(agents):
+            if getattr(args, 'standby', False):
+                standbys |= standbys_of(a.pid)
             local_ranks = {}
             for rank, pid in workers_of(a.pid, local_ranks).items():
                 where[rank] = (n, local_ranks[rank])
@@ -319,6 +354,11 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
     if plan is not None and plan.kind in ('node', 'spare'):
         del codes[1]  # that node was killed
     code = next((c for c in codes if c != 0), 0)
+    # A standby's /proc environ stays the one it started with (no RANK):
+    # the console names the rank it took.
+    for rank, _, pid, _ in BY_STANDBY.findall(text):
+        seen.setdefault(int(rank), []).append(int(pid))
+    seen['standbys'] = standbys
     seen['node_pids'] = node_pids
     seen['where'] = where
     # Group rank 0's agent serves the workers' store: its node's ranks.
@@ -384,6 +424,8 @@ def main():
     p.add_argument('--timeout', type=float, default=300)
     p.add_argument('--nodes', type=int, choices=[1, 2], default=1)
     p.add_argument('--keep', action='store_true')
+    p.add_argument('--standby', action='store_true',
+                   help='--standby_workers: kills are taken by the standby')
     p.add_argument('--env', action='append', default=[],
                    help='KEY=VALUE for ddprun and the workers')
     args = p.parse_args()
@@ -491,6 +533,26 @@ def main():
                 if checkpoint(args, out) != clean_ckpt:
                     problems.append('the final checkpoint differs from the '
                                     'uninterrupted run')
+            started = ''
+            if args.standby and plan.kind == 'kill':
+                taken = BY_STANDBY.findall(text)
+                if len(taken) != 1 or int(taken[0][0]) != plan.rank:
+                    problems.append(f'standby takeover lines: {taken}')
+                elif int(taken[0][2]) not in seen['standbys']:
+                    problems.append(f'pid {taken[0][2]} took rank '
+                                    f'{plan.rank} but was never seen '
+                                    f'waiting as a standby '
+                                    f'({sorted(seen["standbys"])})')
+                elif seen.get(plan.rank, [None])[-1] != int(taken[0][2]):
+                    problems.append(f'rank {plan.rank} ran as pids '
+                                    f'{seen.get(plan.rank)}, the standby '
+                                    f'was {taken[0][2]}')
+                else:
+                    started = f', by the standby {taken[0][3]} s after'
+            elif plan.kind == 'kill':
+                again = STARTED_AGAIN.findall(text)
+                if again:
+                    started = f', a new process {again[0][3]} s after'
             heal = healed[0][3] if healed else '-'
             status = 'PASS' if not problems else 'FAIL'
             node = ''
@@ -501,8 +563,8 @@ def main():
                         if remote else ' (on the node that serves the store)')
             if plan.kind == 'write' and plan.writes is not None:
                 node = f' (cut {plan.writes.landed})'
-            print(f'{status} {name}{node}: healed in {heal} s, run '
-                  f'{seconds:.1f} s (uninterrupted {clean_seconds:.1f} s)')
+            print(f'{status} {name}{node}: healed in {heal} s{started}, '
+                  f'run {seconds:.1f} s (uninterrupted {clean_seconds:.1f} s)')
             if problems:
                 print(text[-6000:])
                 for problem in problems:
