@@ -333,7 +333,10 @@ Status ElasticAgent::LaunchGroup(int64_t generation) {
 }
 
 void ElasticAgent::StartStandby() {
-  if (standby_ == nullptr || !standby_->enabled()) return;
+  if (standby_ == nullptr || !standby_->enabled() ||
+      stop_reason_ != StopReason::kNone) {
+    return;
+  }
   Status s = standby_->Start(group_.round());
   if (!s.ok()) DDP_LOG(WARNING) << "standby worker: " << s.message();
 }
@@ -373,7 +376,8 @@ Status ElasticAgent::StartReplacement(int local_rank, int64_t generation,
                   w.global_rank, static_cast<long long>(generation), w.pid,
                   after);
     console_->Write(Console::Stream::kErr, line);
-    StartStandby();  // the next one loads while this rank heals
+    // The next standby starts once this rank healed: loading LibTorch
+    // beside the heal would slow it (the CPUs are the workers').
     return Status::Ok();
   }
   std::snprintf(line, sizeof(line), "%.3f", after);
@@ -426,6 +430,8 @@ void ElasticAgent::EndReplacementRecord(int local_rank, int64_t generation,
 void ElasticAgent::ReplacementHealed(int local_rank, int64_t generation,
                                      int source, double seconds) {
   EndReplacementRecord(local_rank, generation, source, seconds, "");
+  // The standby took this rank (or is still there, or none was ready).
+  if (standby_ != nullptr && standby_->pid() < 0) StartStandby();
 }
 
 void ElasticAgent::ReplacementGaveUp(int local_rank, int64_t generation,

@@ -77,8 +77,9 @@ const char* WorkerStateName(WorkerState state);
 // the group restarts as above.
 //
 // With --standby_workers a standby process (standby_worker.h) waits beside
-// each running group and takes the next rank replaced alone; it dies with
-// the group (a stop, a restart, the job's end).
+// each running group and takes the next rank replaced alone (the next
+// standby starts once that rank healed); it dies with the group (a stop, a
+// restart, the job's end).
 //
 // Rendezvous calls are asynchronous (rendezvous/client/rendezvous_client.h):
 // each step starts one and goes on in its callback (OnJoined,

@@ -345,6 +345,17 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
     seconds = time.monotonic() - start
     if plan is not None:
         plan.finish()
+    # No standby outlives its agent (killed at the job's end, or by
+    # PR_SET_PDEATHSIG with the agent).
+    time.sleep(0.2)
+    left = []
+    for pid in sorted(standbys):
+        try:
+            with open(f'/proc/{pid}/stat') as f:
+                if f.read().rsplit(')', 1)[1].split()[0] != 'Z':
+                    left.append(pid)
+        except OSError:
+            pass
     text = ''
     for console in consoles:
         console.seek(0)
@@ -359,6 +370,7 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
     for rank, _, pid, _ in BY_STANDBY.findall(text):
         seen.setdefault(int(rank), []).append(int(pid))
     seen['standbys'] = standbys
+    seen['standbys_left'] = left
     seen['node_pids'] = node_pids
     seen['where'] = where
     # Group rank 0's agent serves the workers' store: its node's ranks.
@@ -450,6 +462,11 @@ def main():
             print(text)
             print(f'FAIL: the uninterrupted run exited {code}')
             return 1
+        if args.standby and (not seen['standbys'] or seen['standbys_left']):
+            print(text)
+            print(f'FAIL: the uninterrupted run\'s standbys: seen '
+                  f'{sorted(seen["standbys"])}, left {seen["standbys_left"]}')
+            return 1
         print(f'uninterrupted: {clean_seconds:.1f} s')
         clean_metrics = metrics(clean_out)
         clean_ckpt = checkpoint(args, clean_out)
@@ -534,6 +551,9 @@ def main():
                     problems.append('the final checkpoint differs from the '
                                     'uninterrupted run')
             started = ''
+            if seen['standbys_left']:
+                problems.append('standby processes outlived ddprun: '
+                                f'{seen["standbys_left"]}')
             if args.standby and plan.kind == 'kill':
                 taken = BY_STANDBY.findall(text)
                 if len(taken) != 1 or int(taken[0][0]) != plan.rank:
