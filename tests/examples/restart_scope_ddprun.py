@@ -284,7 +284,7 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
         cmd = [args.ddprun] + placement + [
             '--restart_scope', scope, '--max_restarts', str(max_restarts),
             '--log_dir', log_dir, '--no_python']
-        if getattr(args, 'standby', False):
+        if getattr(args, 'standby', False) and scope == 'failed':
             cmd.append('--standby_workers')
         if plan is not None and plan.kind == 'stop':
             cmd += ['--watchdog_timeout', '3']
