@@ -84,7 +84,13 @@ Status WorkerGroup::Relaunch(int local_rank, int64_t generation,
   const ProcessSpec spec = SpecFor(*w, generation);
   const bool fits =
       spec.cpu_affinity.empty() && !spec.tty_stdout && !spec.tty_stderr;
-  if (standby != nullptr && fits && standby->Ready()) {
+  if (standby != nullptr && fits && !standby->Ready()) {
+    DDP_LOG(INFO) << (standby->pid() < 0 ? std::string("no standby worker runs")
+                                         : "the standby worker (pid " +
+                                               std::to_string(standby->pid()) +
+                                               ") is not ready yet")
+                  << ": rank " << w->global_rank << " starts as a new process";
+  } else if (standby != nullptr && fits) {
     StatusOr<StandbyWorker::Handover> taken = standby->TakeOver(spec.env);
     if (taken.ok()) {
       Started(w, std::move(taken->process), taken->route.get(), generation);
