@@ -50,6 +50,15 @@ Status SendAll(int fd, const std::string& data) {
 
 }  // namespace
 
+ProcessCallbacks StandbyWorker::Route::Through(
+    const std::shared_ptr<Route>& route) {
+  ProcessCallbacks cb;
+  cb.on_stdout = [route](std::string_view c) { route->out(c); };
+  cb.on_stderr = [route](std::string_view c) { route->err(c); };
+  cb.on_exit = [route](ExitStatus s) { route->exit(s); };
+  return cb;
+}
+
 std::string EncodeStandbyEnv(const EnvMap& env) {
   std::string message;
   for (const auto& [key, value] : env) {
@@ -129,11 +138,8 @@ Status StandbyWorker::Start(const rendezvous::RendezvousResult& round) {
     err->OnEof();
     OnExit(epoch, s);
   };
-  ProcessCallbacks cb;
-  cb.on_stdout = [route](std::string_view c) { route->out(c); };
-  cb.on_stderr = [route](std::string_view c) { route->err(c); };
-  cb.on_exit = [route](ExitStatus s) { route->exit(s); };
-  StatusOr<std::unique_ptr<Process>> p = launcher_->Launch(spec, cb);
+  StatusOr<std::unique_ptr<Process>> p =
+      launcher_->Launch(spec, Route::Through(route));
   // The child holds its end now (or never will).
   ::close(child_fd);
   if (!p.ok()) {

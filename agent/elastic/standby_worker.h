@@ -51,6 +51,8 @@ class StandbyWorker {
     std::function<void(std::string_view)> out;
     std::function<void(std::string_view)> err;
     std::function<void(ExitStatus)> exit;
+    // Launcher callbacks that hold `route` and call whatever it holds then.
+    static ProcessCallbacks Through(const std::shared_ptr<Route>& route);
   };
   struct Handover {
     std::unique_ptr<Process> process;

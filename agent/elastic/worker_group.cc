@@ -130,11 +130,8 @@ Status WorkerGroup::Launch(Worker* w, const ProcessSpec& spec,
                            int64_t generation) {
   // The route is the process's for its whole life (callbacks hold it).
   auto route = std::make_shared<StandbyWorker::Route>();
-  ProcessCallbacks cb;
-  cb.on_stdout = [route](std::string_view c) { route->out(c); };
-  cb.on_stderr = [route](std::string_view c) { route->err(c); };
-  cb.on_exit = [route](ExitStatus s) { route->exit(s); };
-  StatusOr<std::unique_ptr<Process>> p = launcher_->Launch(spec, cb);
+  StatusOr<std::unique_ptr<Process>> p =
+      launcher_->Launch(spec, StandbyWorker::Route::Through(route));
   if (!p.ok()) return p.status();
   Started(w, std::move(p).value(), route.get(), generation);
   return Status::Ok();
