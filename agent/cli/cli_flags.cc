@@ -204,6 +204,13 @@ std::vector<FlagSpec> MakeFlags() {
        "(DDPRUN_HEAL_TIMEOUT_S for the workers). A lost node's place stays "
        "open for a joining node half of it (at most join_timeout).",
        false, false},
+      {"standby_workers", 0, kB, nullptr, "off",
+       "ddprun addition: --restart_scope failed: each node keeps one "
+       "standby process of the worker command, its libraries loaded, that "
+       "takes a failed rank over in milliseconds instead of a new process "
+       "(programs whose main goes through ddprun::worker::RunMain, the C++ "
+       "worker runtime; not Python scripts; docs/restart_scope.md).",
+       false, false},
       {"virtual_local_rank", 0, kB, nullptr, "off",
        "Give every worker LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES=<its GPU>.",
        false, false},

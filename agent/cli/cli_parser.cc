@@ -456,6 +456,14 @@ Status FillHealth(const Values& v, LaunchOptions* o) {
   }
   DDP_ASSIGN_OR_RETURN(o->heal_timeout_s,
                        v.Double("heal_timeout", 120.0, 0, true));
+  DDP_ASSIGN_OR_RETURN(o->standby_workers, v.Bool("standby_workers"));
+  if (o->standby_workers &&
+      o->restart_scope != LaunchOptions::RestartScope::kFailed) {
+    return InvalidArgumentError(
+        v.Source("standby_workers") +
+        " needs --restart_scope failed (a standby takes over a rank replaced "
+        "alone; under --restart_scope group every worker restarts)");
+  }
   return Status::Ok();
 }
 
@@ -589,6 +597,15 @@ StatusOr<CommandLine> ParseCommandLine(
   DDP_RETURN_IF_ERROR(FillHealth(v, &o));
   DDP_RETURN_IF_ERROR(CheckNoEffectFlags(v, &cl.warnings));
   DDP_RETURN_IF_ERROR(FillEntrypoint(v, tokens, env, &o));
+  if (o.standby_workers && !o.no_python &&
+      (o.module ||
+       (o.entrypoint.size() > 3 &&
+        o.entrypoint.compare(o.entrypoint.size() - 3, 3, ".py") == 0))) {
+    return InvalidArgumentError(
+        v.Source("standby_workers") +
+        ": Python entrypoints are not supported (a standby waits in "
+        "ddprun::worker::RunMain, the C++ worker runtime)");
+  }
   // torch.distributed.launch's launch(): the program would get
   // --local-rank=N as its first argument.
   if (o.legacy_launch && o.no_python && !o.use_env) {

@@ -145,6 +145,11 @@ struct LaunchOptions {
   enum class RestartScope { kGroup, kFailed };
   RestartScope restart_scope = RestartScope::kGroup;
   double heal_timeout_s = 120;
+  // ddprun addition: --standby_workers (with --restart_scope failed only):
+  // one standby process per node, its libraries loaded, takes a failed
+  // rank over (agent/elastic/standby_worker.h). Programs whose main goes
+  // through ddprun::worker::RunMain only; Python entrypoints are refused.
+  bool standby_workers = false;
 
   // --torch_version; unknown = not given (main() then detects it:
   // AgentOptions::worker_torch).

@@ -75,6 +75,26 @@ ElasticAgent::ElasticAgent(AgentOptions options, EventLoop* loop,
       std::move(replace), loop_, rendezvous_,
       ReplacesFailedRanks(options_.launch) ? options_.worker_store : nullptr,
       console_, this);
+  if (options_.launch.standby_workers && replacement_->enabled()) {
+    const LaunchOptions& o = options_.launch;
+    // A standby is any rank's: its command line must be every rank's, and
+    // it must be the program itself (a standby waits in RunMain).
+    const std::vector<std::string> argv =
+        BuildWorkerArgv(o, options_.worker_torch, 0, options_.parent_env);
+    if (argv[0] != o.entrypoint) {
+      DDP_LOG(WARNING) << "--standby_workers: the workers run under " << argv[0]
+                       << " (not a program on ddprun's C++ worker runtime): "
+                          "no standby";
+    } else if (o.nproc_per_node > 1 &&
+               argv != BuildWorkerArgv(o, options_.worker_torch, 1,
+                                       options_.parent_env)) {
+      DDP_LOG(WARNING) << "--standby_workers: each rank's command line "
+                          "differs (--local-rank): no standby";
+    } else {
+      standby_ = std::make_unique<StandbyWorker>(&options_, loop_, launcher_,
+                                                 console_);
+    }
+  }
   if (options_.generation_signal != 0 && ReplacesFailedRanks(options_.launch) &&
       options_.worker_store != nullptr) {
     GenerationNotice::Options notice;
@@ -317,7 +337,17 @@ Status ElasticAgent::LaunchGroup(int64_t generation) {
   // Every worker is reported (pid, state); those with a step file also
   // with their counts.
   stragglers_->Start(group_.StragglerTargets());
+  StartStandby();
   return Status::Ok();
+}
+
+void ElasticAgent::StartStandby() {
+  if (standby_ == nullptr || !standby_->enabled() ||
+      stop_reason_ != StopReason::kNone) {
+    return;
+  }
+  Status s = standby_->Start(group_.round());
+  if (!s.ok()) DDP_LOG(WARNING) << "standby worker: " << s.message();
 }
 
 Status ElasticAgent::StartReplacement(int local_rank, int64_t generation,
@@ -338,13 +368,31 @@ Status ElasticAgent::StartReplacement(int local_rank, int64_t generation,
   // Before the launch: the replacement writes its own failure, if any, to
   // the same error file path.
   RecordReplacement(local_rank, generation, reason);
-  DDP_RETURN_IF_ERROR(group_.Relaunch(local_rank, generation));
+  bool by_standby = false;
+  DDP_RETURN_IF_ERROR(
+      group_.Relaunch(local_rank, generation, standby_.get(), &by_standby));
   const WorkerGroup::Worker& w = *group_.worker(local_rank);
   stragglers_->Restarted(w.global_rank, w.pid);
   if (notice_ != nullptr) notice_->Announce(group_.round().round, generation);
+  const double after = std::chrono::duration<double>(loop_->clock()->Now() -
+                                                     replacement_->failed_at())
+                           .count();
+  char line[160];
+  if (by_standby) {
+    std::snprintf(line, sizeof(line),
+                  "[ddprun] rank %d replaced (generation %lld) by the standby "
+                  "worker pid %d, %.3f s after its failure\n",
+                  w.global_rank, static_cast<long long>(generation), w.pid,
+                  after);
+    console_->Write(Console::Stream::kErr, line);
+    // The next standby starts once this rank healed: loading LibTorch
+    // beside the heal would slow it (the CPUs are the workers').
+    return Status::Ok();
+  }
+  std::snprintf(line, sizeof(line), "%.3f", after);
   DDP_LOG(INFO) << "[" << options_.launch.role << "] rank " << w.global_rank
                 << " started again alone (generation " << generation << ", pid "
-                << w.pid << ")";
+                << w.pid << ", " << line << " s after its failure)";
   return Status::Ok();
 }
 
@@ -391,6 +439,8 @@ void ElasticAgent::EndReplacementRecord(int local_rank, int64_t generation,
 void ElasticAgent::ReplacementHealed(int local_rank, int64_t generation,
                                      int source, double seconds) {
   EndReplacementRecord(local_rank, generation, source, seconds, "");
+  // The standby took this rank (or is still there, or none was ready).
+  if (standby_ != nullptr && standby_->pid() < 0) StartStandby();
 }
 
 void ElasticAgent::ReplacementGaveUp(int local_rank, int64_t generation,
@@ -482,6 +532,7 @@ void ElasticAgent::OnWorkerExit(int local_rank, ExitStatus status) {
     stragglers_->Stop();
     DDP_LOG(DEBUG) << "worker group succeeded";
     group_.KillLeftovers();
+    if (standby_ != nullptr) standby_->Kill();
     phase_ = Phase::kBarrier;
     rendezvous_->ReportSuccess(group_.round().round,
                                std::chrono::duration_cast<Clock::Duration>(
@@ -621,6 +672,7 @@ void ElasticAgent::BeginStop(StopReason reason, int sig,
                              const std::string& why) {
   stragglers_->Stop();
   replacement_->Stop();
+  if (standby_ != nullptr) standby_->Kill();  // a new group gets its own
   if (notice_ != nullptr) notice_->Stop();
   if (replacement_record_ != nullptr) {
     // Stopped while a replacement healed (a second failure, a signal, a
@@ -750,6 +802,7 @@ void ElasticAgent::Finish(WorkerState state, int exit_code) {
   if (finished_) return;
   finished_ = true;
   stragglers_->Stop();
+  if (standby_ != nullptr) standby_->Kill();
   hang_->Finish();
   phase_ = Phase::kDone;
   state_ = state;

@@ -14,6 +14,7 @@
 #include "agent/elastic/progress_budget.h"
 #include "agent/elastic/rank_replacement.h"
 #include "agent/elastic/replacement_record.h"
+#include "agent/elastic/standby_worker.h"
 #include "agent/elastic/worker_env.h"
 #include "agent/elastic/worker_group.h"
 #include "agent/elastic/worker_logs.h"
@@ -74,6 +75,11 @@ const char* WorkerStateName(WorkerState state);
 // failed worker is started again alone, with the same ranks, while the
 // others run, and heals from a live peer; when it cannot be (see there)
 // the group restarts as above.
+//
+// With --standby_workers a standby process (standby_worker.h) waits beside
+// each running group and takes the next rank replaced alone (the next
+// standby starts once that rank healed); it dies with the group (a stop, a
+// restart, the job's end).
 //
 // Rendezvous calls are asynchronous (rendezvous/client/rendezvous_client.h):
 // each step starts one and goes on in its callback (OnJoined,
@@ -156,6 +162,9 @@ class ElasticAgent : public HangResponse::Workers,
   // start, else as replacements in it) and has the straggler watch follow
   // them.
   Status LaunchGroup(int64_t generation);
+  // Starts the group's standby worker (--standby_workers); a failure is a
+  // warning (replacements then start afresh).
+  void StartStandby();
   // WorkerGroup's exit callback.
   void OnWorkerExit(int local_rank, ExitStatus status);
   // The watchdog's hook: a running worker of this group is hung; the hang
@@ -230,6 +239,8 @@ class ElasticAgent : public HangResponse::Workers,
   // group_, whose workers' outputs write to its filtered logs.
   WorkerLogs logs_;
   WorkerGroup group_;  // the current attempt's workers
+  // --standby_workers under --restart_scope failed; null: none.
+  std::unique_ptr<StandbyWorker> standby_;
 
   // State below is confined to the loop thread.
 

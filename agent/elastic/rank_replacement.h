@@ -111,6 +111,8 @@ class RankReplacement {
   // A replacement is being set up or heals.
   bool busy() const { return busy_local_rank_ >= 0 || whole_node_; }
   int64_t generation() const { return generation_; }
+  // When the failure of the replacement in progress was taken (Replace).
+  Clock::TimePoint failed_at() const { return heal_started_; }
   // Ranks replaced in the current group, in order (for the failure table).
   struct Replaced {
     int rank = 0;

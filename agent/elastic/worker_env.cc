@@ -131,6 +131,23 @@ EnvMap BuildWorkerEnv(const LaunchOptions& options, const TorchVersion& torch,
   return env;
 }
 
+EnvMap BuildStandbyEnv(const LaunchOptions& options, const TorchVersion& torch,
+                       const rendezvous::RendezvousResult& round,
+                       const std::string& run_id, const EnvMap& parent_env,
+                       int standby_fd) {
+  EnvMap env = BuildWorkerEnv(options, torch, round, run_id, 0, "", parent_env);
+  for (const char* rank_specific :
+       {"RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "CROSS_RANK",
+        "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_ERROR_FILE",
+        "DDPRUN_GENERATION", "CUDA_VISIBLE_DEVICES"}) {
+    env.erase(rank_specific);
+  }
+  auto devices = parent_env.find("CUDA_VISIBLE_DEVICES");
+  if (devices != parent_env.end()) env[devices->first] = devices->second;
+  env["DDPRUN_STANDBY_FD"] = std::to_string(standby_fd);
+  return env;
+}
+
 void AddReplacementEnv(int64_t generation, EnvMap* env) {
   (*env)["DDPRUN_GENERATION"] = std::to_string(generation);
   (*env)["DDPRUN_REPLACEMENT"] = "1";

@@ -40,6 +40,19 @@ EnvMap BuildWorkerEnv(const LaunchOptions& options, const TorchVersion& torch,
                       const std::string& run_id, int local_rank,
                       const std::string& error_file, const EnvMap& parent_env);
 
+// A standby worker's environment (--standby_workers, standby_worker.h):
+// BuildWorkerEnv of local rank 0 less every rank-specific variable (RANK,
+// LOCAL_RANK, GROUP_RANK, ROLE_RANK, CROSS_RANK, MASTER_ADDR, MASTER_PORT,
+// TORCHELASTIC_ERROR_FILE, DDPRUN_GENERATION; with --virtual_local_rank
+// CUDA_VISIBLE_DEVICES is the parent's, or unset) plus
+// DDPRUN_STANDBY_FD=`standby_fd`. WORLD_SIZE stays: with no RANK beside it
+// torch's env:// and ddprun's runtime refuse to start, so a program that
+// does not know the standby protocol never joins the world as some rank.
+EnvMap BuildStandbyEnv(const LaunchOptions& options, const TorchVersion& torch,
+                       const rendezvous::RendezvousResult& round,
+                       const std::string& run_id, const EnvMap& parent_env,
+                       int standby_fd);
+
 // A replacement under --restart_scope failed (docs/restart_scope.md):
 // the generation it starts in, and DDPRUN_REPLACEMENT=1.
 void AddReplacementEnv(int64_t generation, EnvMap* env);

@@ -66,12 +66,14 @@ Status WorkerGroup::Start(WorkerLogs* logs, bool stacks,
     workers_.push_back(std::move(w));
   }
   for (auto& w : workers_) {
-    DDP_RETURN_IF_ERROR(Launch(w.get(), generation));
+    DDP_RETURN_IF_ERROR(Launch(w.get(), SpecFor(*w, generation), generation));
   }
   return Status::Ok();
 }
 
-Status WorkerGroup::Relaunch(int local_rank, int64_t generation) {
+Status WorkerGroup::Relaunch(int local_rank, int64_t generation,
+                             StandbyWorker* standby, bool* by_standby) {
+  if (by_standby != nullptr) *by_standby = false;
   Worker* w = worker(local_rank);
   if (w == nullptr) {
     return InvalidArgumentError("no local rank " + std::to_string(local_rank));
@@ -79,44 +81,76 @@ Status WorkerGroup::Relaunch(int local_rank, int64_t generation) {
   w->watchdog_kill.clear();
   DDP_RETURN_IF_ERROR(w->out->Reopen());
   DDP_RETURN_IF_ERROR(w->err->Reopen());
-  return Launch(w, generation);
+  const ProcessSpec spec = SpecFor(*w, generation);
+  const bool fits =
+      spec.cpu_affinity.empty() && !spec.tty_stdout && !spec.tty_stderr;
+  if (standby != nullptr && fits && !standby->Ready()) {
+    DDP_LOG(INFO) << (standby->pid() < 0 ? std::string("no standby worker runs")
+                                         : "the standby worker (pid " +
+                                               std::to_string(standby->pid()) +
+                                               ") is not ready yet")
+                  << ": rank " << w->global_rank << " starts as a new process";
+  } else if (standby != nullptr && fits) {
+    StatusOr<StandbyWorker::Handover> taken = standby->TakeOver(spec.env);
+    if (taken.ok()) {
+      Started(w, std::move(taken->process), taken->route.get(), generation);
+      if (by_standby != nullptr) *by_standby = true;
+      return Status::Ok();
+    }
+    DDP_LOG(WARNING) << "the standby worker cannot take rank " << w->global_rank
+                     << " (" << taken.status().message()
+                     << "): starting a new process";
+  }
+  return Launch(w, spec, generation);
 }
 
-Status WorkerGroup::Launch(Worker* w, int64_t generation) {
+ProcessSpec WorkerGroup::SpecFor(const Worker& w, int64_t generation) const {
   const AgentOptions& o = *options_;
   ProcessSpec spec;
-  spec.argv = BuildWorkerArgv(o.launch, o.worker_torch, w->local_rank,
+  spec.argv = BuildWorkerArgv(o.launch, o.worker_torch, w.local_rank,
                               o.parent_env, round_.rank_offset);
   spec.env = BuildWorkerEnv(o.launch, o.worker_torch, round_, o.run_id,
-                            w->local_rank, w->error_file, o.parent_env);
-  AddWatchEnv(w->watch, o.python_stack_helper_dir, &spec.env);
+                            w.local_rank, w.error_file, o.parent_env);
+  AddWatchEnv(w.watch, o.python_stack_helper_dir, &spec.env);
   if (generation >= 0) AddReplacementEnv(generation, &spec.env);
-  if (w->local_rank < static_cast<int>(o.worker_cpus.size())) {
-    spec.cpu_affinity = o.worker_cpus[w->local_rank];
+  if (w.local_rank < static_cast<int>(o.worker_cpus.size())) {
+    spec.cpu_affinity = o.worker_cpus[w.local_rank];
   }
   // As torchrun's workers write to the terminal: a stream shown live on
   // a terminal console (and kept in no file) is a terminal for the worker.
-  spec.tty_stdout = w->out->live_terminal();
-  spec.tty_stderr = w->err->live_terminal();
+  spec.tty_stdout = w.out->live_terminal();
+  spec.tty_stderr = w.err->live_terminal();
   if (spec.tty_stdout || spec.tty_stderr) {
     std::tie(spec.tty_rows, spec.tty_cols) = console_->TerminalSize();
   }
-  ProcessCallbacks cb;
-  cb.on_stdout = [w](std::string_view c) { w->out->OnChunk(c); };
-  cb.on_stderr = [w](std::string_view c) { w->err->OnChunk(c); };
-  cb.on_exit = [this, starts = starts_, lr = w->local_rank](ExitStatus s) {
+  return spec;
+}
+
+Status WorkerGroup::Launch(Worker* w, const ProcessSpec& spec,
+                           int64_t generation) {
+  // The route is the process's for its whole life (callbacks hold it).
+  auto route = std::make_shared<StandbyWorker::Route>();
+  StatusOr<std::unique_ptr<Process>> p =
+      launcher_->Launch(spec, StandbyWorker::Route::Through(route));
+  if (!p.ok()) return p.status();
+  Started(w, std::move(p).value(), route.get(), generation);
+  return Status::Ok();
+}
+
+void WorkerGroup::Started(Worker* w, std::unique_ptr<Process> process,
+                          StandbyWorker::Route* route, int64_t generation) {
+  route->out = [w](std::string_view c) { w->out->OnChunk(c); };
+  route->err = [w](std::string_view c) { w->err->OnChunk(c); };
+  route->exit = [this, starts = starts_, lr = w->local_rank](ExitStatus s) {
     OnExit(starts, lr, s);
   };
-  StatusOr<std::unique_ptr<Process>> p = launcher_->Launch(spec, cb);
-  if (!p.ok()) return p.status();
-  w->process = std::move(p).value();
+  w->process = std::move(process);
   w->pid = w->process->pid();
   w->running = true;
   w->generation = generation >= 0 ? generation : 0;
   w->exit = ExitStatus{};
   w->stopped_hang = false;
   if (watchdog_) watchdog_->Watch(w->local_rank, w->pid, w->watch.heartbeat);
-  return Status::Ok();
 }
 
 void WorkerGroup::OnExit(int starts, int local_rank, ExitStatus status) {

@@ -9,6 +9,7 @@
 
 #include "agent/elastic/agent_options.h"
 #include "agent/elastic/failure_report.h"
+#include "agent/elastic/standby_worker.h"
 #include "agent/elastic/worker_env.h"
 #include "agent/elastic/worker_logs.h"
 #include "agent/process/console.h"
@@ -91,9 +92,14 @@ class WorkerGroup {
                int64_t generation = -1);
   // Starts local rank `local_rank` again alone, as the same rank, with
   // DDPRUN_GENERATION=`generation` (AddReplacementEnv); its output goes on
-  // in the rank's files. Errors: no such rank, its streams cannot be
-  // reopened, or the launch fails.
-  Status Relaunch(int local_rank, int64_t generation);
+  // in the rank's files. With a ready `standby` (--standby_workers) the
+  // standby's process takes the rank with exactly that environment instead
+  // of a new process (not for a rank bound to CPUs or given a terminal: a
+  // standby has neither), and `*by_standby` says so. Errors: no such rank,
+  // its streams cannot be reopened, or the launch fails (a standby that
+  // cannot take the rank is not an error: a new process starts).
+  Status Relaunch(int local_rank, int64_t generation,
+                  StandbyWorker* standby = nullptr, bool* by_standby = nullptr);
 
   // Stops the group: `sig` to every running worker's process group (after
   // SIGTERM also SIGCONT: a stopped worker, SIGSTOP or Ctrl-Z, acts on
@@ -157,8 +163,15 @@ class WorkerGroup {
   ProcessFailure* HeldFailure(int local_rank);
 
  private:
-  // Launches `w`; `generation` < 0 for a group start, else a replacement's.
-  Status Launch(Worker* w, int64_t generation);
+  // What `w` is started with; `generation` < 0 for a group start, else a
+  // replacement's.
+  ProcessSpec SpecFor(const Worker& w, int64_t generation) const;
+  // Launches `w` from `spec`.
+  Status Launch(Worker* w, const ProcessSpec& spec, int64_t generation);
+  // `w` runs as `process` from now on (launched, or a standby's), its
+  // streams and exit bound through `route`.
+  void Started(Worker* w, std::unique_ptr<Process> process,
+               StandbyWorker::Route* route, int64_t generation);
   void OnExit(int starts, int local_rank, ExitStatus status);
 
   // Constant after construction.

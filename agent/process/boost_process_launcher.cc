@@ -247,16 +247,18 @@ StatusOr<std::unique_ptr<Process>> BoostProcessLauncher::Launch(
   // Built before the fork: the child only makes the system call.
   CpuAffinity affinity(spec.cpu_affinity);
   std::error_code ec;
-  bp::child proc(bp::exe = exe, bp::args = args, env, bp::std_out > child->out,
-                 bp::std_err > child->err,
-                 bp::extend::on_exec_setup([parent, guard = guard_, slave_out,
-                                            slave_err, &affinity](auto&) {
-                   if (slave_out >= 0) ::dup2(slave_out, STDOUT_FILENO);
-                   if (slave_err >= 0) ::dup2(slave_err, STDERR_FILENO);
-                   SetUpChild(parent, guard);
-                   affinity.ApplyInChild();
-                 }),
-                 ec);
+  bp::child proc(
+      bp::exe = exe, bp::args = args, env, bp::std_out > child->out,
+      bp::std_err > child->err,
+      bp::extend::on_exec_setup([parent, guard = guard_, slave_out, slave_err,
+                                 &affinity, &spec](auto&) {
+        if (slave_out >= 0) ::dup2(slave_out, STDOUT_FILENO);
+        if (slave_err >= 0) ::dup2(slave_err, STDERR_FILENO);
+        SetUpChild(parent, guard);
+        affinity.ApplyInChild();
+        for (int fd : spec.inherit_fds) ::fcntl(fd, F_SETFD, 0);
+      }),
+      ec);
   // The slaves live on in the child only: EOF (EIO) comes when it and
   // everything it started have closed them.
   if (slave_out >= 0) ::close(slave_out);

@@ -38,6 +38,10 @@ struct ProcessSpec {
   // exec (sched_setaffinity); empty = the agent's own affinity. A child
   // whose binding fails writes why to its stderr and exits 126.
   std::vector<int> cpu_affinity;
+  // Open descriptors of the agent the child keeps, under the same numbers
+  // (every other one is closed at exec): e.g. a standby worker's channel
+  // (DDPRUN_STANDBY_FD). They stay open in the agent too.
+  std::vector<int> inherit_fds;
 };
 
 // Callbacks of one process. All are invoked on the launcher's event-loop

@@ -27,7 +27,11 @@ random rank SIGKILLed every --kill_every seconds (30) until it ends:
   goodput = the steps' uninterrupted time (steps x the clean runs' time per
             step) / the run's wall time.
 
+--standby runs the failed scope's agents with --standby_workers (the killed
+rank is taken by the node's standby process, docs/restart_scope.md).
+
   bench/recovery/run.py --bin build/bin [--points 10] [--seed 1] [--nodes 2]
+      [--standby]
 """
 import argparse
 import math
@@ -127,6 +131,10 @@ def main():
                    help='seconds: also measure goodput on a job that long '
                    '(0: not measured)')
     p.add_argument('--kill_every', type=float, default=30)
+    p.add_argument('--standby', action='store_true',
+                   help='the failed scope\'s agents run with '
+                   '--standby_workers (a standby process takes the killed '
+                   'rank)')
     args = p.parse_args()
     args.ddprun = args.ddprun or args.bin + '/ddprun'
     trainer = args.bin + '/ddpm_trainer'

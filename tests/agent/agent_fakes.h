@@ -6,6 +6,8 @@
 // rendezvous client that answers when the test says, and a console that
 // keeps what is written. Nothing sleeps.
 
+#include <unistd.h>
+
 #include <csignal>
 #include <functional>
 #include <memory>
@@ -32,7 +34,12 @@ struct FakeWorker {
   std::vector<int> signals;
   bool exited = false;
   std::set<int> dies_on = {SIGTERM, SIGINT, SIGKILL, SIGHUP, SIGQUIT};
+  // Copies of spec.inherit_fds, as a child holds them (closed with it).
+  std::vector<int> fds;
   std::string env(const std::string& key) const { return spec.env.at(key); }
+  ~FakeWorker() {
+    for (int fd : fds) ::close(fd);
+  }
 };
 
 class FakeLauncher : public ProcessLauncher {
@@ -49,6 +56,7 @@ class FakeLauncher : public ProcessLauncher {
     w->callbacks = std::move(cb);
     w->pid = 1000 + static_cast<int>(workers.size());
     w->dies_on = default_dies_on;
+    for (int fd : spec.inherit_fds) w->fds.push_back(::dup(fd));
     workers.push_back(w);
     return std::unique_ptr<Process>(new FakeProcess(w, this));
   }

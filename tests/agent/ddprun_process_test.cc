@@ -139,6 +139,33 @@ TEST_CASE("ddprun: a failure on attempt 0 is restarted with max_restarts=1",
   CHECK(run.Stderr().find("FAILED\n") == std::string::npos);
 }
 
+TEST_CASE(
+    "ddprun: --standby_workers with a program that ignores the "
+    "standby protocol: no rank, 3 restarts, then none",
+    "[agent][process]") {
+  TempDir dir;
+  Ddprun run(
+      dir, {"--standalone", "--nproc_per_node=2", "--restart_scope", "failed",
+            "--standby_workers", "--no_python", kData + "/standby_unaware.sh"});
+  REQUIRE(run.Wait(30s) == 0);
+  const std::string out = run.Stdout();
+  CHECK(out.find("[default0]:rank 0 done") != std::string::npos);
+  CHECK(out.find("[default1]:rank 1 done") != std::string::npos);
+  // Each standby ran without a rank or the store's port; the first and
+  // three more, then the node went on without one.
+  const std::string standbys = ReadFile(dir.path() + "/standby.txt");
+  size_t n = 0;
+  for (size_t at = 0; (at = standbys.find("RANK=unset MASTER_PORT=unset\n",
+                                          at)) != std::string::npos;
+       ++at) {
+    ++n;
+  }
+  CHECK(n == 4);
+  CHECK(standbys.find("RANK=0") == std::string::npos);
+  CHECK(run.Stderr().find("exited on its own (exit code 3) 4 times: this "
+                          "node runs without one") != std::string::npos);
+}
+
 TEST_CASE("ddprun: the same failure fails the job with max_restarts=0",
           "[agent][process]") {
   TempDir dir;

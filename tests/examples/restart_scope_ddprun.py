@@ -41,9 +41,17 @@ agent started only once the rendezvous said that node 1's place stays open
 (JobConfig.replace_wait_ms): a node that joins after the loss, or the lost
 machine's agent started again.
 
+--standby runs every agent with --standby_workers: each kill's rank must be
+taken over by the node's standby process (a child of the agent started
+with DDPRUN_STANDBY_FD, seen waiting before the kill), which the console
+names ("[ddprun] rank R replaced (generation G) by the standby worker pid
+N, X s after its failure"), and the job must still end equal to the
+uninterrupted run. Each PASS line then also gives the time from the
+failure to the replacement's start.
+
   restart_scope_ddprun.py --bin DIR --trainer survival|ddpm [--kill R@S]...
       [--chaos two|heal|stop|write|node|spare|rejoin@S]... [--nodes 1|2]
-      [--env KEY=VALUE]...
+      [--env KEY=VALUE]... [--standby]
 """
 import argparse
 import ctypes
@@ -75,14 +83,17 @@ TRAINERS = {
 }
 HEALED = re.compile(r'\[ddprun\] rank (\d+) replaced \(generation (\d+)\): '
                     r'healed from rank (\d+) in ([0-9.]+) s')
+BY_STANDBY = re.compile(r'\[ddprun\] rank (\d+) replaced \(generation (\d+)\) '
+                        r'by the standby worker pid (\d+), ([0-9.]+) s after '
+                        r'its failure')
+STARTED_AGAIN = re.compile(r'rank (\d+) started again alone \(generation '
+                           r'(\d+), pid (\d+), ([0-9.]+) s after its failure')
 HEALED_NODE = re.compile(r'\[ddprun\] ranks (\d+)-(\d+) replaced \(generation '
                          r'(\d+)\): healed from rank (\d+) in ([0-9.]+) s')
 
 
-def workers_of(agent_pid, local_ranks=None):
-    """{rank: pid} of the agent's child processes that have a RANK (their
-    LOCAL_RANK into `local_ranks` when given)."""
-    found = {}
+def children_of(agent_pid):
+    """(pid, initial environment) of each of the agent's child processes."""
     for stat in glob.glob('/proc/[0-9]*/stat'):
         try:
             with open(stat) as f:
@@ -93,14 +104,33 @@ def workers_of(agent_pid, local_ranks=None):
             with open(f'/proc/{pid}/environ', 'rb') as f:
                 env = dict(kv.split(b'=', 1) for kv in f.read().split(b'\0')
                            if b'=' in kv)
-            if b'RANK' in env:
-                found[int(env[b'RANK'])] = pid
-                if local_ranks is not None:
-                    local_ranks[int(env[b'RANK'])] = (
-                        int(env[b'LOCAL_RANK']), int(env[b'GROUP_RANK']))
         except (OSError, IndexError, ValueError):
             continue
+        yield pid, env
+
+
+def workers_of(agent_pid, local_ranks=None):
+    """{rank: pid} of the agent's child processes that have a RANK (their
+    LOCAL_RANK into `local_ranks` when given)."""
+    found = {}
+    for pid, env in children_of(agent_pid):
+        if b'RANK' not in env:
+            continue
+        try:
+            found[int(env[b'RANK'])] = pid
+            if local_ranks is not None:
+                local_ranks[int(env[b'RANK'])] = (
+                    int(env[b'LOCAL_RANK']), int(env[b'GROUP_RANK']))
+        except (KeyError, ValueError):
+            continue
     return found
+
+
+def standbys_of(agent_pid):
+    """Pids of the agent's child processes started as standby workers
+    (their initial environment has DDPRUN_STANDBY_FD)."""
+    return {pid for pid, env in children_of(agent_pid)
+            if b'DDPRUN_STANDBY_FD' in env}
 
 
 def steps_of(log_dir, rank):
@@ -267,6 +297,8 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
         cmd = [args.ddprun] + placement + [
             '--restart_scope', scope, '--max_restarts', str(max_restarts),
             '--log_dir', log_dir, '--no_python']
+        if getattr(args, 'standby', False) and scope == 'failed':
+            cmd.append('--standby_workers')
         if plan is not None and plan.kind == 'stop':
             cmd += ['--watchdog_timeout', '3']
         if plan is not None and plan.kind == 'node':
@@ -287,6 +319,7 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
     seen = {}  # rank -> [pids in order]
     where = {}  # rank -> (node, (local rank, group rank))
     node_pids = {}  # node -> every worker pid seen there
+    standbys = set()  # every standby pid seen (before it took a rank)
 
     def steps_of_rank(rank):
         if rank not in where:
@@ -304,6 +337,8 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
                 a.wait(30)
             break
         for n, a in enumerate(agents):
+            if getattr(args, 'standby', False):
+                standbys |= standbys_of(a.pid)
             local_ranks = {}
             for rank, pid in workers_of(a.pid, local_ranks).items():
                 where[rank] = (n, local_ranks[rank])
@@ -328,6 +363,17 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
     seconds = time.monotonic() - start
     if plan is not None:
         plan.finish()
+    # No standby outlives its agent (killed at the job's end, or by
+    # PR_SET_PDEATHSIG with the agent).
+    time.sleep(0.2)
+    left = []
+    for pid in sorted(standbys):
+        try:
+            with open(f'/proc/{pid}/stat') as f:
+                if f.read().rsplit(')', 1)[1].split()[0] != 'Z':
+                    left.append(pid)
+        except OSError:
+            pass
     text = ''
     for console in consoles:
         console.seek(0)
@@ -337,6 +383,12 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
     if plan is not None and plan.kind in WHOLE_NODE:
         del codes[1]  # that node was killed
     code = next((c for c in codes if c != 0), 0)
+    # A standby's /proc environ stays the one it started with (no RANK):
+    # the console names the rank it took.
+    for rank, _, pid, _ in BY_STANDBY.findall(text):
+        seen.setdefault(int(rank), []).append(int(pid))
+    seen['standbys'] = standbys
+    seen['standbys_left'] = left
     seen['node_pids'] = node_pids
     seen['where'] = where
     # Group rank 0's agent serves the workers' store: its node's ranks.
@@ -408,6 +460,8 @@ def main():
     p.add_argument('--timeout', type=float, default=300)
     p.add_argument('--nodes', type=int, choices=[1, 2], default=1)
     p.add_argument('--keep', action='store_true')
+    p.add_argument('--standby', action='store_true',
+                   help='--standby_workers: kills are taken by the standby')
     p.add_argument('--env', action='append', default=[],
                    help='KEY=VALUE for ddprun and the workers')
     args = p.parse_args()
@@ -431,6 +485,11 @@ def main():
         if code != 0:
             print(text)
             print(f'FAIL: the uninterrupted run exited {code}')
+            return 1
+        if args.standby and (not seen['standbys'] or seen['standbys_left']):
+            print(text)
+            print(f'FAIL: the uninterrupted run\'s standbys: seen '
+                  f'{sorted(seen["standbys"])}, left {seen["standbys_left"]}')
             return 1
         print(f'uninterrupted: {clean_seconds:.1f} s')
         clean_metrics = metrics(clean_out)
@@ -518,6 +577,29 @@ def main():
                 if checkpoint(args, out) != clean_ckpt:
                     problems.append('the final checkpoint differs from the '
                                     'uninterrupted run')
+            started = ''
+            if seen['standbys_left']:
+                problems.append('standby processes outlived ddprun: '
+                                f'{seen["standbys_left"]}')
+            if args.standby and plan.kind == 'kill':
+                taken = BY_STANDBY.findall(text)
+                if len(taken) != 1 or int(taken[0][0]) != plan.rank:
+                    problems.append(f'standby takeover lines: {taken}')
+                elif int(taken[0][2]) not in seen['standbys']:
+                    problems.append(f'pid {taken[0][2]} took rank '
+                                    f'{plan.rank} but was never seen '
+                                    f'waiting as a standby '
+                                    f'({sorted(seen["standbys"])})')
+                elif seen.get(plan.rank, [None])[-1] != int(taken[0][2]):
+                    problems.append(f'rank {plan.rank} ran as pids '
+                                    f'{seen.get(plan.rank)}, the standby '
+                                    f'was {taken[0][2]}')
+                else:
+                    started = f', by the standby {taken[0][3]} s after'
+            elif plan.kind == 'kill':
+                again = STARTED_AGAIN.findall(text)
+                if again:
+                    started = f', a new process {again[0][3]} s after'
             heal = healed[0][3] if healed else '-'
             status = 'PASS' if not problems else 'FAIL'
             node = ''
@@ -528,8 +610,8 @@ def main():
                         if remote else ' (on the node that serves the store)')
             if plan.kind == 'write' and plan.writes is not None:
                 node = f' (cut {plan.writes.landed})'
-            print(f'{status} {name}{node}: healed in {heal} s, run '
-                  f'{seconds:.1f} s (uninterrupted {clean_seconds:.1f} s)')
+            print(f'{status} {name}{node}: healed in {heal} s{started}, '
+                  f'run {seconds:.1f} s (uninterrupted {clean_seconds:.1f} s)')
             if problems:
                 print(text[-6000:])
                 for problem in problems:

@@ -16,6 +16,7 @@
 
 #include "common/file_util.h"
 #include "ddprun/worker/cpu_convolution_check.h"
+#include "worker/src/standby.h"
 
 namespace ddprun::worker {
 namespace {
@@ -152,6 +153,10 @@ bool WriteErrorFile(const std::string& path, const ErrorReport& report) {
 }
 
 int RunMain(const std::function<int()>& fn) {
+  // A standby (--standby_workers) waits here, its libraries loaded, until
+  // its agent hands it a rank's environment: nothing before this line may
+  // read the environment.
+  BecomeRankIfStandby();
   try {
     EnsureCpuConvolutionsAgree();
     return fn();

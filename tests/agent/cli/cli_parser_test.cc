@@ -749,6 +749,35 @@ TEST_CASE("CliParser: entrypoint checks", "[cli]") {
   CHECK(Contains(ParseErr({"--run_path", "-m", "pkg.mod"}), "not found"));
 }
 
+TEST_CASE(
+    "CliParser: --standby_workers needs --restart_scope failed and a "
+    "program on the C++ runtime",
+    "[cli]") {
+  const std::string prog = S().Path("prog");
+  CHECK_FALSE(ParseOk({"--no_python", prog}).standby_workers);
+  CHECK(ParseOk({"--restart_scope", "failed", "--standby_workers",
+                 "--no_python", prog})
+            .standby_workers);
+  CHECK(ParseOk({"--restart_scope", "failed", "--no_python", prog},
+                {{"PET_STANDBY_WORKERS", "1"}})
+            .standby_workers);
+  CHECK(ParseErr({"--standby_workers", "--no_python", prog}) ==
+        "--standby_workers needs --restart_scope failed (a standby takes "
+        "over a rank replaced alone; under --restart_scope group every "
+        "worker restarts)");
+  CHECK(
+      Contains(ParseErr({"--no_python", prog}, {{"PET_STANDBY_WORKERS", "1"}}),
+               "PET_STANDBY_WORKERS needs --restart_scope failed"));
+  for (const Args& python : {Args{Script()}, Args{"-m", "pkg.train"}}) {
+    Args args = {"--restart_scope", "failed", "--standby_workers"};
+    args.insert(args.end(), python.begin(), python.end());
+    CHECK(ParseErr(args) ==
+          "--standby_workers: Python entrypoints are not supported (a "
+          "standby waits in ddprun::worker::RunMain, the C++ worker "
+          "runtime)");
+  }
+}
+
 TEST_CASE("CliParser: legacy torch.distributed.launch mode", "[cli]") {
   LaunchOptions o = ParseOk({Script()}, {}, true);
   CHECK(o.legacy_launch);
