@@ -223,9 +223,12 @@ def free_port():
 
 
 def run(args, trainer_cmd, out, plan=None, scope='failed',
-        output_flag='--output_dir', max_restarts=3):
+        output_flag='--output_dir', max_restarts=3, agent=None, steps=None):
     """One ddprun run (one agent per node); returns (exit code, console,
-    pids seen per rank, seconds)."""
+    pids seen per rank, seconds). `agent`: another launcher that takes
+    ddprun's flags but --restart_scope (torchrun: its command, and scope
+    None); `steps`: rank -> the steps it counted, for the plan (default:
+    ddprun's step files)."""
     nodes = getattr(args, 'nodes', 1)
     if nodes == 1:
         placements = [['--standalone', f'--nproc_per_node={RANKS}']]
@@ -251,8 +254,9 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
     pending = []  # (cmd, console) of the spare, started once the job runs
     for n, placement in enumerate(placements):
         log_dir = out + ('/logs' if nodes == 1 else f'/logs{n}')
-        cmd = [args.ddprun] + placement + [
-            '--restart_scope', scope, '--max_restarts', str(max_restarts),
+        cmd = (agent or [args.ddprun]) + placement + (
+            ['--restart_scope', scope] if scope else []) + [
+            '--max_restarts', str(max_restarts),
             '--log_dir', log_dir, '--no_python']
         if plan is not None and plan.kind == 'stop':
             cmd += ['--watchdog_timeout', '3']
@@ -273,6 +277,8 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
     node_pids = {}  # node -> every worker pid seen there
 
     def steps_of_rank(rank):
+        if steps is not None:
+            return steps(rank)
         if rank not in where:
             return -1
         node, (local, _) = where[rank]
