@@ -28,6 +28,25 @@ random rank SIGKILLed every --kill_every seconds (30) until it ends:
             step) / the run's wall time.
 
   bench/recovery/run.py --bin build/bin [--points 10] [--seed 1] [--nodes 2]
+
+--trainer python: the same method on examples/python/elastic_gloo.py (4
+Gloo ranks, --steps 150 of an MLP with two 128 x 128 hidden layers, 256
+samples per rank per step) under three launchers: ddprun --restart_scope
+failed (the script with ddprun_elastic: the killed rank heals from a live
+peer), ddprun --restart_scope group and torchrun 1.13 (python3 -m
+torch.distributed.run, the same c10d flags; both run the script --plain
+--checkpoint_every 50: every worker restarts and resumes from rank 0's
+newest checkpoint). Kill points: any step but the last. Steps redone: the
+most steps a rank's step log (--record) names twice. Final model: bit for
+bit under group and torchrun; under failed to float rounding (rtol 1e-5,
+atol 1e-6: ddprun_elastic's rebuilt DDP sums its first step after a heal in
+another bucket layout, its doc), else the run counts as failed. Ratios:
+torchrun / failed and group / failed. torchrun 1.13 under Python 3.11 needs
+<shared>/reference/torchrun_py311_fix.py (bench/launcher's fix, loaded as
+the torchrun agent's sitecustomize). Only ddprun is needed:
+
+  bench/recovery/run.py --trainer python --ddprun build-agent/bin/ddprun \
+      --nodes 2 [--points 10] [--steps 150] [--checkpoint_every 50]
 """
 import argparse
 import math
