@@ -311,8 +311,11 @@ def last_step(out, rank):
 
 
 def ratio(value, base):
-    if value is None or base is None or base <= 0:
-        return f'n/a (failed {base})'
+    """value / base, or why not (failed's median is not above 0)."""
+    if value is None or base is None:
+        return 'n/a (no value)'
+    if base <= 0:
+        return f'n/a (failed {base:.3g})'
     return f'{value / base:.1f}x'
 
 
