@@ -263,9 +263,12 @@ def free_port():
 
 
 def run(args, trainer_cmd, out, plan=None, scope='failed',
-        output_flag='--output_dir', max_restarts=3):
+        output_flag='--output_dir', max_restarts=3, agent=None, steps=None):
     """One ddprun run (one agent per node); returns (exit code, console,
-    pids seen per rank, seconds)."""
+    pids seen per rank, seconds). `agent`: another launcher that takes
+    ddprun's flags but --restart_scope (torchrun: its command, and scope
+    None); `steps`: rank -> the steps it counted, for the plan (default:
+    ddprun's step files)."""
     nodes = getattr(args, 'nodes', 1)
     if nodes == 1:
         placements = [['--standalone', f'--nproc_per_node={RANKS}']]
@@ -294,8 +297,9 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
     pending = []  # (cmd, console) of the third agent, started later
     for n, placement in enumerate(placements):
         log_dir = out + ('/logs' if nodes == 1 else f'/logs{n}')
-        cmd = [args.ddprun] + placement + [
-            '--restart_scope', scope, '--max_restarts', str(max_restarts),
+        cmd = (agent or [args.ddprun]) + placement + (
+            ['--restart_scope', scope] if scope else []) + [
+            '--max_restarts', str(max_restarts),
             '--log_dir', log_dir, '--no_python']
         if getattr(args, 'standby', False) and scope == 'failed':
             cmd.append('--standby_workers')
@@ -322,6 +326,8 @@ def run(args, trainer_cmd, out, plan=None, scope='failed',
     standbys = set()  # every standby pid seen (before it took a rank)
 
     def steps_of_rank(rank):
+        if steps is not None:
+            return steps(rank)
         if rank not in where:
             return -1
         node, (local, _) = where[rank]

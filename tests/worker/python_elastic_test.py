@@ -15,6 +15,12 @@ drop:    tests/worker/elastic_drop_worker.py, nothing replaced: every
 plain:   the script without ddprun_elastic (--plain) under restart scope
          failed, rank 2 killed at step 5, nothing replaced: the survivors fail
          their next collective and exit non-zero, none hangs
+resume:  --plain --checkpoint_every 4 on 4 ranks started by hand (no
+         launcher): a run of 10 steps, then one of 12 in the same folder,
+         which resumes from step 8's checkpoint, ends with the parameters of
+         an uninterrupted run of 12 bit for bit (the resumed DDP sums in the
+         uninterrupted run's bucket layout), and the step logs name steps 9
+         and 10 twice
 Exit 77 (skipped) when the interpreter has no torch.
 """
 import argparse
@@ -140,6 +146,61 @@ def plain_case(args):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def resume_case(args):
+    import socket
+    import torch
+    script = [sys.executable, os.path.join(args.source, "examples", "python",
+                                           "elastic_gloo.py"),
+              "--plain", "--checkpoint_every", "4", "--record", "--width",
+              "64", "--layers", "1", "--batch", "32"]
+    work = tempfile.mkdtemp(prefix="ddprun_elastic_")
+
+    def job(out, steps):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        procs = []
+        for rank in range(RANKS):
+            env = dict(os.environ, MASTER_ADDR="127.0.0.1",
+                       MASTER_PORT=str(port), RANK=str(rank),
+                       LOCAL_RANK=str(rank), WORLD_SIZE=str(RANKS),
+                       OMP_NUM_THREADS="1")
+            procs.append(subprocess.Popen(
+                script + ["--steps", str(steps), "--out", out], env=env,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        logs = ""
+        codes = []
+        for proc in procs:
+            logs += proc.communicate(timeout=300)[0].decode(errors="replace")
+            codes.append(proc.returncode)
+        check(codes == [0] * RANKS, "every rank exited 0 (%s)" % codes, logs)
+        return logs
+
+    try:
+        clean, resumed = os.path.join(work, "clean"), os.path.join(work, "r")
+        job(clean, 12)
+        job(resumed, 10)
+        logs = job(resumed, 12)
+        check(logs.count("resumed from checkpoint at step 8") == RANKS,
+              "every rank resumed from step 8", logs)
+        for r in range(RANKS):
+            with open(os.path.join(resumed, "steps.%d.log" % r)) as f:
+                steps = [int(line) for line in f]
+            check(steps == list(range(1, 11)) + list(range(9, 13)),
+                  "rank %d's step log: %s" % (r, steps), logs)
+            a = torch.load(os.path.join(clean, "params.%d.pt" % r))
+            b = torch.load(os.path.join(resumed, "params.%d.pt" % r))
+            for x, y in zip(a["params"], b["params"]):
+                check(torch.equal(x, y), "rank %d equals the uninterrupted "
+                      "run bit for bit (max diff %g)" % (
+                          r, float((x - y).abs().max())), logs)
+        print("ok: --plain --checkpoint_every resumed from step 8 and ended "
+              "as the uninterrupted run, bit for bit")
+        return 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def drop_case(args):
     """tests/worker/elastic_drop_worker.py: rank 1 dies while the others are
     inside a 256 KiB all-reduce, nothing is replaced; every survivor must
@@ -242,7 +303,8 @@ def ddprun_case(args):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("case",
-                        choices=["heal", "source", "plain", "drop", "ddprun"])
+                        choices=["heal", "source", "plain", "drop", "ddprun",
+                                 "resume"])
     parser.add_argument("--agent", required=True)
     parser.add_argument("--ddprun")
     parser.add_argument("--source", required=True)
@@ -260,6 +322,8 @@ def main():
         return ddprun_case(args)
     if args.case == "drop":
         return drop_case(args)
+    if args.case == "resume":
+        return resume_case(args)
     return plain_case(args)
 
 
