@@ -154,7 +154,7 @@ TEST_CASE("standby workers: a ready standby takes a killed rank over",
 }
 
 TEST_CASE(
-    "standby workers: a standby not yet ready is left alone; the rank "
+    "standby workers: a standby not yet ready is left alone and the rank "
     "starts afresh",
     "[agent][restart_scope][standby]") {
   StandbyHarness h;
@@ -200,7 +200,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "standby workers: a group restart kills the standby; the new "
+    "standby workers: a group restart kills the standby and the new "
     "round gets its own",
     "[agent][restart_scope][standby]") {
   StandbyHarness h;
