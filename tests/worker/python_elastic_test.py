@@ -161,10 +161,12 @@ def resume_case(args):
             port = sock.getsockname()[1]
         procs = []
         for rank in range(RANKS):
+            # USE_LIBUV=0: trixie's torch 2.6 has no libuv but its TCPStore
+            # asks for it (README, LibTorch versions); 1.13 ignores it.
             env = dict(os.environ, MASTER_ADDR="127.0.0.1",
                        MASTER_PORT=str(port), RANK=str(rank),
                        LOCAL_RANK=str(rank), WORLD_SIZE=str(RANKS),
-                       OMP_NUM_THREADS="1")
+                       OMP_NUM_THREADS="1", USE_LIBUV="0")
             procs.append(subprocess.Popen(
                 script + ["--steps", str(steps), "--out", out], env=env,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
