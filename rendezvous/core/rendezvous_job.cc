@@ -914,11 +914,8 @@ bool RendezvousJob::HandToSpare(const std::string& lost_id, const Node& lost,
   replacements_.healing_generation = 0;
   vacancy_ = Vacancy{std::move(place), clock_->Now() + replace_wait_};
   deadline_moved_ = true;
-  const int last_rank =
-      a.rank_offset() + static_cast<int>(lost.info.local_world_size()) - 1;
-  const std::string what = "the place of node '" + lost_id + "' (ranks " +
-                           std::to_string(a.rank_offset()) + "-" +
-                           std::to_string(last_rank) + ") stays open " +
+  const std::string what = "the place of node '" + lost_id + "' (" +
+                           vacancy_->place.Ranks() + ") stays open " +
                            Seconds(replace_wait_) +
                            " for a node that joins: " + why;
   DDP_LOG(INFO) << "rendezvous '" << id_ << "' round " << round_ << ": "
@@ -953,9 +950,9 @@ bool RendezvousJob::GivePlace(const Place& place, Node* spare,
   replacements_.generation = generation;
   replacements_.healing_rank = a.rank_offset();
   replacements_.healing_generation = generation;
-  v1::Assignment taken = a;
   // The round's restart count, not the budget's: it names the workers'
   // store prefix.
+  v1::Assignment taken = a;
   taken.set_replaces_generation(generation);
   spare->assignment = taken;
   spare->previous_rank = a.group_rank();
@@ -963,10 +960,7 @@ bool RendezvousJob::GivePlace(const Place& place, Node* spare,
   SetState(spare, NodeState::kRunning);
   out->push_back(Outcome::Joined(spare->join_waiter, taken));
   spare->join_waiter = 0;
-  const int last_rank =
-      a.rank_offset() + static_cast<int>(place.local_world_size) - 1;
-  const std::string what = "ranks " + std::to_string(a.rank_offset()) + "-" +
-                           std::to_string(last_rank) + " (generation " +
+  const std::string what = place.Ranks() + " (generation " +
                            std::to_string(generation) + ") of node '" +
                            place.lost_id + "' go to node '" +
                            spare->info.node_id() + "': " + place.why;

@@ -259,6 +259,12 @@ class RendezvousJob {
     uint32_t local_world_size = 0;
     std::string role;
     std::string why;
+    // "ranks A-B", for the log and the timeline.
+    std::string Ranks() const {
+      return "ranks " + std::to_string(assignment.rank_offset()) + "-" +
+             std::to_string(assignment.rank_offset() +
+                            static_cast<int>(local_world_size) - 1);
+    }
   };
   bool GivePlace(const Place& place, Node* spare, std::vector<Outcome>* out);
   // True when `node` can take `place` (same local_world_size and role, not
