@@ -12,9 +12,11 @@
 //   rank_helper heal OUT STEPS   (restart scope failed: rank_helper_heal.cc)
 //   rank_helper ckpt_digest PATH (a checkpoint's tensors and scalars, hashed)
 
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -620,6 +622,26 @@ int HostStore(int port, int seconds) {
   return 0;
 }
 
+// What a rank meets when it writes to a peer that died mid-collective (Gloo
+// sends without MSG_NOSIGNAL): a write to a socket whose other end is gone.
+// The rank must live on and see EPIPE; then the world still all-reduces.
+int WriteToClosedSocket() {
+  w::World world = w::InitFromEnv();
+  int fds[2];
+  CHECK_OR_THROW(socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0, "socketpair");
+  close(fds[1]);
+  const char byte = 'x';
+  const ssize_t n = write(fds[0], &byte, 1);
+  const int err = errno;
+  close(fds[0]);
+  CHECK_OR_THROW(n < 0 && err == EPIPE, "the write did not fail with EPIPE");
+  at::Tensor t = at::ones({4});
+  world.AllReduce(t);
+  CHECK_OR_THROW(t[0].item<float>() == world.world_size(), "all-reduce sum");
+  std::printf("rank %d lived on: EPIPE\n", world.rank());
+  return 0;
+}
+
 // A parameter that is not on the world's device (meta here; a CPU model
 // under NCCL on a GPU machine): DDP must say so, not "the model differs".
 int DdpDevice() {
@@ -703,6 +725,7 @@ int main(int argc, char** argv) {
                   a.size() > 6 ? std::stod(a[6]) : 0.0);
     }
     if (mode == "ddp_device") return DdpDevice();
+    if (mode == "closed_socket") return WriteToClosedSocket();
     if (mode == "heal") return HealTraining(a.at(2), std::stoll(a.at(3)));
     if (mode == "ckpt_digest") return CheckpointDigest(a.at(2));
     if (mode == "syncbn_offset") {

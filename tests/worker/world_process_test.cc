@@ -115,6 +115,21 @@ TEST_CASE("World: with no launcher env a trainer runs as a single process",
   REQUIRE(p.Output().find("rank 0 of 1 ok backend none") != std::string::npos);
 }
 
+TEST_CASE(
+    "World: a rank that writes to a dead peer's socket gets EPIPE, not a "
+    "SIGPIPE that kills it",
+    "[worker][process]") {
+  // Found under --restart_scope failed: a survivor whose Gloo send hit the
+  // killed rank's socket died of signal 13, and the group restarted.
+  auto results = wt::RunRanks({Helper(), "closed_socket"}, 2);
+  RequireAllOk(results);
+  for (int r = 0; r < 2; ++r) {
+    INFO(results[r].output);
+    REQUIRE(results[r].output.find("rank " + std::to_string(r) +
+                                   " lived on: EPIPE") != std::string::npos);
+  }
+}
+
 TEST_CASE("World: a peer that never arrives is a clear, restartable error",
           "[worker][process]") {
   std::string dir = TempDir();

@@ -92,6 +92,25 @@ void AcceptGenerationSignal() {
                    << " names no signal: not handled";
 }
 
+// Gloo writes to its peers' sockets without MSG_NOSIGNAL: a peer that died
+// while this rank sent to it (the write lands before the loop that reads
+// the socket sees the peer gone) killed this rank with SIGPIPE, a survivor
+// lost, so that a single-rank failure under restart scope "failed" became a
+// group restart. Ignored, the write fails with EPIPE: a CollectiveError
+// this rank recovers from. Python ignores SIGPIPE at start-up, so torch's
+// Python users never meet it. A handler of the program's own is kept.
+void IgnoreSigpipe() {
+  struct sigaction old {};
+  if (sigaction(SIGPIPE, nullptr, &old) != 0 || old.sa_handler != SIG_DFL ||
+      (old.sa_flags & SA_SIGINFO) != 0) {
+    return;
+  }
+  struct sigaction sa {};
+  sa.sa_handler = SIG_IGN;
+  sigemptyset(&sa.sa_mask);
+  (void)sigaction(SIGPIPE, &sa, nullptr);
+}
+
 c10d::ReduceOp ToC10d(ReduceOp op) {
   switch (op) {
     case ReduceOp::kMax:
@@ -731,6 +750,7 @@ World InitWorld(const WorkerEnv& env, const InitOptions& options) {
   }
   impl->collective_timeout = options.collective_timeout;
   if (env.standalone) return World(impl);
+  IgnoreSigpipe();
 
   impl->backend = backend;
   impl->options = options;

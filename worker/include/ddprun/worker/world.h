@@ -200,6 +200,9 @@ class World {
 // cannot be reached in time. With no RANK/WORLD_SIZE/MASTER_* set returns a
 // standalone world. Applies TuneHostAllocator() first when
 // options.tune_host_allocator (a bad DDPRUN_MALLOC_TUNING is a ConfigError).
+// A world of several ranks sets SIGPIPE to ignored unless the program
+// handles it: a write to a peer that died fails (CollectiveError) instead of
+// killing this rank.
 World InitFromEnv(const InitOptions& options = InitOptionsFromEnv());
 
 // Same from an already parsed environment (tests).
