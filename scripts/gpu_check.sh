@@ -35,6 +35,8 @@
 # host build in build/ (not rebuilt: the build step reports whether ninja
 # has work left), Gloo on CPU, fp16 skipped where the LibTorch has no CPU
 # float16 autocast. ctest gpucheck/dry_run runs it.
+# DDPRUN_GPU_CHECK_EPOCHS: epochs of each TRAINER_bf16/fp16 step (default
+# 3, at least 2: the loss must fall from the first to the last).
 # Exit status: 0 when no step failed, else 1 (2: bad usage).
 set -uo pipefail
 self=$(readlink -f "$0")
@@ -78,6 +80,9 @@ for o in "${overrides[@]}"; do
     { echo "gpu_check: DDPRUN_GPU_CHECK_LIMITS: '$o' is not STEP=SECONDS of a step" >&2; exit 2; }
   LIMIT[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}
 done
+EPOCHS=${DDPRUN_GPU_CHECK_EPOCHS:-3}
+[[ $EPOCHS =~ ^[0-9]+$ ]] && ((EPOCHS >= 2)) ||
+  { echo "gpu_check: DDPRUN_GPU_CHECK_EPOCHS must be a whole number of at least 2 (got '$EPOCHS')" >&2; exit 2; }
 B=$(readlink -m "$B")
 DDPRUN=$(readlink -m "$DDPRUN")
 DEPS=${DDPRUN_GPU_DEPS:-/opt/deps}
@@ -281,7 +286,7 @@ train() {
   data=$(synthetic "$t") || fail "--make_synthetic failed"
   out=$WORK/$STEP log=$WORK/$STEP.log
   rm -rf "$out"
-  launch "$n" "$B/bin/${t}_trainer" $(train_flags "$t" "$data") --epochs 3 --seed 5 \
+  launch "$n" "$B/bin/${t}_trainer" $(train_flags "$t" "$data") --epochs "$EPOCHS" --seed 5 \
     --amp "$amp" --output_dir "$out" >"$log" 2>&1
   local rc=$?
   cat "$log"
