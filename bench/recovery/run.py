@@ -19,7 +19,8 @@ once per scope with that rank SIGKILLed when its step file counts that step.
 Prints a line per run, then per scope the median time lost and steps
 redone, and the ratio group / failed. Exit 1 when a run failed or, under
 failed, its final model differs from the uninterrupted one (it must match
-bit for bit).
+bit for bit) or a rank other than the killed one ran in a new process (the
+others keep their pids).
 
 --goodput SECONDS adds, per scope, one run of the same job made long enough
 to last SECONDS uninterrupted (more epochs, a checkpoint per epoch) with a
@@ -160,9 +161,9 @@ class DdpmJob:
                 '--progress_interval', '1000']
 
     def run(self, scope, out, plan=None):
-        code, text, _, s = scope_test.run(self.args, self.cmd_for(2), out,
-                                          plan, scope=scope)
-        return code, text, s
+        code, text, seen, s = scope_test.run(self.args, self.cmd_for(2), out,
+                                             plan, scope=scope)
+        return code, text, s, seen
 
     def model(self, scope, out, clean_out):
         """(verdict, acceptable): the final checkpoint against the
@@ -229,7 +230,7 @@ class PythonJob:
         if scope == 'torchrun':
             os.environ['PYTHONPATH'] = self.fix_dir
         try:
-            code, text, _, s = scope_test.run(
+            code, text, seen, s = scope_test.run(
                 self.args, cmd, out, plan,
                 scope=None if scope == 'torchrun' else scope,
                 output_flag=None, agent=agent,
@@ -239,7 +240,7 @@ class PythonJob:
                 os.environ.pop('PYTHONPATH', None)
             else:
                 os.environ['PYTHONPATH'] = saved
-        return code, text, s
+        return code, text, s, seen
 
     def model(self, scope, out, clean_out):
         """(verdict, acceptable): every rank's final parameters against the
@@ -403,7 +404,7 @@ def main():
         def clean_run(scope, name):
             out = f'{work}/{scope}_{name}'
             os.makedirs(out)
-            code, text, s = job.run(scope, out)
+            code, text, s, _ = job.run(scope, out)
             if code != 0:
                 print(text[-4000:])
                 raise SystemExit(f'FAIL {scope}: the uninterrupted run '
@@ -422,9 +423,18 @@ def main():
                 out = f'{work}/{scope}_{n}'
                 os.makedirs(out)
                 plan = scope_test.Plan('kill', step, rank)
-                code, text, s = job.run(scope, out, plan)
+                code, text, s, seen = job.run(scope, out, plan)
                 r = job.redone(out, text, step)
                 ok = code == 0 and plan.done
+                alone = ''
+                if ok and scope == 'failed':
+                    # The issue's check: the other ranks kept their
+                    # processes; only the killed one ran twice.
+                    ok = all(len(seen.get(q, [])) == (2 if q == rank else 1)
+                             for q in range(scope_test.RANKS))
+                    pids = {q: seen.get(q) for q in range(scope_test.RANKS)}
+                    alone = (', the others kept their pids' if ok else
+                             f', NOT REPLACED ALONE (pids {pids})')
                 model, fine = job.model(scope, out, clean_out[scope]) \
                     if ok else ('not compared', False)
                 if not (ok and fine):
@@ -437,7 +447,7 @@ def main():
                       f'lost {s - base:.2f} s ({s:.2f} s against '
                       f'{base:.2f} s just before), steps redone '
                       f'{r if r is not None else "?"}, final model '
-                      f'{model}', flush=True)
+                      f'{model}{alone}', flush=True)
                 if not ok:
                     print(text[-4000:])
         for scope in scopes:

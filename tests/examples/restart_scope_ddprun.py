@@ -41,6 +41,11 @@ agent started only once the rendezvous said that node 1's place stays open
 (JobConfig.replace_wait_ms): a node that joins after the loss, or the lost
 machine's agent started again.
 
+--sweep N adds N kill points spread over the whole uninterrupted run: steps
+1 to its last step but one, evenly apart, ranks 0 to 3 in turn (with
+--nodes 2 both nodes', the store's and the other), each checked as a --kill
+is (the issue's "every one of the 10 kill points").
+
 --standby runs every agent with --standby_workers: each kill's rank must be
 taken over by the node's standby process (a child of the agent started
 with DDPRUN_STANDBY_FD, seen waiting before the kill), which the console
@@ -50,8 +55,8 @@ uninterrupted run. Each PASS line then also gives the time from the
 failure to the replacement's start.
 
   restart_scope_ddprun.py --bin DIR --trainer survival|ddpm [--kill R@S]...
-      [--chaos two|heal|stop|write|node|spare|rejoin@S]... [--nodes 1|2]
-      [--env KEY=VALUE]... [--standby]
+      [--chaos two|heal|stop|write|node|spare|rejoin@S]... [--sweep N]
+      [--nodes 1|2] [--env KEY=VALUE]... [--standby]
 """
 import argparse
 import ctypes
@@ -131,6 +136,29 @@ def standbys_of(agent_pid):
     (their initial environment has DDPRUN_STANDBY_FD)."""
     return {pid for pid, env in children_of(agent_pid)
             if b'DDPRUN_STANDBY_FD' in env}
+
+
+def sweep_points(count, last_step, ranks=RANKS):
+    """`count` (rank, step) kill points: steps from 1 to last_step - 1 (a
+    kill at the last step can land after the job's end), evenly apart and
+    rising, ranks 0..ranks-1 in turn. Fewer steps than points repeat steps,
+    on other ranks."""
+    if count <= 0:
+        return []
+    span = max(last_step - 1, 1)
+    return [(n % ranks, 1 + (n * span) // count) for n in range(count)]
+
+
+def last_step_of(out):
+    """The most steps any rank's step file of the run in `out` counts."""
+    counts = []
+    for path in glob.glob(f'{out}/logs*/*/attempt_0/*/steps'):
+        try:
+            with open(path) as f:
+                counts.append(int(f.readline().split()[0]))
+        except (OSError, ValueError, IndexError):
+            pass
+    return max(counts, default=-1)
 
 
 def steps_of(log_dir, rank):
@@ -463,6 +491,8 @@ def main():
     p.add_argument('--trainer', choices=sorted(TRAINERS), required=True)
     p.add_argument('--kill', action='append', default=[])
     p.add_argument('--chaos', action='append', default=[])
+    p.add_argument('--sweep', type=int, default=0,
+                   help='N kill points spread over the whole job')
     p.add_argument('--timeout', type=float, default=300)
     p.add_argument('--nodes', type=int, choices=[1, 2], default=1)
     p.add_argument('--keep', action='store_true')
@@ -505,6 +535,15 @@ def main():
             rank, step = (int(x) for x in spec.split('@'))
             plans.append((f'kill rank {rank} at step {step}',
                           Plan('kill', step, rank)))
+        if args.sweep:
+            last = last_step_of(clean_out)
+            if last < 2:
+                print(f'FAIL: the uninterrupted run counted {last} steps')
+                return 1
+            print(f'sweep: {args.sweep} kill points over steps 1-{last - 1}')
+            for rank, step in sweep_points(args.sweep, last):
+                plans.append((f'kill rank {rank} at step {step}',
+                              Plan('kill', step, rank)))
         for spec in args.chaos:
             kind, step = spec.split('@')
             plans.append((f'{kind} at step {step}', Plan(kind, int(step))))
@@ -623,7 +662,7 @@ def main():
                 for problem in problems:
                     print('  ' + problem)
                 failures.append(name)
-        if args.nodes > 1 and args.kill and not remote_kills:
+        if args.nodes > 1 and (args.kill or args.sweep) and not remote_kills:
             print('FAIL: no kill hit a rank of a node that does not serve '
                   'the store')
             failures.append('placement')
