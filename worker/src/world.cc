@@ -64,6 +64,21 @@ namespace {
 
 void OnGenerationSignal(int) {}
 
+// Sets `handler` for `sig` unless the program already handles it (a
+// disposition other than the default is the program's choice).
+void SetUnlessHandled(int sig, void (*handler)(int), int flags) {
+  struct sigaction old {};
+  if (sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL ||
+      (old.sa_flags & SA_SIGINFO) != 0) {
+    return;
+  }
+  struct sigaction sa {};
+  sa.sa_handler = handler;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = flags;
+  (void)sigaction(sig, &sa, nullptr);
+}
+
 // DDPRUN_GENERATION_SIGNAL (docs/restart_scope.md): the agents send it to
 // their running workers when a new generation shows in the store. This
 // runtime reads the generation there at every step's agreement and has no
@@ -76,16 +91,7 @@ void AcceptGenerationSignal() {
   for (int sig = 1; sig < NSIG; ++sig) {
     const char* abbrev = sigabbrev_np(sig);
     if (abbrev == nullptr || std::string("SIG") + abbrev != name) continue;
-    struct sigaction old {};
-    if (sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL ||
-        (old.sa_flags & SA_SIGINFO) != 0) {
-      return;
-    }
-    struct sigaction sa {};
-    sa.sa_handler = OnGenerationSignal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    (void)sigaction(sig, &sa, nullptr);
+    SetUnlessHandled(sig, OnGenerationSignal, SA_RESTART);
     return;
   }
   DDP_LOG(WARNING) << "DDPRUN_GENERATION_SIGNAL=" << name
@@ -99,17 +105,7 @@ void AcceptGenerationSignal() {
 // group restart. Ignored, the write fails with EPIPE: a CollectiveError
 // this rank recovers from. Python ignores SIGPIPE at start-up, so torch's
 // Python users never meet it. A handler of the program's own is kept.
-void IgnoreSigpipe() {
-  struct sigaction old {};
-  if (sigaction(SIGPIPE, nullptr, &old) != 0 || old.sa_handler != SIG_DFL ||
-      (old.sa_flags & SA_SIGINFO) != 0) {
-    return;
-  }
-  struct sigaction sa {};
-  sa.sa_handler = SIG_IGN;
-  sigemptyset(&sa.sa_mask);
-  (void)sigaction(SIGPIPE, &sa, nullptr);
-}
+void IgnoreSigpipe() { SetUnlessHandled(SIGPIPE, SIG_IGN, 0); }
 
 c10d::ReduceOp ToC10d(ReduceOp op) {
   switch (op) {
