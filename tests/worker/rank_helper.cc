@@ -622,6 +622,40 @@ int HostStore(int port, int seconds) {
   return 0;
 }
 
+// DDP's one bucket rebuild (by the order the gradients became ready in)
+// must land in the step whose backward recorded that order: prints the
+// layout before any step and after the first, on a model whose gradients
+// become ready in another order than its parameters' reversed (the first
+// registered layer runs last).
+int DdpRebuildStep() {
+  w::World world = w::InitFromEnv();
+  torch::nn::Sequential net;
+  torch::nn::Linear last(3, 2), first(4, 3);
+  net->push_back(last);   // registered first: parameters 0 and 1
+  net->push_back(first);  // parameters 2 and 3
+  struct Forward {
+    torch::nn::Linear a, b;
+    at::Tensor operator()(const at::Tensor& x) { return a(b(x)); }
+  } forward{last, first};
+  w::DdpOptions opts;
+  opts.bucket_cap_mb = 0.00002;  // 20 B: one parameter or two per bucket
+  w::DistributedDataParallel ddp(world, net.ptr(), opts);
+  auto show = [&](const char* when) {
+    std::string s;
+    for (const auto& bucket : ddp.bucket_layout()) {
+      s += "[";
+      for (size_t i : bucket) s += std::to_string(i) + " ";
+      s += "]";
+    }
+    std::printf("rank %d %s %s\n", world.rank(), when, s.c_str());
+  };
+  show("before");
+  ddp.Backward(forward(at::ones({2, 4})).sum());
+  show("after_step_1");
+  std::fflush(stdout);
+  return 0;
+}
+
 // What a rank meets when it writes to a peer that died mid-collective (Gloo
 // sends without MSG_NOSIGNAL): a write to a socket whose other end is gone.
 // The rank must live on and see EPIPE; then the world still all-reduces.
@@ -726,6 +760,7 @@ int main(int argc, char** argv) {
     }
     if (mode == "ddp_device") return DdpDevice();
     if (mode == "closed_socket") return WriteToClosedSocket();
+    if (mode == "ddp_rebuild") return DdpRebuildStep();
     if (mode == "heal") return HealTraining(a.at(2), std::stoll(a.at(3)));
     if (mode == "ckpt_digest") return CheckpointDigest(a.at(2));
     if (mode == "syncbn_offset") {

@@ -303,7 +303,6 @@ void DistributedDataParallel::Backward(const at::Tensor& output,
   // runs inside backward (the reducer's hooks).
   ActivityScope activity("backward (DDP gradient all_reduce)");
   try {
-    reducer->rebuild_buckets();  // no-op except once, after step 1
     if (sync_enabled_) {
       reducer->prepare_for_forward();
       reducer->prepare_for_backward(options_.find_unused_parameters
@@ -311,6 +310,16 @@ void DistributedDataParallel::Backward(const at::Tensor& output,
                                         : std::vector<at::Tensor>{});
     }
     output.backward(grad);
+    // The one rebuild (by the order the gradients became ready in) goes at
+    // the end of the step whose backward recorded that order, not at the
+    // start of the next one as torch's DDP places it: its broadcast is then
+    // a collective of the step it belongs to. Placed in step 2, a failure
+    // there (a peer killed after step 1) left the survivors' buckets in
+    // parameter order, and after the heal to step 1 the redone step 2
+    // summed its gradients in another order than the uninterrupted run's
+    // (equal to float rounding only); a checkpoint of step 1 kept the same
+    // stale layout. Gradients stay in param.grad (no bucket views).
+    if (sync_enabled_) reducer->rebuild_buckets();
   } catch (const WorkerError&) {
     throw;
   } catch (const c10::Error& e) {
