@@ -430,11 +430,10 @@ def main():
                 if ok and scope == 'failed':
                     # The check: the other ranks kept their
                     # processes; only the killed one ran twice.
-                    ok = all(len(seen.get(q, [])) == (2 if q == rank else 1)
-                             for q in range(scope_test.RANKS))
-                    pids = {q: seen.get(q) for q in range(scope_test.RANKS)}
+                    problems = scope_test.not_replaced_alone(seen, rank)
+                    ok = not problems
                     alone = (', the others kept their pids' if ok else
-                             f', NOT REPLACED ALONE (pids {pids})')
+                             ', NOT REPLACED ALONE: ' + '; '.join(problems))
                 model, fine = job.model(scope, out, clean_out[scope]) \
                     if ok else ('not compared', False)
                 if not (ok and fine):

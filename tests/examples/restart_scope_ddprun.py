@@ -149,26 +149,37 @@ def sweep_points(count, last_step, ranks=RANKS):
     return [(n % ranks, 1 + (n * span) // count) for n in range(count)]
 
 
+def step_count(path):
+    """The steps a rank's step file counts; -1 when it cannot be read."""
+    try:
+        with open(path) as f:
+            return int(f.readline().split()[0])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
 def last_step_of(out):
     """The most steps any rank's step file of the run in `out` counts."""
-    counts = []
-    for path in glob.glob(f'{out}/logs*/*/attempt_0/*/steps'):
-        try:
-            with open(path) as f:
-                counts.append(int(f.readline().split()[0]))
-        except (OSError, ValueError, IndexError):
-            pass
-    return max(counts, default=-1)
+    return max((step_count(path) for path in
+                glob.glob(f'{out}/logs*/*/attempt_0/*/steps')), default=-1)
 
 
 def steps_of(log_dir, rank):
     for path in glob.glob(f'{log_dir}/*/attempt_0/{rank}/steps'):
-        try:
-            with open(path) as f:
-                return int(f.readline().split()[0])
-        except (OSError, ValueError, IndexError):
-            return -1
+        return step_count(path)
     return -1
+
+
+def not_replaced_alone(seen, rank):
+    """What is wrong unless `rank` ran in two processes and every other rank
+    in one (its pid kept): [] when it was replaced alone."""
+    problems = []
+    for r in range(RANKS):
+        want = 2 if r == rank else 1
+        if len(seen.get(r, [])) != want:
+            problems.append(f'rank {r} ran as pids {seen.get(r)} '
+                            f'(expected {want} process(es))')
+    return problems
 
 
 class WriteKiller:
@@ -596,11 +607,7 @@ def main():
                 healed = [(t[0], t[2], t[3], t[4]) for t in taken]
             elif plan.kind in ('kill', 'stop', 'write'):
                 # Replaced alone: the others kept their processes.
-                for r in range(RANKS):
-                    want = 2 if r == plan.rank else 1
-                    if len(seen.get(r, [])) != want:
-                        problems.append(f'rank {r} ran as pids {seen.get(r)} '
-                                        f'(expected {want} process(es))')
+                problems += not_replaced_alone(seen, plan.rank)
                 if len(healed) != 1 or int(healed[0][0]) != plan.rank:
                     problems.append(f'heal lines: {healed}')
             else:
